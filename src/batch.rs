@@ -1,0 +1,316 @@
+//! The open batch: admitted appends waiting to become the next object.
+//!
+//! An append is one or more `(region, entries)` parts. It lands in exactly one object,
+//! whole (atomic, also across regions), and a region's entries keep their admission
+//! order. The batch knows its exact encoded size, so it refuses an append that would
+//! push the object past `max_batch_bytes` or a region past 2^20 entries ([`Admit::Full`]:
+//! seal, then admit again) and an append that can never fit ([`Error::AppendTooLarge`]).
+//! Sealing encodes the object at a given sequence, epoch, link and floor and returns the
+//! entry ids assigned to every append. Pure: no I/O, no async.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::format::{
+    encode_object, entry_id, EncodedObject, FormatError, Header, Link, SegmentRecord,
+    ENTRY_PREFIX_LEN, FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN, MAX_SEGMENT_ENTRIES,
+    TRAILER_LEN,
+};
+
+/// One append: the entries of one or more regions, landing together in one object.
+pub type AppendParts = Vec<(u64, Vec<Bytes>)>;
+
+/// Size limits a batch enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// Largest encoded object, header to trailer.
+    pub max_object_bytes: u64,
+    /// Largest single entry payload.
+    pub max_entry_bytes: u64,
+}
+
+/// The ids one region part of an append was given: `count` consecutive positions from
+/// `first_id` within one object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionIds {
+    /// The region.
+    pub region: u64,
+    /// Id of the part's first entry.
+    pub first_id: u64,
+    /// Number of entries in the part.
+    pub count: u32,
+}
+
+impl RegionIds {
+    /// Id of the part's last entry.
+    pub fn last_id(&self) -> u64 {
+        self.first_id + u64::from(self.count.saturating_sub(1))
+    }
+
+    /// Every id of the part, in order.
+    pub fn ids(&self) -> impl Iterator<Item = u64> + Clone {
+        self.first_id..self.first_id + u64::from(self.count)
+    }
+}
+
+/// What an acknowledged append was given: its object and the ids of each part, in the
+/// order of the append's parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendReceipt {
+    /// The sequence of the object that holds the append.
+    pub sequence: u64,
+    /// One entry per part of the append, in the same order.
+    pub parts: Vec<RegionIds>,
+}
+
+/// Why an append was not admitted.
+#[derive(Debug)]
+pub enum Admit {
+    /// It would not fit the batch as it is: seal, then admit it again (returned whole).
+    Full(AppendParts),
+    /// It is invalid, or could never fit an object.
+    Invalid(Error),
+}
+
+/// One part's place in the batch.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    region: u64,
+    start: u64,
+    count: u32,
+}
+
+/// The open batch.
+#[derive(Debug)]
+pub struct Batch {
+    limits: BatchLimits,
+    regions: BTreeMap<u64, Vec<Bytes>>,
+    appends: Vec<Vec<Slot>>,
+    segment_bytes: u64,
+    payload_bytes: u64,
+    entries: u64,
+}
+
+/// The encoded size of an object whose segments hold `segment_bytes` in `regions` segments.
+pub fn object_len(segment_bytes: u64, regions: u64) -> u64 {
+    (HEADER_LEN + FOOTER_FIXED_LEN + TRAILER_LEN) as u64
+        + segment_bytes
+        + FOOTER_RECORD_LEN as u64 * regions
+}
+
+impl Batch {
+    /// An empty batch with these limits.
+    pub fn new(limits: BatchLimits) -> Self {
+        Batch {
+            limits,
+            regions: BTreeMap::new(),
+            appends: Vec::new(),
+            segment_bytes: 0,
+            payload_bytes: 0,
+            entries: 0,
+        }
+    }
+
+    /// The limits this batch enforces.
+    pub fn limits(&self) -> BatchLimits {
+        self.limits
+    }
+
+    /// Checks an append against the limits alone, without a batch: empty parts, entry
+    /// sizes, and whether it fits an object by itself.
+    pub fn validate(limits: &BatchLimits, parts: &[(u64, Vec<Bytes>)]) -> Result<(), Error> {
+        if parts.is_empty() {
+            return Err(Error::EmptyAppend);
+        }
+        let mut per_region: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut segment_bytes = 0u64;
+        for (region, entries) in parts {
+            if entries.is_empty() {
+                return Err(Error::EmptyAppend);
+            }
+            for e in entries {
+                let len = e.len() as u64;
+                if len > limits.max_entry_bytes || len > u64::from(u32::MAX) {
+                    return Err(Error::EntryTooLarge {
+                        region: *region,
+                        len,
+                        max: limits.max_entry_bytes,
+                    });
+                }
+                segment_bytes += ENTRY_PREFIX_LEN as u64 + len;
+            }
+            let n = per_region.entry(*region).or_default();
+            *n += entries.len() as u64;
+            if *n > MAX_SEGMENT_ENTRIES {
+                return Err(Error::TooManyEntries {
+                    region: *region,
+                    count: *n,
+                });
+            }
+        }
+        let alone = object_len(segment_bytes, per_region.len() as u64);
+        if alone > limits.max_object_bytes {
+            return Err(Error::AppendTooLarge {
+                bytes: alone,
+                max: limits.max_object_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Admits an append, returning its index among the batch's appends (the index of its
+    /// receipt when sealed).
+    pub fn admit(&mut self, parts: AppendParts) -> Result<usize, Admit> {
+        Self::validate(&self.limits, &parts).map_err(Admit::Invalid)?;
+        // What the append adds: its framed entries, and a footer record per new region.
+        let mut added_bytes = 0u64;
+        let mut added: BTreeMap<u64, u64> = BTreeMap::new();
+        for (region, entries) in &parts {
+            *added.entry(*region).or_default() += entries.len() as u64;
+            added_bytes += entries
+                .iter()
+                .map(|e| (ENTRY_PREFIX_LEN + e.len()) as u64)
+                .sum::<u64>();
+        }
+        let mut new_regions = 0u64;
+        for (region, count) in &added {
+            let have = self.regions.get(region).map_or(0, |v| v.len() as u64);
+            if have == 0 {
+                new_regions += 1;
+            }
+            if have + count > MAX_SEGMENT_ENTRIES {
+                return Err(Admit::Full(parts));
+            }
+        }
+        let after = object_len(
+            self.segment_bytes + added_bytes,
+            self.regions.len() as u64 + new_regions,
+        );
+        if after > self.limits.max_object_bytes {
+            return Err(Admit::Full(parts));
+        }
+
+        let mut slots = Vec::with_capacity(parts.len());
+        for (region, entries) in parts {
+            let segment = self.regions.entry(region).or_default();
+            slots.push(Slot {
+                region,
+                start: segment.len() as u64,
+                count: entries.len() as u32,
+            });
+            self.entries += entries.len() as u64;
+            self.payload_bytes += entries.iter().map(|e| e.len() as u64).sum::<u64>();
+            segment.extend(entries);
+        }
+        self.segment_bytes += added_bytes;
+        self.appends.push(slots);
+        Ok(self.appends.len() - 1)
+    }
+
+    /// Whether no append is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.appends.is_empty()
+    }
+
+    /// Number of appends admitted.
+    pub fn append_count(&self) -> usize {
+        self.appends.len()
+    }
+
+    /// Number of entries admitted.
+    pub fn entry_count(&self) -> u64 {
+        self.entries
+    }
+
+    /// Sum of the admitted payloads' lengths.
+    pub fn payload_bytes(&self) -> u64 {
+        self.payload_bytes
+    }
+
+    /// The exact length of the object the batch would seal into.
+    pub fn encoded_len(&self) -> u64 {
+        object_len(self.segment_bytes, self.regions.len() as u64)
+    }
+
+    /// Whether some region holds 2^20 entries, so nothing more of it fits.
+    pub fn region_full(&self) -> bool {
+        self.regions
+            .values()
+            .any(|v| v.len() as u64 >= MAX_SEGMENT_ENTRIES)
+    }
+
+    /// Encodes the batch as the object at `sequence` with this epoch, link and floor,
+    /// leaving the batch empty. Receipts come in admission order.
+    pub fn seal(
+        &mut self,
+        sequence: u64,
+        epoch: u64,
+        link: Link,
+        floor: u64,
+    ) -> Result<SealedObject, FormatError> {
+        let header = Header {
+            sequence,
+            epoch,
+            link,
+            floor,
+            claim: false,
+        };
+        let encoded = encode_object(
+            &header,
+            self.regions.iter().map(|(r, e)| (*r, e.as_slice())),
+        )?;
+        let receipts = self
+            .appends
+            .drain(..)
+            .map(|slots| AppendReceipt {
+                sequence,
+                parts: slots
+                    .into_iter()
+                    .map(|s| RegionIds {
+                        region: s.region,
+                        first_id: entry_id(sequence, s.start),
+                        count: s.count,
+                    })
+                    .collect(),
+            })
+            .collect();
+        let sealed = SealedObject {
+            encoded,
+            receipts,
+            entries: self.entries,
+            payload_bytes: self.payload_bytes,
+        };
+        self.regions.clear();
+        self.segment_bytes = 0;
+        self.payload_bytes = 0;
+        self.entries = 0;
+        Ok(sealed)
+    }
+}
+
+/// A sealed batch: the object's bytes and the receipts it will acknowledge.
+#[derive(Debug, Clone)]
+pub struct SealedObject {
+    /// The encoded object.
+    pub encoded: EncodedObject,
+    /// One receipt per admitted append, in admission order.
+    pub receipts: Vec<AppendReceipt>,
+    /// Number of entries in the object.
+    pub entries: u64,
+    /// Sum of the entries' payload lengths.
+    pub payload_bytes: u64,
+}
+
+impl SealedObject {
+    /// The object's sequence.
+    pub fn sequence(&self) -> u64 {
+        self.encoded.header().sequence
+    }
+
+    /// The footer records of the object.
+    pub fn records(&self) -> &[SegmentRecord] {
+        self.encoded.records()
+    }
+}

@@ -1,0 +1,299 @@
+//! The in-memory index over the footers of the chain.
+//!
+//! Recovery reads every chain object's footer (never a segment) and inserts it here in
+//! sequence order; the writer inserts each object it acknowledges. Reads then ask which
+//! segments of a region hold ids at or above a given id, and fetch exactly those bytes.
+//! The catalog refuses a sequence it already holds (or one below its last) and a region
+//! whose ids would not increase: either means the chain is inconsistent. Pure: no I/O.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::error::Error;
+use crate::format::{Header, Link, SegmentRecord};
+
+/// Where one segment of a region lies: its object's sequence and its footer record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentLocation {
+    /// Sequence of the object holding the segment.
+    pub sequence: u64,
+    /// The footer record (ids, byte range, CRC).
+    pub record: SegmentRecord,
+}
+
+/// What the catalog keeps of each chain object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatalogObject {
+    /// The object's epoch.
+    pub epoch: u64,
+    /// The object's link.
+    pub link: Link,
+    /// The object's floor.
+    pub floor: u64,
+    /// The object's length in bytes.
+    pub length: u64,
+    /// Number of segments.
+    pub segments: u32,
+    /// Number of entries.
+    pub entries: u64,
+}
+
+/// The index of the chain.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    objects: BTreeMap<u64, CatalogObject>,
+    regions: HashMap<u64, Vec<SegmentLocation>>,
+    last_entry_id: Option<u64>,
+}
+
+impl Catalog {
+    /// An empty catalog.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the next chain object from its header, footer records and length.
+    pub fn insert(
+        &mut self,
+        header: &Header,
+        records: &[SegmentRecord],
+        length: u64,
+    ) -> Result<(), Error> {
+        let sequence = header.sequence;
+        if let Some(last) = self.last_sequence() {
+            if sequence <= last {
+                return Err(Error::InconsistentChain {
+                    sequence,
+                    reason: format!("sequence {sequence} does not follow {last}"),
+                });
+            }
+        }
+        for r in records {
+            if let Some(last) = self.last_entry_id(r.region) {
+                if r.first_entry_id <= last {
+                    return Err(Error::InconsistentChain {
+                        sequence,
+                        reason: format!(
+                            "region {} id {} does not follow {}",
+                            r.region, r.first_entry_id, last
+                        ),
+                    });
+                }
+            }
+        }
+        let mut entries = 0u64;
+        for r in records {
+            entries += r.entry_count();
+            self.last_entry_id = self.last_entry_id.max(Some(r.last_entry_id));
+            self.regions
+                .entry(r.region)
+                .or_default()
+                .push(SegmentLocation {
+                    sequence,
+                    record: *r,
+                });
+        }
+        self.objects.insert(
+            sequence,
+            CatalogObject {
+                epoch: header.epoch,
+                link: header.link,
+                floor: header.floor,
+                length,
+                segments: records.len() as u32,
+                entries,
+            },
+        );
+        Ok(())
+    }
+
+    /// The segments of `region` that hold ids `>= from`, in ascending order.
+    pub fn segments_from(&self, region: u64, from: u64) -> &[SegmentLocation] {
+        let Some(segments) = self.regions.get(&region) else {
+            return &[];
+        };
+        let start = segments.partition_point(|s| s.record.last_entry_id < from);
+        segments.get(start..).unwrap_or_default()
+    }
+
+    /// The last entry id of `region`, if it has any entry on the chain.
+    pub fn last_entry_id(&self, region: u64) -> Option<u64> {
+        self.regions
+            .get(&region)
+            .and_then(|s| s.last())
+            .map(|s| s.record.last_entry_id)
+    }
+
+    /// The first entry id of `region` on the chain.
+    pub fn first_entry_id(&self, region: u64) -> Option<u64> {
+        self.regions
+            .get(&region)
+            .and_then(|s| s.first())
+            .map(|s| s.record.first_entry_id)
+    }
+
+    /// The largest entry id of any region on the chain.
+    pub fn last_entry_id_overall(&self) -> Option<u64> {
+        self.last_entry_id
+    }
+
+    /// The largest sequence on the chain (its end).
+    pub fn last_sequence(&self) -> Option<u64> {
+        self.objects.keys().next_back().copied()
+    }
+
+    /// The chain end: its sequence and what the catalog keeps of it.
+    pub fn tip(&self) -> Option<(u64, &CatalogObject)> {
+        self.objects.iter().next_back().map(|(s, o)| (*s, o))
+    }
+
+    /// The object at `sequence`, if it is on the chain.
+    pub fn object(&self, sequence: u64) -> Option<&CatalogObject> {
+        self.objects.get(&sequence)
+    }
+
+    /// Every chain object, in ascending sequence.
+    pub fn objects(&self) -> impl Iterator<Item = (u64, &CatalogObject)> {
+        self.objects.iter().map(|(s, o)| (*s, o))
+    }
+
+    /// Number of objects on the chain.
+    pub fn object_count(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// Every region with entries on the chain, in no particular order.
+    pub fn regions(&self) -> impl Iterator<Item = u64> + '_ {
+        self.regions.keys().copied()
+    }
+
+    /// Number of regions with entries on the chain.
+    pub fn region_count(&self) -> usize {
+        self.regions.len()
+    }
+}
+
+/// The chain that recovery replays, chosen from the headers of every present object.
+///
+/// An object is complete when every link on its chain names a present, non-claim object
+/// with the recorded epoch, back to a link with sequence 0 or to a link below the
+/// object's own floor. The chain ends at the complete non-claim object with the largest
+/// `(epoch, sequence)`; it holds that object and the objects it links to, down to the
+/// object at or above the end's floor. Returned in ascending sequence; empty when
+/// nothing is complete (an empty prefix).
+pub fn choose_chain(headers: &BTreeMap<u64, Header>) -> Vec<u64> {
+    // The highest broken link met when walking down from each object (links only point
+    // lower, so one ascending pass suffices).
+    let mut first_broken: HashMap<u64, Option<u64>> = HashMap::with_capacity(headers.len());
+    for (&sequence, header) in headers {
+        let link = header.link;
+        let broken = if link.is_none() {
+            None
+        } else {
+            match headers.get(&link.sequence) {
+                Some(linked) if linked.epoch == link.epoch && !linked.claim => first_broken
+                    .get(&link.sequence)
+                    .copied()
+                    .unwrap_or(Some(link.sequence)),
+                _ => Some(link.sequence),
+            }
+        };
+        first_broken.insert(sequence, broken);
+    }
+    let complete = |sequence: &u64, header: &Header| {
+        !header.claim
+            && match first_broken.get(sequence).copied().flatten() {
+                None => true,
+                Some(broken) => broken < header.floor,
+            }
+    };
+    let Some((&tip, tip_header)) = headers
+        .iter()
+        .filter(|(s, h)| complete(s, h))
+        .max_by_key(|(s, h)| (h.epoch, **s))
+    else {
+        return Vec::new();
+    };
+    let mut chain = vec![tip];
+    let mut link = tip_header.link;
+    while !link.is_none() && link.sequence >= tip_header.floor {
+        chain.push(link.sequence);
+        link = match headers.get(&link.sequence) {
+            Some(h) => h.link,
+            None => break,
+        };
+    }
+    chain.reverse();
+    chain
+}
+
+/// Most claims one open writes; more holes than this mean a damaged prefix.
+pub const MAX_CLAIMS: u64 = 1 << 16;
+
+/// What an opening instance writes (DESIGN.md, "Opening an instance", steps 3 and 4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpeningPlan {
+    /// The new epoch, one above the opening object's sequence.
+    pub epoch: u64,
+    /// One claim per absent sequence between the chain end and the largest present one.
+    pub claims: Vec<Header>,
+    /// The opening object: sequence `M + 1`, linked to the chain end.
+    pub opening: Header,
+}
+
+/// Plans an open: `present` is every WAL sequence listed (orphans and claims too), `end`
+/// the chain end's header, if any.
+pub fn plan_opening(present: &[u64], end: Option<&Header>) -> Result<OpeningPlan, Error> {
+    let largest = present.iter().copied().max().unwrap_or(0);
+    let sequence = largest + 1;
+    let epoch = sequence + 1;
+    if sequence > crate::format::MAX_SEQUENCE {
+        return Err(Error::InconsistentChain {
+            sequence: largest,
+            reason: "no sequence left below 2^44".into(),
+        });
+    }
+    let (link, floor) = match end {
+        Some(h) => (
+            Link {
+                sequence: h.sequence,
+                epoch: h.epoch,
+            },
+            h.floor,
+        ),
+        None => (Link::NONE, 0),
+    };
+    let from = link.sequence + 1;
+    let holes = largest.saturating_sub(link.sequence);
+    if holes > MAX_CLAIMS + present.len() as u64 {
+        return Err(Error::InconsistentChain {
+            sequence: largest,
+            reason: format!(
+                "{holes} sequences between the chain end {} and the largest object {largest}: \
+                 more holes than an open claims ({MAX_CLAIMS})",
+                link.sequence
+            ),
+        });
+    }
+    let present_set: std::collections::BTreeSet<u64> = present.iter().copied().collect();
+    let claims = (from..=largest)
+        .filter(|s| !present_set.contains(s))
+        .map(|s| Header {
+            sequence: s,
+            epoch,
+            link,
+            floor,
+            claim: true,
+        })
+        .collect();
+    Ok(OpeningPlan {
+        epoch,
+        claims,
+        opening: Header {
+            sequence,
+            epoch,
+            link,
+            floor,
+            claim: false,
+        },
+    })
+}

@@ -1,0 +1,269 @@
+//! One error type for the whole crate. Each variant says what went wrong and, for a
+//! failed append, whether its entries may still become durable ([`Durability`]), so a
+//! caller knows whether retrying could duplicate them.
+
+use std::sync::Arc;
+
+use crate::format::FormatError;
+
+/// Whether the entries of a failed append may still become durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Refused before any create was sent: the entries will never be replayed.
+    NotWritten,
+    /// A create holding the entries was sent and its outcome is not known: the entries
+    /// may be replayed (whole, never in part, at most once) or never. A retry could
+    /// duplicate them.
+    MayBeDurable,
+}
+
+/// Why an epoch ended (DESIGN.md, "Ending an epoch").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EpochEndReason {
+    /// A late object of an earlier instance (a lower epoch) holds the sequence.
+    StaleTail {
+        /// The epoch found at the sequence.
+        found_epoch: u64,
+    },
+    /// The create's outcome was still unknown when the retry bound was spent.
+    UnknownOutcome,
+    /// The create took longer than `max_create_duration`.
+    CreateTooSlow,
+    /// An earlier object of this epoch failed, so later ones cannot be acknowledged.
+    EarlierObjectFailed,
+}
+
+impl std::fmt::Display for EpochEndReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EpochEndReason::StaleTail { found_epoch } => {
+                write!(f, "a late object of epoch {found_epoch} holds the sequence")
+            }
+            EpochEndReason::UnknownOutcome => {
+                write!(f, "the create's outcome is still unknown after every retry")
+            }
+            EpochEndReason::CreateTooSlow => write!(f, "the create took too long"),
+            EpochEndReason::EarlierObjectFailed => {
+                write!(f, "an earlier object of the epoch failed")
+            }
+        }
+    }
+}
+
+/// The crate's error.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {field}: {reason}")]
+    Config {
+        /// The field's name.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The WAL prefix is not a valid relative key prefix.
+    #[error("invalid prefix {prefix:?}: {reason}")]
+    InvalidPrefix {
+        /// The prefix given.
+        prefix: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A store URL could not be turned into a store.
+    #[error("invalid store URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The store cannot create an object only if it is absent; the WAL cannot fence
+    /// without it and refuses the store.
+    #[error("store {store} does not support conditional creates (PutMode::Create); the WAL cannot fence earlier instances on it")]
+    ConditionalCreateUnsupported {
+        /// The store's description.
+        store: String,
+    },
+    /// An object under the prefix is damaged or malformed. Nothing is dropped silently:
+    /// recovery stops and names the key.
+    #[error("damaged object {key}: {source}")]
+    CorruptObject {
+        /// The object's key.
+        key: String,
+        /// The rule it violates.
+        #[source]
+        source: FormatError,
+    },
+    /// An object's header sequence differs from the sequence in its key.
+    #[error("object {key} holds sequence {found}, its key says {expected}")]
+    SequenceMismatch {
+        /// The object's key.
+        key: String,
+        /// The sequence in the key.
+        expected: u64,
+        /// The sequence in the header.
+        found: u64,
+    },
+    /// A region's segment failed its CRC or decoding (after one retry).
+    #[error("damaged segment of region {region} in {key}: {source}")]
+    CorruptSegment {
+        /// The object's key.
+        key: String,
+        /// The region.
+        region: u64,
+        /// The rule it violates.
+        #[source]
+        source: FormatError,
+    },
+    /// The chain is inconsistent (a sequence held twice, a region's ids not increasing).
+    #[error("inconsistent chain at sequence {sequence}: {reason}")]
+    InconsistentChain {
+        /// The sequence where it was found.
+        sequence: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An append with no entries, or a region part with no entries.
+    #[error("empty append: every append holds at least one entry per region part")]
+    EmptyAppend,
+    /// An entry larger than `max_entry_bytes`.
+    #[error("entry of {len} bytes for region {region} exceeds max_entry_bytes ({max})")]
+    EntryTooLarge {
+        /// The region.
+        region: u64,
+        /// The entry's length.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// An append with more than 2^20 entries for one region: no object can hold it.
+    #[error("append holds {count} entries for region {region}; an object holds at most 2^20 per region")]
+    TooManyEntries {
+        /// The region.
+        region: u64,
+        /// Its entries in the append.
+        count: u64,
+    },
+    /// An append that cannot fit one object even alone.
+    #[error("append of {bytes} encoded bytes exceeds the object limit max_batch_bytes ({max})")]
+    AppendTooLarge {
+        /// Its encoded size alone in an object.
+        bytes: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// The open batch cannot take this append: flush, then append again.
+    #[error("the batch is full: flush it, then append again")]
+    BatchFull,
+    /// Another instance opened the prefix above this one. Terminal: this instance accepts
+    /// nothing more and must not be restarted by itself.
+    #[error("fenced: sequence {sequence} is held by epoch {fenced_by} above this instance's epoch {epoch}")]
+    Fenced {
+        /// This instance's epoch.
+        epoch: u64,
+        /// The sequence where the newer instance was found.
+        sequence: u64,
+        /// The newer instance's epoch.
+        fenced_by: u64,
+        /// Whether the failed append's entries may still be replayed.
+        durability: Durability,
+    },
+    /// The epoch ended; the instance must open again before writing. Retryable.
+    #[error("epoch {epoch} ended at sequence {sequence}: {reason}")]
+    EpochEnded {
+        /// The epoch that ended.
+        epoch: u64,
+        /// The sequence whose create ended it.
+        sequence: u64,
+        /// Why.
+        reason: EpochEndReason,
+        /// Whether the failed append's entries may still be replayed.
+        durability: Durability,
+    },
+    /// The store holds an object of this epoch at our sequence with other bytes:
+    /// impossible by construction, so the instance stops writing.
+    #[error("poisoned: {reason}")]
+    Poisoned {
+        /// What was found.
+        reason: String,
+        /// Whether the failed append's entries may still be replayed.
+        durability: Durability,
+    },
+    /// The open lost to concurrent openers or unknown outcomes too many times.
+    #[error("open did not succeed after {attempts} attempts: {last}")]
+    OpenContended {
+        /// How many attempts were made.
+        attempts: u32,
+        /// What stopped the last one.
+        last: String,
+    },
+    /// A request to the store failed.
+    #[error("store {op} of {key} failed: {source}")]
+    Store {
+        /// The operation.
+        op: &'static str,
+        /// The key or prefix.
+        key: String,
+        /// The store's error.
+        #[source]
+        source: Arc<object_store::Error>,
+    },
+    /// The instance was opened read-only.
+    #[error("the instance is read-only")]
+    ReadOnly,
+    /// The WAL is stopped (or stopping) and takes no more appends.
+    #[error("the WAL is stopped")]
+    Stopped {
+        /// Whether the failed append's entries may still be replayed.
+        durability: Durability,
+    },
+}
+
+impl Error {
+    /// Whether the entries of the failed append may still become durable.
+    pub fn durability(&self) -> Durability {
+        match self {
+            Error::Fenced { durability, .. }
+            | Error::EpochEnded { durability, .. }
+            | Error::Poisoned { durability, .. }
+            | Error::Stopped { durability } => *durability,
+            _ => Durability::NotWritten,
+        }
+    }
+
+    /// Whether the same request may succeed later (after a new open, or when the store
+    /// recovers). `Fenced`, bad input and damaged data are not retryable.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::EpochEnded { .. }
+                | Error::Store { .. }
+                | Error::OpenContended { .. }
+                | Error::BatchFull
+        )
+    }
+
+    pub(crate) fn store(op: &'static str, key: impl ToString, source: object_store::Error) -> Self {
+        Error::Store {
+            op,
+            key: key.to_string(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// This error as seen by a waiter whose entries have the given durability.
+    pub fn with_durability(&self, durability: Durability) -> Self {
+        let mut e = self.clone();
+        match &mut e {
+            Error::Fenced { durability: d, .. }
+            | Error::EpochEnded { durability: d, .. }
+            | Error::Poisoned { durability: d, .. }
+            | Error::Stopped { durability: d } => *d = durability,
+            _ => {}
+        }
+        e
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,361 @@
+//! Everything the WAL asks of the object store, and the only module that calls it.
+//!
+//! - Keys: `<prefix>/<20-digit sequence>.wal`; any other key under the prefix is
+//!   foreign: listed, reported, never read, never deleted.
+//! - Listing order is not trusted (LocalFileSystem lists unsorted): [`WalIo::list`] sorts.
+//! - Creates are conditional (`PutMode::Create`) and report one of the outcomes of
+//!   DESIGN.md's table; resolving an `AlreadyExists` (identical retry, fenced, stale
+//!   tail) is the caller's, with [`WalIo::read_whole`].
+//! - An object's header, footer and trailer are read with one GET when its listed size
+//!   is at most `whole_read_threshold`, else with two ranged GETs computed from the
+//!   listed size (Azure refuses suffix ranges), plus one for a footer larger than the
+//!   tail read. Segments are read with one ranged GET of exactly their bytes.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{
+    GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+};
+
+use crate::error::{Error, Result};
+use crate::format::{
+    self, EncodedObject, ObjectSummary, EMPTY_OBJECT_LEN, HEADER_LEN, MAX_SEQUENCE, TRAILER_LEN,
+};
+
+/// Digits of the zero-padded sequence in a key.
+pub const SEQUENCE_DIGITS: usize = 20;
+/// Suffix of every WAL key.
+pub const KEY_SUFFIX: &str = ".wal";
+/// Bytes read from the end of a large object to get its trailer and, usually, its footer.
+pub const TAIL_READ_BYTES: u64 = 64 * 1024;
+
+/// An object found by listing: its sequence and listed size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedObject {
+    /// The sequence from its key.
+    pub sequence: u64,
+    /// The size the listing reported.
+    pub size: u64,
+}
+
+/// The result of listing a prefix.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// WAL objects, in ascending sequence.
+    pub objects: Vec<ListedObject>,
+    /// Keys under the prefix that are not WAL objects.
+    pub foreign: Vec<String>,
+}
+
+/// The answer of a conditional create.
+#[derive(Debug, Clone)]
+pub enum CreateAttempt {
+    /// The object was created: durable.
+    Created,
+    /// An object already holds the key (ours from an earlier attempt, or another's).
+    AlreadyExists,
+    /// The store does not do conditional creates.
+    Unsupported,
+    /// No definite answer (timeout, 5xx, connection): the object may appear later.
+    Unknown(Error),
+}
+
+/// Checks a WAL prefix: non-empty, relative, no trailing `/`, no empty, `.` or `..`
+/// component.
+pub fn validate_prefix(prefix: &str) -> Result<Path> {
+    let bad = |reason| Error::InvalidPrefix {
+        prefix: prefix.to_string(),
+        reason,
+    };
+    if prefix.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    if prefix.starts_with('/') {
+        return Err(bad("it starts with '/'; prefixes are relative"));
+    }
+    if prefix.ends_with('/') {
+        return Err(bad("it ends with '/'"));
+    }
+    for part in prefix.split('/') {
+        match part {
+            "" => return Err(bad("it has an empty component")),
+            "." | ".." => return Err(bad("it has a '.' or '..' component")),
+            _ => {}
+        }
+    }
+    Path::parse(prefix).map_err(|_| bad("it is not a valid object store path"))
+}
+
+/// The key of the object with `sequence` under `prefix`.
+pub fn object_key(prefix: &Path, sequence: u64) -> Path {
+    Path::from(format!("{prefix}/{sequence:020}{KEY_SUFFIX}"))
+}
+
+/// The sequence named by `key`, if it is a WAL key directly under `prefix`.
+pub fn parse_key(prefix: &Path, key: &Path) -> Option<u64> {
+    let name = key.as_ref().strip_prefix(prefix.as_ref())?.strip_prefix('/')?;
+    let digits = name.strip_suffix(KEY_SUFFIX)?;
+    if digits.len() != SEQUENCE_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let sequence: u64 = digits.parse().ok()?;
+    (1..=MAX_SEQUENCE).contains(&sequence).then_some(sequence)
+}
+
+/// The WAL's view of one prefix of one store.
+#[derive(Debug, Clone)]
+pub struct WalIo {
+    store: Arc<dyn ObjectStore>,
+    prefix: Path,
+    whole_read_threshold: u64,
+}
+
+impl WalIo {
+    /// The WAL under `prefix` of `store`. Objects up to `whole_read_threshold` bytes are
+    /// read with one GET during recovery.
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: &str, whole_read_threshold: u64) -> Result<Self> {
+        Ok(WalIo {
+            store,
+            prefix: validate_prefix(prefix)?,
+            whole_read_threshold: whole_read_threshold.max(EMPTY_OBJECT_LEN as u64),
+        })
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &Path {
+        &self.prefix
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The key of the object with `sequence`.
+    pub fn key(&self, sequence: u64) -> Path {
+        object_key(&self.prefix, sequence)
+    }
+
+    /// Lists every object under the prefix, sorted by sequence; other keys are foreign.
+    pub async fn list(&self) -> Result<Listing> {
+        self.list_stream(self.store.list(Some(&self.prefix))).await
+    }
+
+    /// Lists the objects with a sequence above `after` (a start offset, not a full
+    /// listing), sorted.
+    pub async fn list_after(&self, after: u64) -> Result<Listing> {
+        let offset = self.key(after);
+        self.list_stream(self.store.list_with_offset(Some(&self.prefix), &offset))
+            .await
+    }
+
+    async fn list_stream(
+        &self,
+        stream: futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>,
+    ) -> Result<Listing> {
+        let metas: Vec<_> = stream
+            .try_collect()
+            .await
+            .map_err(|e| Error::store("list", &self.prefix, e))?;
+        let mut listing = Listing::default();
+        for meta in metas {
+            match parse_key(&self.prefix, &meta.location) {
+                Some(sequence) => listing.objects.push(ListedObject {
+                    sequence,
+                    size: meta.size,
+                }),
+                None => listing.foreign.push(meta.location.to_string()),
+            }
+        }
+        listing.objects.sort_by_key(|o| o.sequence);
+        listing.objects.dedup_by_key(|o| o.sequence);
+        listing.foreign.sort();
+        Ok(listing)
+    }
+
+    /// Creates the object only if its key is absent.
+    pub async fn create(&self, object: &EncodedObject) -> CreateAttempt {
+        let key = self.key(object.header().sequence);
+        let payload: PutPayload = object.chunks().iter().cloned().collect();
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        match self.store.put_opts(&key, payload, opts).await {
+            Ok(_) => CreateAttempt::Created,
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => CreateAttempt::AlreadyExists,
+            Err(object_store::Error::NotImplemented { .. })
+            | Err(object_store::Error::NotSupported { .. }) => CreateAttempt::Unsupported,
+            Err(e) => CreateAttempt::Unknown(Error::store("create", key, e)),
+        }
+    }
+
+    /// Reads a whole object.
+    pub async fn read_whole(&self, sequence: u64) -> Result<Bytes> {
+        let key = self.key(sequence);
+        let get = |e| Error::store("get", &key, e);
+        self.store
+            .get_opts(&key, GetOptions::default())
+            .await
+            .map_err(get)?
+            .bytes()
+            .await
+            .map_err(get)
+    }
+
+    /// Reads `range` of an object: one ranged GET.
+    pub async fn read_range(&self, sequence: u64, range: Range<u64>) -> Result<Bytes> {
+        let key = self.key(sequence);
+        let get = |e| Error::store("get", &key, e);
+        let opts = GetOptions {
+            range: Some(GetRange::Bounded(range.clone())),
+            ..Default::default()
+        };
+        let bytes = self
+            .store
+            .get_opts(&key, opts)
+            .await
+            .map_err(get)?
+            .bytes()
+            .await
+            .map_err(get)?;
+        if bytes.len() as u64 != range.end - range.start {
+            return Err(Error::CorruptObject {
+                key: key.to_string(),
+                source: format::FormatError::Truncated {
+                    part: "range",
+                    needed: range.end - range.start,
+                    got: bytes.len() as u64,
+                },
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Reads and verifies an object's header, footer and trailer, never a segment.
+    pub async fn read_summary(&self, listed: &ListedObject) -> Result<ObjectSummary> {
+        let key = self.key(listed.sequence);
+        let corrupt = |source| Error::CorruptObject {
+            key: key.to_string(),
+            source,
+        };
+        let size = listed.size;
+        if size < EMPTY_OBJECT_LEN as u64 {
+            return Err(corrupt(format::FormatError::Truncated {
+                part: "object",
+                needed: EMPTY_OBJECT_LEN as u64,
+                got: size,
+            }));
+        }
+        let summary = if size <= self.whole_read_threshold {
+            let bytes = self.read_whole(listed.sequence).await?;
+            format::decode_object_summary(&bytes).map_err(corrupt)?
+        } else {
+            let tail_len = TAIL_READ_BYTES.min(size - HEADER_LEN as u64);
+            let (head, tail) = futures::try_join!(
+                self.read_range(listed.sequence, 0..HEADER_LEN as u64),
+                self.read_range(listed.sequence, size - tail_len..size),
+            )?;
+            match format::decode_summary(&head, &tail, size) {
+                Ok(s) => s,
+                Err(format::FormatError::Truncated { part: "footer", .. }) => {
+                    // A footer longer than the tail read: fetch footer and trailer exactly.
+                    let trailer = format::decode_trailer(&tail, size).map_err(corrupt)?;
+                    let from = trailer.footer_offset;
+                    let tail = self.read_range(listed.sequence, from..size).await?;
+                    format::decode_summary(&head, &tail, size).map_err(corrupt)?
+                }
+                Err(e) => return Err(corrupt(e)),
+            }
+        };
+        if summary.header.sequence != listed.sequence {
+            return Err(Error::SequenceMismatch {
+                key: key.to_string(),
+                expected: listed.sequence,
+                found: summary.header.sequence,
+            });
+        }
+        debug_assert!(summary.length >= TRAILER_LEN as u64);
+        Ok(summary)
+    }
+
+    /// Deletes the object with `sequence` (a missing object is not an error).
+    pub async fn delete(&self, sequence: u64) -> Result<()> {
+        let key = self.key(sequence);
+        match self.store.delete(&key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(Error::store("delete", key, e)),
+        }
+    }
+}
+
+/// Builds a store from a URL: `file:///absolute/dir` (with fsync, created if missing),
+/// `memory://`, and, when the crate's features of the same names are on, `s3://`,
+/// `gs://` and `az://` (credentials from the environment, as object_store reads them).
+/// A path after the bucket becomes a key prefix of the returned store.
+pub fn store_from_url(url: &str) -> Result<Arc<dyn ObjectStore>> {
+    let invalid = |reason: String| Error::InvalidUrl {
+        url: url.to_string(),
+        reason,
+    };
+    let parsed = url::Url::parse(url).map_err(|e| invalid(e.to_string()))?;
+    match parsed.scheme() {
+        "file" => {
+            let dir = parsed
+                .to_file_path()
+                .map_err(|_| invalid("not an absolute local path".into()))?;
+            std::fs::create_dir_all(&dir).map_err(|e| invalid(format!("cannot create {}: {e}", dir.display())))?;
+            let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                .map_err(|e| invalid(e.to_string()))?
+                .with_fsync(true);
+            Ok(Arc::new(store))
+        }
+        "memory" => Ok(Arc::new(object_store::memory::InMemory::new())),
+        scheme => cloud_store(scheme, &parsed).map_err(invalid),
+    }
+}
+
+#[allow(unused_variables, unreachable_code)]
+fn cloud_store(scheme: &str, url: &url::Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
+    let store: Arc<dyn ObjectStore> = match scheme {
+        #[cfg(feature = "aws")]
+        "s3" | "s3a" => Arc::new(
+            object_store::aws::AmazonS3Builder::from_env()
+                .with_url(url.as_str())
+                .build()
+                .map_err(|e| e.to_string())?,
+        ),
+        #[cfg(feature = "gcp")]
+        "gs" => Arc::new(
+            object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_url(url.as_str())
+                .build()
+                .map_err(|e| e.to_string())?,
+        ),
+        #[cfg(feature = "azure")]
+        "az" | "azure" | "abfs" | "abfss" => Arc::new(
+            object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_url(url.as_str())
+                .build()
+                .map_err(|e| e.to_string())?,
+        ),
+        "s3" | "s3a" | "gs" | "az" | "azure" | "abfs" | "abfss" => {
+            return Err(format!(
+                "scheme {scheme}:// needs the crate built with its feature (aws, gcp or azure)"
+            ))
+        }
+        other => return Err(format!("unsupported scheme {other}://")),
+    };
+    let path = url.path().trim_matches('/');
+    if path.is_empty() {
+        Ok(store)
+    } else {
+        let prefix = Path::parse(path).map_err(|e| e.to_string())?;
+        Ok(Arc::new(object_store::prefix::PrefixStore::new(store, prefix)))
+    }
+}

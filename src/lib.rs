@@ -1,0 +1,64 @@
+//! # object-store-wal
+//!
+//! A write-ahead log for a database node that keeps nothing on local disk: the entries of
+//! all the node's regions are batched into immutable objects on an object store (S3, GCS,
+//! Azure Blob, a local directory, memory), one object per flush, each written once with
+//! a conditional create and never changed.
+//!
+//! ## The format in brief
+//!
+//! An object is `header (56) | segments | footer | trailer (32)` under the key
+//! `<prefix>/<20-digit sequence>.wal` ([`format`] restates `FORMAT.md`, which is
+//! normative). Each header links to the object it extends by `(sequence, epoch)`; the
+//! objects form chains. Entry ids are object-sequence-major: [`entry_id`]`(seq, pos) =
+//! seq << 20 | pos`, so a region's ids increase strictly but are not contiguous.
+//!
+//! ## The protocol in brief
+//!
+//! - **Recovery** replays exactly the chain that ends at the complete object with the
+//!   largest `(epoch, sequence)`; every other object is an orphan, never replayed.
+//! - **Opening** ([`ObjectStoreLogStore::open`]) claims every hole above the chain end,
+//!   then writes an empty opening object above everything present, in a new epoch. That
+//!   fences every earlier instance: its next create collides with a higher epoch.
+//! - **Writing**: an object is acknowledged only when it and every earlier object of its
+//!   epoch are durable. An unknown create outcome is retried with identical bytes; if it
+//!   stays unknown, or a late object of an earlier instance holds the sequence, the epoch
+//!   ends and the instance opens again before writing ([`Error::EpochEnded`]).
+//!
+//! ## Guarantees
+//!
+//! Every acknowledged entry is replayed after any restart, crash or takeover, exactly
+//! once, in order, with the id it was acknowledged with. A failed append is replayed
+//! whole or not at all; its error's [`Durability`] says whether it may still be.
+//! These rest on the store's conditional create (`PutMode::Create`) being atomic; a
+//! store without it is refused. A local directory is durable across power loss only
+//! with fsync, which [`io::store_from_url`] turns on for `file://`.
+//!
+//! ## Choices this crate makes where the design leaves them open
+//!
+//! - An append with several parts for the same region keeps them in order, each part
+//!   getting its own consecutive ids.
+//! - A read under [`CorruptSegmentPolicy::Skip`] yields the segment's error as an item
+//!   (the report of the hole) and goes on; under `Fail` (the default) it ends there.
+//! - The sequential write path ([`ObjectStoreLogStore::append`] /
+//!   [`flush`](ObjectStoreLogStore::flush)) answers [`Error::BatchFull`] instead of
+//!   flushing by itself, so the caller always knows which object holds its append.
+//! - `futures` (already part of `object_store`) is used for bounded-concurrency streams.
+
+pub mod batch;
+pub mod catalog;
+pub mod error;
+pub mod format;
+pub mod io;
+pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use batch::{AppendParts, AppendReceipt, Batch, BatchLimits, RegionIds, SealedObject};
+pub use catalog::Catalog;
+pub use error::{Durability, EpochEndReason, Error, Result};
+pub use format::{entry_id, FormatError, Header, Link};
+pub use store::{
+    Config, CorruptSegmentPolicy, Entry, FlushReceipt, ObjectStoreLogStore, RecoveryReport,
+    RetryPolicy,
+};

@@ -1,0 +1,514 @@
+//! Store wrappers for tests, examples and benchmarks (feature `testing`): counting
+//! requests, injecting faults, adding latency. They wrap any `ObjectStore`, so the same
+//! fault can be staged on memory, a local directory or a real server.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::{BoxStream, StreamExt};
+use object_store::path::Path;
+use object_store::throttle::{ThrottleConfig, ThrottledStore};
+use object_store::{
+    CopyOptions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult, MultipartUpload,
+    ObjectMeta, ObjectStore, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn injected(what: &str) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "FaultStore",
+        source: format!("injected fault: {what}").into(),
+    }
+}
+
+/// Wraps `store` with a fixed latency per PUT and per GET (object_store's
+/// `ThrottledStore`), standing in for a remote store.
+pub fn with_latency(
+    store: Arc<dyn ObjectStore>,
+    put: Duration,
+    get: Duration,
+) -> Arc<dyn ObjectStore> {
+    let config = ThrottleConfig {
+        wait_put_per_call: put,
+        wait_get_per_call: get,
+        ..Default::default()
+    };
+    Arc::new(ThrottledStore::new(store, config))
+}
+
+/// One GET as the counting store saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GetRecord {
+    /// The key read.
+    pub key: String,
+    /// The range asked for; `None` for a whole object.
+    pub range: Option<Range<u64>>,
+}
+
+/// Request counts.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// PUTs (creates and overwrites).
+    pub puts: AtomicU64,
+    /// Bytes sent by PUTs.
+    pub put_bytes: AtomicU64,
+    /// GETs, ranged or whole.
+    pub gets: AtomicU64,
+    /// Bytes returned by GETs.
+    pub get_bytes: AtomicU64,
+    /// LIST calls.
+    pub lists: AtomicU64,
+    /// Keys returned by LIST calls.
+    pub listed_keys: AtomicU64,
+    /// Deletes.
+    pub deletes: AtomicU64,
+}
+
+impl Counts {
+    /// The sum of every request.
+    pub fn requests(&self) -> u64 {
+        self.puts.load(Ordering::Relaxed)
+            + self.gets.load(Ordering::Relaxed)
+            + self.lists.load(Ordering::Relaxed)
+            + self.deletes.load(Ordering::Relaxed)
+    }
+}
+
+/// Counts every request and records every GET.
+#[derive(Debug)]
+pub struct CountingStore {
+    inner: Arc<dyn ObjectStore>,
+    counts: Arc<Counts>,
+    gets: Mutex<Vec<GetRecord>>,
+}
+
+impl CountingStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
+        Arc::new(CountingStore {
+            inner,
+            counts: Arc::new(Counts::default()),
+            gets: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> &Counts {
+        &self.counts
+    }
+
+    /// Every GET so far, in order.
+    pub fn get_log(&self) -> Vec<GetRecord> {
+        lock(&self.gets).clone()
+    }
+
+    /// Forgets the GET log and zeroes the counts.
+    pub fn reset(&self) {
+        lock(&self.gets).clear();
+        for c in [
+            &self.counts.puts,
+            &self.counts.put_bytes,
+            &self.counts.gets,
+            &self.counts.get_bytes,
+            &self.counts.lists,
+            &self.counts.listed_keys,
+            &self.counts.deletes,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+impl fmt::Display for CountingStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CountingStore({})", self.inner)
+    }
+}
+
+fn range_of(range: &Option<GetRange>) -> Option<Range<u64>> {
+    match range {
+        Some(GetRange::Bounded(r)) => Some(r.clone()),
+        Some(GetRange::Offset(o)) => Some(*o..u64::MAX),
+        Some(GetRange::Suffix(s)) => Some(u64::MAX - s..u64::MAX),
+        None => None,
+    }
+}
+
+fn count_list(
+    stream: BoxStream<'static, object_store::Result<ObjectMeta>>,
+    counts: Arc<Counts>,
+) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+    counts.lists.fetch_add(1, Ordering::Relaxed);
+    stream
+        .inspect(move |r| {
+            if r.is_ok() {
+                counts.listed_keys.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+        .boxed()
+}
+
+#[async_trait]
+impl ObjectStore for CountingStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.counts.puts.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .put_bytes
+            .fetch_add(payload.content_length() as u64, Ordering::Relaxed);
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
+        self.counts.gets.fetch_add(1, Ordering::Relaxed);
+        lock(&self.gets).push(GetRecord {
+            key: location.to_string(),
+            range: range_of(&options.range),
+        });
+        let result = self.inner.get_opts(location, options).await?;
+        self.counts.get_bytes.fetch_add(
+            result.range.end.saturating_sub(result.range.start),
+            Ordering::Relaxed,
+        );
+        Ok(result)
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        let counts = self.counts.clone();
+        self.inner.delete_stream(
+            locations
+                .inspect(move |_| {
+                    counts.deletes.fetch_add(1, Ordering::Relaxed);
+                })
+                .boxed(),
+        )
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        count_list(self.inner.list(prefix), self.counts.clone())
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        count_list(self.inner.list_with_offset(prefix, offset), self.counts.clone())
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.counts.lists.fetch_add(1, Ordering::Relaxed);
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// A fault for one conditional create.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateFault {
+    /// The create is applied, then an error is reported: the outcome looks unknown.
+    ApplyThenError,
+    /// The create is not applied and an error is reported.
+    ErrorUnapplied,
+    /// An error is reported now; the create lands only after this many further
+    /// operations on the store (a late object), or at [`FaultStore::land_late`].
+    LandLate(u32),
+}
+
+#[derive(Debug)]
+struct LateCreate {
+    key: Path,
+    payload: PutPayload,
+    opts: PutOptions,
+    after: u32,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    /// Faults for creates of a key, consumed in order.
+    by_key: HashMap<String, VecDeque<CreateFault>>,
+    /// Faults for any create, consumed in order after the key's own.
+    any: VecDeque<CreateFault>,
+    /// Every create fails this way from now on.
+    always: Option<CreateFault>,
+    late: Vec<LateCreate>,
+    flip_next_get: HashMap<String, u32>,
+    fail_gets: u32,
+    fail_lists: u32,
+    landed_late: u64,
+}
+
+/// Injects faults into a store's requests, following an explicit script.
+#[derive(Debug)]
+pub struct FaultStore {
+    inner: Arc<dyn ObjectStore>,
+    state: Mutex<FaultState>,
+}
+
+impl fmt::Display for FaultStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FaultStore({})", self.inner)
+    }
+}
+
+impl FaultStore {
+    /// Wraps `inner` with no fault scripted.
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
+        Arc::new(FaultStore {
+            inner,
+            state: Mutex::new(FaultState::default()),
+        })
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &Arc<dyn ObjectStore> {
+        &self.inner
+    }
+
+    /// The next creates of `key` meet these faults, in order.
+    pub fn fail_create_of(&self, key: &Path, faults: impl IntoIterator<Item = CreateFault>) {
+        lock(&self.state)
+            .by_key
+            .entry(key.to_string())
+            .or_default()
+            .extend(faults);
+    }
+
+    /// The next creates of any key meet these faults, in order.
+    pub fn fail_next_creates(&self, faults: impl IntoIterator<Item = CreateFault>) {
+        lock(&self.state).any.extend(faults);
+    }
+
+    /// Every create meets `fault` from now on (`None`: stop).
+    pub fn fail_every_create(&self, fault: Option<CreateFault>) {
+        lock(&self.state).always = fault;
+    }
+
+    /// The next `n` GETs of `key` return the bytes with one bit flipped.
+    pub fn flip_next_gets_of(&self, key: &Path, n: u32) {
+        *lock(&self.state).flip_next_get.entry(key.to_string()).or_default() += n;
+    }
+
+    /// The next `n` GETs fail.
+    pub fn fail_next_gets(&self, n: u32) {
+        lock(&self.state).fail_gets += n;
+    }
+
+    /// The next `n` LISTs fail.
+    pub fn fail_next_lists(&self, n: u32) {
+        lock(&self.state).fail_lists += n;
+    }
+
+    /// Late creates not landed yet.
+    pub fn late_pending(&self) -> usize {
+        lock(&self.state).late.len()
+    }
+
+    /// Late creates that landed (their create succeeded when applied).
+    pub fn late_landed(&self) -> u64 {
+        lock(&self.state).landed_late
+    }
+
+    /// Lands every late create now, in the order they were made; returns how many landed
+    /// (a late create whose key was taken meanwhile does not land).
+    pub async fn land_late(&self) -> usize {
+        let late: Vec<LateCreate> = std::mem::take(&mut lock(&self.state).late);
+        let mut landed = 0;
+        for l in late {
+            if self.inner.put_opts(&l.key, l.payload, l.opts).await.is_ok() {
+                landed += 1;
+            }
+        }
+        lock(&self.state).landed_late += landed as u64;
+        landed
+    }
+
+    /// Counts one operation toward the late creates and lands those that are due.
+    async fn tick(&self) {
+        let due: Vec<LateCreate> = {
+            let mut state = lock(&self.state);
+            let mut due = Vec::new();
+            let mut keep = Vec::new();
+            for mut l in std::mem::take(&mut state.late) {
+                if l.after == 0 {
+                    due.push(l);
+                } else {
+                    l.after -= 1;
+                    keep.push(l);
+                }
+            }
+            state.late = keep;
+            due
+        };
+        let mut landed = 0;
+        for l in due {
+            if self.inner.put_opts(&l.key, l.payload, l.opts).await.is_ok() {
+                landed += 1;
+            }
+        }
+        if landed > 0 {
+            lock(&self.state).landed_late += landed;
+        }
+    }
+}
+
+fn flip_one_bit(bytes: Bytes) -> Bytes {
+    let mut v = bytes.to_vec();
+    let middle = v.len() / 2;
+    if let Some(b) = v.get_mut(middle) {
+        *b ^= 0x10;
+    }
+    Bytes::from(v)
+}
+
+#[async_trait]
+impl ObjectStore for FaultStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.tick().await;
+        let fault = if matches!(opts.mode, PutMode::Create) {
+            let mut state = lock(&self.state);
+            let own = state
+                .by_key
+                .get_mut(location.as_ref())
+                .and_then(|q| q.pop_front());
+            own.or_else(|| state.any.pop_front()).or(state.always)
+        } else {
+            None
+        };
+        match fault {
+            None => self.inner.put_opts(location, payload, opts).await,
+            Some(CreateFault::ApplyThenError) => {
+                self.inner.put_opts(location, payload, opts).await?;
+                Err(injected("create applied, error reported"))
+            }
+            Some(CreateFault::ErrorUnapplied) => Err(injected("create not applied")),
+            Some(CreateFault::LandLate(after)) => {
+                lock(&self.state).late.push(LateCreate {
+                    key: location.clone(),
+                    payload,
+                    opts,
+                    after,
+                });
+                Err(injected("create delayed, will land late"))
+            }
+        }
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
+        self.tick().await;
+        let (fail, flip) = {
+            let mut state = lock(&self.state);
+            let fail = state.fail_gets > 0;
+            if fail {
+                state.fail_gets -= 1;
+            }
+            let flip = match state.flip_next_get.get_mut(location.as_ref()) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    true
+                }
+                _ => false,
+            };
+            (fail, flip)
+        };
+        if fail {
+            return Err(injected("get failed"));
+        }
+        let mut result = self.inner.get_opts(location, options).await?;
+        if flip {
+            let payload = std::mem::replace(
+                &mut result.payload,
+                GetResultPayload::Stream(futures::stream::empty().boxed()),
+            );
+            let original = GetResult {
+                payload,
+                meta: result.meta.clone(),
+                range: result.range.clone(),
+                attributes: result.attributes.clone(),
+                extensions: result.extensions.clone(),
+            };
+            let flipped = flip_one_bit(original.bytes().await?);
+            result.payload =
+                GetResultPayload::Stream(futures::stream::once(async move { Ok(flipped) }).boxed());
+        }
+        Ok(result)
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let fail = {
+            let mut state = lock(&self.state);
+            let fail = state.fail_lists > 0;
+            if fail {
+                state.fail_lists -= 1;
+            }
+            fail
+        };
+        if fail {
+            return futures::stream::once(async { Err(injected("list failed")) }).boxed();
+        }
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
