@@ -137,7 +137,9 @@ pub enum Error {
         max: u64,
     },
     /// An append with more than 2^20 entries for one region: no object can hold it.
-    #[error("append holds {count} entries for region {region}; an object holds at most 2^20 per region")]
+    #[error(
+        "append holds {count} entries for region {region}; an object holds at most 2^20 per region"
+    )]
     TooManyEntries {
         /// The region.
         region: u64,
@@ -208,6 +210,21 @@ pub enum Error {
         #[source]
         source: Arc<object_store::Error>,
     },
+    /// `max_pending_bytes` of admitted appends are not yet acknowledged and the caller
+    /// asked not to wait. Nothing was sent; retry later.
+    #[error("backpressure: {pending_bytes} bytes pending, limit max_pending_bytes ({max})")]
+    Backpressure {
+        /// Bytes admitted and not yet acknowledged.
+        pending_bytes: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// The writer failed (panicked) with the append admitted; a new epoch replaces it.
+    #[error("the writer failed with the append admitted")]
+    WriterFailed {
+        /// Whether the failed append's entries may still be replayed.
+        durability: Durability,
+    },
     /// The instance was opened read-only.
     #[error("the instance is read-only")]
     ReadOnly,
@@ -226,7 +243,8 @@ impl Error {
             Error::Fenced { durability, .. }
             | Error::EpochEnded { durability, .. }
             | Error::Poisoned { durability, .. }
-            | Error::Stopped { durability } => *durability,
+            | Error::Stopped { durability }
+            | Error::WriterFailed { durability } => *durability,
             _ => Durability::NotWritten,
         }
     }
@@ -237,6 +255,8 @@ impl Error {
         matches!(
             self,
             Error::EpochEnded { .. }
+                | Error::WriterFailed { .. }
+                | Error::Backpressure { .. }
                 | Error::Store { .. }
                 | Error::OpenContended { .. }
                 | Error::BatchFull
@@ -258,7 +278,8 @@ impl Error {
             Error::Fenced { durability: d, .. }
             | Error::EpochEnded { durability: d, .. }
             | Error::Poisoned { durability: d, .. }
-            | Error::Stopped { durability: d } => *d = durability,
+            | Error::Stopped { durability: d }
+            | Error::WriterFailed { durability: d } => *d = durability,
             _ => {}
         }
         e

@@ -249,8 +249,11 @@ pub async fn recover(io: &WalIo, concurrency: usize) -> Result<Recovery> {
     for key in &listing.foreign {
         warn!(key = %key, "skipping a key under the WAL prefix that is not a WAL object");
     }
-    let summaries: Vec<Result<ObjectSummary>> = stream::iter(listing.objects.iter())
-        .map(|listed: &ListedObject| io.read_summary(listed))
+    let summaries: Vec<Result<ObjectSummary>> = stream::iter(listing.objects.clone())
+        .map(|listed: ListedObject| {
+            let io = io.clone();
+            async move { io.read_summary(&listed).await }
+        })
         .buffered(concurrency.max(1))
         .collect()
         .await;
@@ -360,8 +363,11 @@ pub async fn open_instance(io: &WalIo, config: &Config) -> Result<Opened> {
                     reason: format!("cannot encode a claim: {e}"),
                     durability: Durability::NotWritten,
                 })?;
-            let outcomes: Vec<CreateAttempt> = stream::iter(claims.iter())
-                .map(|c| io.create(c))
+            let outcomes: Vec<CreateAttempt> = stream::iter(claims)
+                .map(|c| {
+                    let io = io.clone();
+                    async move { io.create(&c).await }
+                })
                 .buffer_unordered(config.recovery_concurrency.max(1))
                 .collect()
                 .await;

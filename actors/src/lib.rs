@@ -1,1 +1,41 @@
-//! The actor runtime of object-store-wal; see the workspace README. Built in the next step.
+//! # object-store-wal-actors
+//!
+//! The runtime component of object-store-wal: the actors a database node spawns and
+//! supervises, built on ractor over the core crate's primitives (no second copy of the
+//! format, recovery or persist logic).
+//!
+//! - [`Supervisor`](supervisor::Supervisor): the root the node spawns ([`spawn_wal`],
+//!   [`spawn_wal_linked`]); runs recovery, starts the writer and the region readers,
+//!   replaces a failed writer with a new epoch, escalates `Fenced`.
+//! - [`Recovery`](recovery::Recovery): the open, off the supervisor's mailbox.
+//! - [`Writer`](writer::Writer): owns the batch and the sequence counter; seals, uploads
+//!   up to `max_in_flight` objects at once, acknowledges in sequence order.
+//! - [`Reader`](reader::Reader): one per region; reads lazily through bounded channels.
+//!
+//! Callers that are actors send [`WalMsg`]s with `RpcReplyPort`s; others use the
+//! cloneable [`WalHandle`].
+//!
+//! ## What each error means for the caller
+//!
+//! - `Ok(receipt)`: durable; the ids are final and will be replayed.
+//! - [`Error::EpochEnded`], [`Error::WriterFailed`]: the WAL opens a new epoch by itself;
+//!   retry if [`Error::durability`] is `NotWritten`. If `MayBeDurable`, the entries may
+//!   still be replayed (whole, at most once): retrying could duplicate them.
+//! - [`Error::Backpressure`]: nothing was sent; retry later.
+//! - [`Error::Fenced`]: another instance owns the prefix; this WAL has stopped for good
+//!   and its supervisor failed (the node sees it).
+//! - [`Error::Stopped`]: the WAL was stopped.
+//! - Input errors (`EmptyAppend`, `EntryTooLarge`, `AppendTooLarge`, `TooManyEntries`):
+//!   nothing was sent; fix the input.
+
+pub mod handle;
+pub mod messages;
+pub mod reader;
+pub mod recovery;
+pub mod supervisor;
+pub mod writer;
+
+pub use handle::{spawn_wal, spawn_wal_linked, SpawnError, WalHandle};
+pub use messages::{AppendRequest, EntryReceiver, WalMsg, WalStats};
+pub use object_store_wal::{Durability, Error};
+pub use supervisor::RestartPolicy;

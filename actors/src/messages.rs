@@ -1,0 +1,240 @@
+//! The typed messages of the WAL's actors and their replies.
+//!
+//! A node talks to the supervisor ([`WalMsg`]), directly from its own actors or through
+//! the [`WalHandle`](crate::WalHandle). Every request carries an `RpcReplyPort`; every
+//! reply is a `Result` with the core's [`Error`], whose
+//! [`durability`](Error::durability) says whether a failed append may still be replayed.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use object_store_wal::store::{Opened, PersistOutcome};
+use object_store_wal::{AppendParts, AppendReceipt, Entry, Error, Result};
+use ractor::RpcReplyPort;
+
+/// A stream of a region's entries: a bounded channel fed by the region's reader.
+pub type EntryReceiver = flume::Receiver<Result<Entry>>;
+
+/// One append: its parts (one region or several, landing atomically in one object).
+#[derive(Debug)]
+pub struct AppendRequest {
+    /// `(region, entries)` parts.
+    pub parts: AppendParts,
+    /// When `max_pending_bytes` are held: `true` fails at once with
+    /// [`Error::Backpressure`], `false` waits for room.
+    pub fail_fast: bool,
+    /// Gets the receipt once the append is durable, or the error.
+    pub reply: RpcReplyPort<Result<AppendReceipt>>,
+}
+
+/// What the supervisor (the WAL) accepts.
+#[derive(Debug)]
+pub enum WalMsg {
+    /// Append entries; the reply comes once they are durable.
+    Append(AppendRequest),
+    /// Read a region's entries with id `>= from` (ids at or below its obsolete watermark
+    /// are hidden), lazily, through a bounded channel.
+    Read {
+        /// The region.
+        region: u64,
+        /// The first id wanted.
+        from: u64,
+        /// Gets the receiving end of the entry stream.
+        reply: RpcReplyPort<Result<EntryReceiver>>,
+    },
+    /// Record that the region's entries up to `id` are safe elsewhere.
+    Obsolete {
+        /// The region.
+        region: u64,
+        /// The watermark: entries with id `<= id` are obsolete.
+        id: u64,
+        /// Acknowledges the record.
+        reply: RpcReplyPort<Result<()>>,
+    },
+    /// The last entry id of a region (`Some`) or of the whole log (`None`).
+    LastEntryId {
+        /// The region, or `None` for all of them.
+        region: Option<u64>,
+        /// Gets the id, `None` when there is no entry.
+        reply: RpcReplyPort<Option<u64>>,
+    },
+    /// Counters and positions.
+    Stats {
+        /// Gets the stats.
+        reply: RpcReplyPort<WalStats>,
+    },
+    /// Stop gracefully: uploads in flight finish and are acknowledged or failed, appends
+    /// not yet sent get [`Error::Stopped`]. Idempotent.
+    Stop {
+        /// Answered once stopped.
+        reply: RpcReplyPort<()>,
+    },
+    /// From the recovery actor: the open finished.
+    Recovered(Box<Result<Opened>>),
+    /// From the writer: its epoch ended (or it was fenced or poisoned).
+    WriterEnded {
+        /// The writer's epoch.
+        epoch: u64,
+        /// Why.
+        error: Error,
+    },
+    /// Start a new recovery after a backoff.
+    Restart,
+    /// Fault injection (feature `testing`): the writer panics.
+    #[cfg(feature = "testing")]
+    PanicWriter,
+    /// Fault injection (feature `testing`): the region's reader panics.
+    #[cfg(feature = "testing")]
+    PanicReader {
+        /// The region.
+        region: u64,
+    },
+}
+
+/// What the writer accepts.
+#[derive(Debug)]
+pub enum WriterMsg {
+    /// An append forwarded by the supervisor.
+    Append(AppendRequest),
+    /// `flush_interval` passed since the first entry of the batch with this generation.
+    FlushTick {
+        /// The batch generation the timer was armed for.
+        generation: u64,
+    },
+    /// `min_object_interval` passed: start what waits.
+    Pump,
+    /// An upload task finished.
+    Uploaded {
+        /// The object's sequence.
+        sequence: u64,
+        /// Its definite outcome.
+        outcome: PersistOutcome,
+    },
+    /// Stop gracefully.
+    Stop {
+        /// Answered once every upload in flight finished.
+        reply: RpcReplyPort<()>,
+    },
+    /// Fault injection: panic.
+    #[cfg(feature = "testing")]
+    Panic,
+}
+
+/// What a region reader accepts.
+#[derive(Debug)]
+pub enum ReaderMsg {
+    /// Stream the region's entries with id `>= from`.
+    Read {
+        /// The first id wanted.
+        from: u64,
+        /// Gets the stream.
+        reply: RpcReplyPort<Result<EntryReceiver>>,
+    },
+    /// Fault injection: panic.
+    #[cfg(feature = "testing")]
+    Panic,
+}
+
+/// Counters shared by the WAL's actors.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Objects acknowledged (opening objects excluded).
+    pub objects: AtomicU64,
+    /// Bytes of the objects acknowledged.
+    pub object_bytes: AtomicU64,
+    /// Entries acknowledged.
+    pub entries: AtomicU64,
+    /// Appends acknowledged.
+    pub appends: AtomicU64,
+    /// Payload bytes acknowledged.
+    pub payload_bytes: AtomicU64,
+    /// Create requests sent for acknowledged objects.
+    pub puts: AtomicU64,
+    /// Creates retried after an unknown outcome.
+    pub retries: AtomicU64,
+    /// Creates that met an existing object of another epoch or content.
+    pub conflicts: AtomicU64,
+    /// Appends failed.
+    pub failed_appends: AtomicU64,
+    /// Writers replaced.
+    pub restarts: AtomicU64,
+    /// Reads started.
+    pub reads: AtomicU64,
+    /// Payload bytes admitted and not yet acknowledged or failed.
+    pub pending_bytes: AtomicU64,
+    /// Uploads in flight.
+    pub in_flight: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set(c: &AtomicU64, n: u64) {
+        c.store(n, Ordering::Relaxed);
+    }
+
+    fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
+/// A snapshot of the WAL's counters and positions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WalStats {
+    /// The current epoch, 0 while the first recovery runs.
+    pub epoch: u64,
+    /// Objects on the chain in the catalog.
+    pub chain_objects: u64,
+    /// Orphans found by the last recovery.
+    pub orphans: u64,
+    /// Objects acknowledged since spawn.
+    pub objects: u64,
+    /// Bytes of those objects.
+    pub object_bytes: u64,
+    /// Entries acknowledged.
+    pub entries: u64,
+    /// Appends acknowledged.
+    pub appends: u64,
+    /// Payload bytes acknowledged.
+    pub payload_bytes: u64,
+    /// Create requests sent for acknowledged objects.
+    pub puts: u64,
+    /// Creates retried after an unknown outcome.
+    pub retries: u64,
+    /// Creates that met another object at their key.
+    pub conflicts: u64,
+    /// Appends failed.
+    pub failed_appends: u64,
+    /// Writers replaced by a new epoch.
+    pub restarts: u64,
+    /// Reads started.
+    pub reads: u64,
+    /// Payload bytes admitted and not yet acknowledged or failed.
+    pub pending_bytes: u64,
+    /// Uploads in flight.
+    pub in_flight: u64,
+    /// The last entry id on the chain.
+    pub last_entry_id: Option<u64>,
+}
+
+impl WalStats {
+    pub(crate) fn from_counters(c: &Counters) -> Self {
+        WalStats {
+            objects: Counters::get(&c.objects),
+            object_bytes: Counters::get(&c.object_bytes),
+            entries: Counters::get(&c.entries),
+            appends: Counters::get(&c.appends),
+            payload_bytes: Counters::get(&c.payload_bytes),
+            puts: Counters::get(&c.puts),
+            retries: Counters::get(&c.retries),
+            conflicts: Counters::get(&c.conflicts),
+            failed_appends: Counters::get(&c.failed_appends),
+            restarts: Counters::get(&c.restarts),
+            reads: Counters::get(&c.reads),
+            pending_bytes: Counters::get(&c.pending_bytes),
+            in_flight: Counters::get(&c.in_flight),
+            ..Default::default()
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Per-region reader actors: serve reads of one region lazily.
+//!
+//! A read looks the region's segments up in the shared catalog one at a time (so a read
+//! that starts after an append sees it), fetches each with one ranged read of exactly its
+//! bytes, checks its CRC, decodes it, and sends the entries into a bounded `flume`
+//! channel: a large replay never sits in memory at once, and nothing is fetched beyond
+//! `read_ahead` segments ahead of the consumer.
+
+use std::sync::{Arc, RwLock};
+
+use futures::StreamExt;
+use object_store_wal::io::WalIo;
+use object_store_wal::store::read_region;
+use object_store_wal::{Catalog, Config};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tracing::{info_span, Instrument};
+
+use crate::messages::ReaderMsg;
+
+/// Entries buffered in a read's channel.
+pub const READ_CHANNEL_ENTRIES: usize = 1024;
+
+/// Everything a reader starts with.
+pub struct ReaderArgs {
+    /// The region.
+    pub region: u64,
+    /// Store access.
+    pub io: WalIo,
+    /// Configuration (read-ahead, corrupt-segment policy).
+    pub config: Config,
+    /// The catalog shared with the writer.
+    pub catalog: Arc<RwLock<Catalog>>,
+}
+
+/// A region's reader actor.
+pub struct Reader;
+
+impl Actor for Reader {
+    type Msg = ReaderMsg;
+    type State = ReaderArgs;
+    type Arguments = ReaderArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            ReaderMsg::Read { from, reply } => {
+                let (tx, rx) = flume::bounded(READ_CHANNEL_ENTRIES);
+                let mut entries = read_region(
+                    state.io.clone(),
+                    state.catalog.clone(),
+                    state.region,
+                    from,
+                    state.config.read_ahead,
+                    state.config.corrupt_segment_policy,
+                );
+                let span = info_span!("read", region = state.region, from);
+                tokio::spawn(
+                    async move {
+                        while let Some(item) = entries.next().await {
+                            // The consumer dropped the stream: stop fetching.
+                            if tx.send_async(item).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    .instrument(span),
+                );
+                let _ = reply.send(Ok(rx));
+            }
+            #[cfg(feature = "testing")]
+            ReaderMsg::Panic => panic!("injected reader panic"),
+        }
+        Ok(())
+    }
+}

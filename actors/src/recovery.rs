@@ -1,0 +1,56 @@
+//! The recovery actor: runs the open (listing, chain choice, claims, opening object) off
+//! the supervisor's mailbox and reports the result to it, then stops.
+
+use object_store_wal::io::WalIo;
+use object_store_wal::store::open_instance;
+use object_store_wal::Config;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tracing::{info_span, Instrument};
+
+use crate::messages::WalMsg;
+
+/// Everything recovery needs.
+pub struct RecoveryArgs {
+    /// Store access.
+    pub io: WalIo,
+    /// Configuration.
+    pub config: Config,
+    /// Gets [`WalMsg::Recovered`].
+    pub supervisor: ActorRef<WalMsg>,
+}
+
+/// The recovery actor.
+pub struct Recovery;
+
+impl Actor for Recovery {
+    type Msg = ();
+    type State = tokio::task::JoinHandle<()>;
+    type Arguments = RecoveryArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let span = info_span!("recovery", prefix = %args.io.prefix());
+        let task = tokio::spawn(
+            async move {
+                let result = open_instance(&args.io, &args.config).await;
+                let _ = args.supervisor.cast(WalMsg::Recovered(Box::new(result)));
+                myself.stop(None);
+            }
+            .instrument(span),
+        );
+        Ok(task)
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        task: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Stopped before it finished (the WAL is stopping): abandoning an open is safe.
+        task.abort();
+        Ok(())
+    }
+}

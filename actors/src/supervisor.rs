@@ -1,0 +1,470 @@
+//! The supervisor: the actor a node spawns (optionally linked under its own supervisor).
+//!
+//! It runs recovery in the recovery actor, starts the writer with the recovered catalog
+//! and epoch, and a reader per region on first use. A failed reader is restarted. A
+//! writer whose epoch ended, that panicked or was poisoned, is replaced by a fresh
+//! recovery and a new epoch; its waiters get errors, never a silent loss. `Fenced`,
+//! damaged data and exhausted restarts are escalated: the supervisor fails, which its
+//! own supervisor (the node) sees, instead of looping. Restarts back off exponentially
+//! and are bounded per window.
+//!
+//! While recovery runs, appends and reads wait in the supervisor; every waiting append
+//! belongs to a caller blocked on its reply, so what waits is bounded by the callers.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use object_store::ObjectStore;
+use object_store_wal::io::WalIo;
+use object_store_wal::store::Opened;
+use object_store_wal::{Catalog, Config, Durability, Error};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use crate::messages::{Counters, ReaderMsg, WalMsg, WalStats, WriterMsg};
+use crate::reader::{Reader, ReaderArgs};
+use crate::recovery::{Recovery, RecoveryArgs};
+use crate::writer::{Writer, WriterArgs};
+
+/// How the supervisor restarts what fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartPolicy {
+    /// Restarts allowed within `window` before the supervisor escalates.
+    pub max_restarts: u32,
+    /// The window restarts are counted in.
+    pub window: Duration,
+    /// Wait before the first restart; doubles with each restart in the window.
+    pub initial_backoff: Duration,
+    /// Longest wait before a restart.
+    pub max_backoff: Duration,
+}
+
+impl Default for RestartPolicy {
+    fn default() -> Self {
+        RestartPolicy {
+            max_restarts: 8,
+            window: Duration::from_secs(60),
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What the supervisor starts with.
+pub struct SupervisorArgs {
+    /// The store.
+    pub store: Arc<dyn ObjectStore>,
+    /// The WAL's configuration (validated by the spawner).
+    pub config: Config,
+    /// Restart bounds.
+    pub restarts: RestartPolicy,
+    /// Where the error that ended the WAL is left for its handles.
+    pub terminal: Arc<Mutex<Option<Error>>>,
+}
+
+enum Phase {
+    Recovering,
+    Running { writer: ActorRef<WriterMsg>, epoch: u64 },
+    Stopped,
+}
+
+/// The supervisor's state.
+pub struct SupervisorState {
+    io: WalIo,
+    config: Config,
+    restarts: RestartPolicy,
+    terminal: Arc<Mutex<Option<Error>>>,
+    catalog: Arc<RwLock<Catalog>>,
+    counters: Arc<Counters>,
+    phase: Phase,
+    recovered_once: bool,
+    recovery: Option<ActorCell>,
+    queued: VecDeque<WalMsg>,
+    readers: HashMap<u64, ActorRef<ReaderMsg>>,
+    watermarks: HashMap<u64, u64>,
+    recent_restarts: VecDeque<Instant>,
+    epoch: u64,
+    orphans: u64,
+}
+
+/// The supervisor actor.
+pub struct Supervisor;
+
+fn stopped() -> Error {
+    Error::Stopped {
+        durability: Durability::NotWritten,
+    }
+}
+
+/// Answers a message that will not be served with `error`.
+fn refuse(msg: WalMsg, error: &Error) {
+    let e = error.with_durability(Durability::NotWritten);
+    match msg {
+        WalMsg::Append(req) => {
+            let _ = req.reply.send(Err(e));
+        }
+        WalMsg::Read { reply, .. } => {
+            let _ = reply.send(Err(e));
+        }
+        WalMsg::Obsolete { reply, .. } => {
+            let _ = reply.send(Err(e));
+        }
+        WalMsg::LastEntryId { reply, .. } => {
+            let _ = reply.send(None);
+        }
+        WalMsg::Stop { reply } => {
+            let _ = reply.send(());
+        }
+        _ => {}
+    }
+}
+
+impl SupervisorState {
+    async fn start_recovery(&mut self, myself: &ActorRef<WalMsg>) -> Result<(), ActorProcessingErr> {
+        self.phase = Phase::Recovering;
+        let args = RecoveryArgs {
+            io: self.io.clone(),
+            config: self.config.clone(),
+            supervisor: myself.clone(),
+        };
+        let (recovery, _) = Actor::spawn_linked(None, Recovery, args, myself.get_cell()).await?;
+        self.recovery = Some(recovery.get_cell());
+        Ok(())
+    }
+
+    async fn on_recovered(
+        &mut self,
+        myself: &ActorRef<WalMsg>,
+        result: object_store_wal::Result<Opened>,
+    ) -> Result<(), ActorProcessingErr> {
+        self.recovery = None;
+        if !matches!(self.phase, Phase::Recovering) {
+            return Ok(());
+        }
+        let opened = match result {
+            Ok(opened) => opened,
+            Err(e) if e.is_retryable() => {
+                warn!(error = %e, "recovery failed; retrying");
+                return self.schedule_restart(myself, e);
+            }
+            Err(e) => return self.escalate(e),
+        };
+        let epoch = opened.epoch;
+        *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = opened.recovery.catalog;
+        self.orphans = opened.recovery.report.orphans as u64;
+        self.epoch = epoch.epoch;
+        let args = WriterArgs {
+            io: self.io.clone(),
+            config: self.config.clone(),
+            catalog: self.catalog.clone(),
+            counters: self.counters.clone(),
+            epoch,
+            supervisor: myself.clone(),
+        };
+        let (writer, _) = Actor::spawn_linked(None, Writer, args, myself.get_cell()).await?;
+        info!(epoch = epoch.epoch, next_sequence = epoch.next_sequence, "writer started");
+        self.phase = Phase::Running {
+            writer,
+            epoch: epoch.epoch,
+        };
+        self.recovered_once = true;
+        for msg in std::mem::take(&mut self.queued) {
+            // Back through the mailbox, in their order.
+            if let Err(e) = myself.cast(msg) {
+                warn!(error = %e, "cannot requeue a message");
+            }
+        }
+        Ok(())
+    }
+
+    fn schedule_restart(
+        &mut self,
+        myself: &ActorRef<WalMsg>,
+        cause: Error,
+    ) -> Result<(), ActorProcessingErr> {
+        let now = Instant::now();
+        let window = self.restarts.window;
+        while self
+            .recent_restarts
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > window)
+        {
+            self.recent_restarts.pop_front();
+        }
+        if self.recent_restarts.len() as u32 >= self.restarts.max_restarts {
+            error!(error = %cause, "restarts exhausted");
+            return self.escalate(cause);
+        }
+        self.recent_restarts.push_back(now);
+        Counters::add(&self.counters.restarts, 1);
+        let n = self.recent_restarts.len() as u32;
+        let backoff = self
+            .restarts
+            .initial_backoff
+            .saturating_mul(1 << (n - 1).min(16))
+            .min(self.restarts.max_backoff);
+        self.phase = Phase::Recovering;
+        myself.send_after(backoff, || WalMsg::Restart);
+        Ok(())
+    }
+
+    /// Ends the WAL with `error`: every waiting message is refused, the children stop,
+    /// and the supervisor fails so that its own supervisor sees it.
+    fn escalate(&mut self, error: Error) -> Result<(), ActorProcessingErr> {
+        *self.terminal.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.clone());
+        for msg in std::mem::take(&mut self.queued) {
+            refuse(msg, &error);
+        }
+        self.stop_children();
+        self.phase = Phase::Stopped;
+        Err(Box::new(error))
+    }
+
+    fn stop_children(&mut self) {
+        if let Phase::Running { writer, .. } = &self.phase {
+            writer.stop(None);
+        }
+        if let Some(r) = self.recovery.take() {
+            r.stop(None);
+        }
+        for (_, reader) in self.readers.drain() {
+            reader.stop(None);
+        }
+    }
+
+    async fn reader(
+        &mut self,
+        myself: &ActorRef<WalMsg>,
+        region: u64,
+    ) -> Result<ActorRef<ReaderMsg>, ActorProcessingErr> {
+        if let Some(r) = self.readers.get(&region) {
+            return Ok(r.clone());
+        }
+        let args = ReaderArgs {
+            region,
+            io: self.io.clone(),
+            config: self.config.clone(),
+            catalog: self.catalog.clone(),
+        };
+        let (reader, _) = Actor::spawn_linked(None, Reader, args, myself.get_cell()).await?;
+        self.readers.insert(region, reader.clone());
+        Ok(reader)
+    }
+
+    fn stats(&self) -> WalStats {
+        let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
+        WalStats {
+            epoch: self.epoch,
+            chain_objects: catalog.object_count() as u64,
+            orphans: self.orphans,
+            last_entry_id: catalog.last_entry_id_overall(),
+            ..WalStats::from_counters(&self.counters)
+        }
+    }
+}
+
+impl Actor for Supervisor {
+    type Msg = WalMsg;
+    type State = SupervisorState;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let io = WalIo::new(args.store, &args.config.prefix, args.config.whole_read_threshold)?;
+        let mut state = SupervisorState {
+            io,
+            config: args.config,
+            restarts: args.restarts,
+            terminal: args.terminal,
+            catalog: Arc::new(RwLock::new(Catalog::new())),
+            counters: Arc::new(Counters::default()),
+            phase: Phase::Recovering,
+            recovered_once: false,
+            recovery: None,
+            queued: VecDeque::new(),
+            readers: HashMap::new(),
+            watermarks: HashMap::new(),
+            recent_restarts: VecDeque::new(),
+            epoch: 0,
+            orphans: 0,
+        };
+        state.start_recovery(&myself).await?;
+        Ok(state)
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.stop_children();
+        let error = state
+            .terminal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_else(stopped);
+        for msg in std::mem::take(&mut state.queued) {
+            refuse(msg, &error);
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            WalMsg::Append(req) => match &state.phase {
+                Phase::Running { writer, .. } => {
+                    if let Err(e) = writer.cast(WriterMsg::Append(req)) {
+                        // The writer is gone; its supervision event restarts it.
+                        if let ractor::MessagingErr::SendErr(WriterMsg::Append(req)) = e {
+                            state.queued.push_back(WalMsg::Append(req));
+                        }
+                    }
+                }
+                Phase::Recovering => state.queued.push_back(WalMsg::Append(req)),
+                Phase::Stopped => refuse(WalMsg::Append(req), &stopped()),
+            },
+            WalMsg::Read { region, from, reply } => {
+                if matches!(state.phase, Phase::Stopped) {
+                    refuse(WalMsg::Read { region, from, reply }, &stopped());
+                } else if !state.recovered_once {
+                    state.queued.push_back(WalMsg::Read { region, from, reply });
+                } else {
+                    let from = match state.watermarks.get(&region) {
+                        Some(w) => from.max(w.saturating_add(1)),
+                        None => from,
+                    };
+                    Counters::add(&state.counters.reads, 1);
+                    let reader = state.reader(&myself, region).await?;
+                    if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read { reply, .. })) =
+                        reader.cast(ReaderMsg::Read { from, reply })
+                    {
+                        state.readers.remove(&region);
+                        let _ = reply.send(Err(stopped()));
+                    }
+                }
+            }
+            WalMsg::Obsolete { region, id, reply } => {
+                let w = state.watermarks.entry(region).or_default();
+                *w = (*w).max(id);
+                let _ = reply.send(Ok(()));
+            }
+            WalMsg::LastEntryId { region, reply } => {
+                let catalog = state.catalog.read().unwrap_or_else(|p| p.into_inner());
+                let id = match region {
+                    Some(r) => catalog.last_entry_id(r),
+                    None => catalog.last_entry_id_overall(),
+                };
+                let _ = reply.send(id);
+            }
+            WalMsg::Stats { reply } => {
+                let _ = reply.send(state.stats());
+            }
+            WalMsg::Stop { reply } => {
+                if let Phase::Running { writer, .. } = &state.phase {
+                    // In-flight uploads finish and are acknowledged or failed.
+                    let _ = writer.call(|r| WriterMsg::Stop { reply: r }, None).await;
+                }
+                for msg in std::mem::take(&mut state.queued) {
+                    refuse(msg, &stopped());
+                }
+                state.stop_children();
+                state.phase = Phase::Stopped;
+                let _ = reply.send(());
+                myself.stop(Some("stopped".into()));
+            }
+            WalMsg::Recovered(result) => state.on_recovered(&myself, *result).await?,
+            WalMsg::WriterEnded { epoch, error } => {
+                let current = matches!(&state.phase, Phase::Running { epoch: e, .. } if *e == epoch);
+                if current {
+                    if let Phase::Running { writer, .. } = &state.phase {
+                        writer.stop(None);
+                    }
+                    state.phase = Phase::Recovering;
+                    if matches!(error, Error::Fenced { .. }) {
+                        error!(error = %error, "fenced by a newer instance");
+                        return state.escalate(error);
+                    }
+                    state.schedule_restart(&myself, error)?;
+                }
+            }
+            WalMsg::Restart => {
+                if matches!(state.phase, Phase::Recovering) && state.recovery.is_none() {
+                    state.start_recovery(&myself).await?;
+                }
+            }
+            #[cfg(feature = "testing")]
+            WalMsg::PanicWriter => {
+                if let Phase::Running { writer, .. } = &state.phase {
+                    let _ = writer.cast(WriterMsg::Panic);
+                }
+            }
+            #[cfg(feature = "testing")]
+            WalMsg::PanicReader { region } => {
+                let reader = state.reader(&myself, region).await?;
+                let _ = reader.cast(ReaderMsg::Panic);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, failure) = match event {
+            SupervisionEvent::ActorFailed(cell, e) => (cell, Some(e.to_string())),
+            SupervisionEvent::ActorTerminated(cell, _, _) => (cell, None),
+            _ => return Ok(()),
+        };
+        let id = cell.get_id();
+        if let Phase::Running { writer, epoch } = &state.phase {
+            if writer.get_id() == id {
+                let why = failure.unwrap_or_else(|| "stopped".into());
+                error!(epoch, why = %why, "writer failed; opening a new epoch");
+                state.phase = Phase::Recovering;
+                let cause = Error::WriterFailed {
+                    durability: Durability::MayBeDurable,
+                };
+                return state.schedule_restart(&myself, cause);
+            }
+        }
+        if state.recovery.as_ref().is_some_and(|r| r.get_id() == id) {
+            state.recovery = None;
+            if let Some(why) = failure {
+                warn!(why = %why, "recovery failed");
+                let cause = Error::OpenContended {
+                    attempts: 0,
+                    last: why,
+                };
+                return state.schedule_restart(&myself, cause);
+            }
+            return Ok(());
+        }
+        let region = state
+            .readers
+            .iter()
+            .find(|(_, r)| r.get_id() == id)
+            .map(|(region, _)| *region);
+        if let Some(region) = region {
+            state.readers.remove(&region);
+            if failure.is_some() && !matches!(state.phase, Phase::Stopped) {
+                warn!(region, "reader failed; restarting it");
+                state.reader(&myself, region).await?;
+            }
+        }
+        Ok(())
+    }
+}
