@@ -156,6 +156,11 @@ impl Catalog {
         self.objects.iter().map(|(s, o)| (*s, o))
     }
 
+    /// The chain objects with sequence `>= from`, ascending.
+    pub fn objects_from(&self, from: u64) -> impl Iterator<Item = (u64, &CatalogObject)> {
+        self.objects.range(from..).map(|(s, o)| (*s, o))
+    }
+
     /// Number of objects on the chain.
     pub fn object_count(&self) -> usize {
         self.objects.len()

@@ -645,7 +645,11 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
     let link_epoch = c.u64()?;
     let floor = c.u64()?;
     let stored_crc = c.u32()?;
-    check_crc("header", stored_crc, bytes.get(..HEADER_LEN - 4).unwrap_or_default())?;
+    check_crc(
+        "header",
+        stored_crc,
+        bytes.get(..HEADER_LEN - 4).unwrap_or_default(),
+    )?;
     if version != VERSION {
         return Err(FormatError::UnsupportedVersion(version));
     }
@@ -677,7 +681,11 @@ pub fn decode_trailer(bytes: &[u8], object_len: u64) -> Result<Trailer, FormatEr
             needed: TRAILER_LEN as u64,
             got: bytes.len() as u64,
         })?;
-    let mut c = Cursor::new(bytes.get(start..).unwrap_or_default(), "trailer", TRAILER_LEN)?;
+    let mut c = Cursor::new(
+        bytes.get(start..).unwrap_or_default(),
+        "trailer",
+        TRAILER_LEN,
+    )?;
     if c.take::<8>()? != TRAILER_MAGIC {
         return Err(FormatError::BadMagic { part: "trailer" });
     }
@@ -932,7 +940,13 @@ mod tests {
     #[test]
     fn vectors_encode() {
         let empty = encode_object(
-            &Header { sequence: 1, epoch: 1, link: Link::NONE, floor: 0, claim: false },
+            &Header {
+                sequence: 1,
+                epoch: 1,
+                link: Link::NONE,
+                floor: 0,
+                claim: false,
+            },
             std::iter::empty(),
         )
         .unwrap();
@@ -940,7 +954,16 @@ mod tests {
         let r7 = [Bytes::from_static(b"xxx")];
         let r42 = [Bytes::from_static(b"hello"), Bytes::new()];
         let full = encode_object(
-            &Header { sequence: 9, epoch: 5, link: Link { sequence: 7, epoch: 5 }, floor: 3, claim: false },
+            &Header {
+                sequence: 9,
+                epoch: 5,
+                link: Link {
+                    sequence: 7,
+                    epoch: 5,
+                },
+                floor: 3,
+                claim: false,
+            },
             [(7u64, &r7[..]), (42u64, &r42[..])],
         )
         .unwrap();
@@ -950,7 +973,16 @@ mod tests {
         assert_eq!(decoded.summary, full.summary());
         assert_eq!(decoded.segments[1].1, r42.to_vec());
         let claim = encode_object(
-            &Header { sequence: 4, epoch: 6, link: Link { sequence: 2, epoch: 2 }, floor: 0, claim: true },
+            &Header {
+                sequence: 4,
+                epoch: 6,
+                link: Link {
+                    sequence: 2,
+                    epoch: 2,
+                },
+                floor: 0,
+                claim: true,
+            },
             std::iter::empty(),
         )
         .unwrap();

@@ -97,7 +97,10 @@ pub fn object_key(prefix: &Path, sequence: u64) -> Path {
 
 /// The sequence named by `key`, if it is a WAL key directly under `prefix`.
 pub fn parse_key(prefix: &Path, key: &Path) -> Option<u64> {
-    let name = key.as_ref().strip_prefix(prefix.as_ref())?.strip_prefix('/')?;
+    let name = key
+        .as_ref()
+        .strip_prefix(prefix.as_ref())?
+        .strip_prefix('/')?;
     let digits = name.strip_suffix(KEY_SUFFIX)?;
     if digits.len() != SEQUENCE_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -117,7 +120,11 @@ pub struct WalIo {
 impl WalIo {
     /// The WAL under `prefix` of `store`. Objects up to `whole_read_threshold` bytes are
     /// read with one GET during recovery.
-    pub fn new(store: Arc<dyn ObjectStore>, prefix: &str, whole_read_threshold: u64) -> Result<Self> {
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        whole_read_threshold: u64,
+    ) -> Result<Self> {
         Ok(WalIo {
             store,
             prefix: validate_prefix(prefix)?,
@@ -309,7 +316,8 @@ pub fn store_from_url(url: &str) -> Result<Arc<dyn ObjectStore>> {
             let dir = parsed
                 .to_file_path()
                 .map_err(|_| invalid("not an absolute local path".into()))?;
-            std::fs::create_dir_all(&dir).map_err(|e| invalid(format!("cannot create {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| invalid(format!("cannot create {}: {e}", dir.display())))?;
             let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
                 .map_err(|e| invalid(e.to_string()))?
                 .with_fsync(true);
@@ -356,6 +364,8 @@ fn cloud_store(scheme: &str, url: &url::Url) -> std::result::Result<Arc<dyn Obje
         Ok(store)
     } else {
         let prefix = Path::parse(path).map_err(|e| e.to_string())?;
-        Ok(Arc::new(object_store::prefix::PrefixStore::new(store, prefix)))
+        Ok(Arc::new(object_store::prefix::PrefixStore::new(
+            store, prefix,
+        )))
     }
 }

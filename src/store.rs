@@ -133,7 +133,10 @@ impl Config {
         };
         let min_object = (format::EMPTY_OBJECT_LEN + format::FOOTER_RECORD_LEN + 4) as u64;
         if self.max_batch_bytes < min_object {
-            return bad("max_batch_bytes", "must hold at least one empty entry (108 bytes)");
+            return bad(
+                "max_batch_bytes",
+                "must hold at least one empty entry (108 bytes)",
+            );
         }
         if self.max_batch_bytes > u64::from(u32::MAX) {
             return bad("max_batch_bytes", "must be below 4 GiB");
@@ -378,15 +381,16 @@ pub async fn open_instance(io: &WalIo, config: &Config) -> Result<Opened> {
                     CreateAttempt::AlreadyExists => {
                         return Ok(Err("a claim found its sequence taken".to_string()))
                     }
-                    CreateAttempt::Unknown(e) => return Ok(Err(format!("a claim's outcome is unknown: {e}"))),
+                    CreateAttempt::Unknown(e) => {
+                        return Ok(Err(format!("a claim's outcome is unknown: {e}")))
+                    }
                 }
             }
-            let opening = encode_object(&plan.opening, std::iter::empty()).map_err(|e| {
-                Error::Poisoned {
+            let opening =
+                encode_object(&plan.opening, std::iter::empty()).map_err(|e| Error::Poisoned {
                     reason: format!("cannot encode the opening object: {e}"),
                     durability: Durability::NotWritten,
-                }
-            })?;
+                })?;
             match io.create(&opening).await {
                 CreateAttempt::Created => {}
                 CreateAttempt::Unsupported => return Err(unsupported(io)),
@@ -397,9 +401,7 @@ pub async fn open_instance(io: &WalIo, config: &Config) -> Result<Opened> {
                     return Ok(Err(format!("the opening object's outcome is unknown: {e}")))
                 }
             }
-            recovery
-                .catalog
-                .insert(&plan.opening, &[], opening.len())?;
+            recovery.catalog.insert(&plan.opening, &[], opening.len())?;
             info!(
                 epoch = plan.epoch,
                 sequence = plan.opening.sequence,
@@ -846,5 +848,123 @@ pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec
                 warn!(sequence = location.sequence, region = record.region, error = %source, "segment failed verification, reading it again");
             }
         }
+    }
+}
+
+/// Replays many regions at once, each from its own entry id: every chain object that
+/// holds a wanted entry is fetched once, with one ranged read spanning its needed
+/// segments, and each needed segment is verified (CRC) before it is decoded. Entries
+/// come object by object in sequence order, so each region's entries are in order. At
+/// most `read_ahead` objects are fetched ahead of the consumer.
+pub fn replay_regions(
+    io: WalIo,
+    catalog: Arc<RwLock<Catalog>>,
+    from: std::collections::HashMap<u64, u64>,
+    read_ahead: usize,
+) -> BoxStream<'static, Result<Entry>> {
+    let from = Arc::new(from);
+    let wanted = from.clone();
+    // The chain objects to fetch, looked up one at a time so memory stays bounded.
+    let plans = stream::unfold(0u64, move |after| {
+        let catalog = catalog.clone();
+        let from = wanted.clone();
+        async move {
+            let catalog = catalog.read().unwrap_or_else(|p| p.into_inner());
+            let mut next = catalog
+                .objects_from(after.saturating_add(1))
+                .filter(|(_, o)| o.segments > 0)
+                .map(|(s, _)| s);
+            loop {
+                let sequence = next.next()?;
+                let mut records: Vec<SegmentLocation> = Vec::new();
+                for (&region, &first) in from.iter() {
+                    let start = first.max(format::entry_id(sequence, 0));
+                    if let Some(loc) = catalog
+                        .segments_from(region, start)
+                        .first()
+                        .filter(|l| l.sequence == sequence)
+                    {
+                        records.push(*loc);
+                    }
+                }
+                if !records.is_empty() {
+                    records.sort_by_key(|l| l.record.offset);
+                    return Some((records, sequence));
+                }
+            }
+        }
+    });
+    plans
+        .map(move |records| {
+            let io = io.clone();
+            let from = from.clone();
+            async move { fetch_segments(&io, records, &from).await }
+        })
+        .buffered(read_ahead.max(1))
+        .flat_map(|result| match result {
+            Ok(entries) => stream::iter(entries.into_iter().map(Ok).collect::<Vec<_>>()),
+            Err(e) => stream::iter(vec![Err(e)]),
+        })
+        .boxed()
+}
+
+/// Fetches the span of one object that covers `records` (sorted by offset) with one
+/// ranged read and decodes each segment, verified.
+async fn fetch_segments(
+    io: &WalIo,
+    records: Vec<SegmentLocation>,
+    from: &std::collections::HashMap<u64, u64>,
+) -> Result<Vec<Entry>> {
+    let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        return Ok(Vec::new());
+    };
+    let sequence = first.sequence;
+    let span = first.record.offset..last.record.range().end;
+    let mut attempt = 0;
+    'fetch: loop {
+        attempt += 1;
+        let bytes = io.read_range(sequence, span.clone()).await?;
+        let mut entries = Vec::new();
+        for loc in &records {
+            let record = &loc.record;
+            let start = (record.offset - span.start) as usize;
+            let end = start + record.length as usize;
+            if end > bytes.len() {
+                return Err(Error::CorruptObject {
+                    key: io.key(sequence).to_string(),
+                    source: format::FormatError::Truncated {
+                        part: "segment",
+                        needed: end as u64,
+                        got: bytes.len() as u64,
+                    },
+                });
+            }
+            let segment = bytes.slice(start..end);
+            match format::decode_segment(segment, record) {
+                Ok(payloads) => {
+                    let min = from.get(&record.region).copied().unwrap_or(0);
+                    entries.extend(
+                        payloads
+                            .into_iter()
+                            .zip(record.first_entry_id..)
+                            .filter(|(_, id)| *id >= min)
+                            .map(|(payload, id)| Entry {
+                                region: record.region,
+                                id,
+                                payload,
+                            }),
+                    );
+                }
+                Err(source) if attempt >= 2 => {
+                    return Err(Error::CorruptSegment {
+                        key: io.key(sequence).to_string(),
+                        region: record.region,
+                        source,
+                    })
+                }
+                Err(_) => continue 'fetch,
+            }
+        }
+        return Ok(entries);
     }
 }

@@ -180,7 +180,11 @@ impl ObjectStore for CountingStore {
         self.inner.put_multipart_opts(location, opts).await
     }
 
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
         self.counts.gets.fetch_add(1, Ordering::Relaxed);
         lock(&self.gets).push(GetRecord {
             key: location.to_string(),
@@ -217,7 +221,10 @@ impl ObjectStore for CountingStore {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        count_list(self.inner.list_with_offset(prefix, offset), self.counts.clone())
+        count_list(
+            self.inner.list_with_offset(prefix, offset),
+            self.counts.clone(),
+        )
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
@@ -225,7 +232,12 @@ impl ObjectStore for CountingStore {
         self.inner.list_with_delimiter(prefix).await
     }
 
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
         self.inner.copy_opts(from, to, options).await
     }
 }
@@ -313,7 +325,10 @@ impl FaultStore {
 
     /// The next `n` GETs of `key` return the bytes with one bit flipped.
     pub fn flip_next_gets_of(&self, key: &Path, n: u32) {
-        *lock(&self.state).flip_next_get.entry(key.to_string()).or_default() += n;
+        *lock(&self.state)
+            .flip_next_get
+            .entry(key.to_string())
+            .or_default() += n;
     }
 
     /// The next `n` GETs fail.
@@ -434,7 +449,11 @@ impl ObjectStore for FaultStore {
         self.inner.put_multipart_opts(location, opts).await
     }
 
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
         self.tick().await;
         let (fail, flip) = {
             let mut state = lock(&self.state);
@@ -508,7 +527,12 @@ impl ObjectStore for FaultStore {
         self.inner.list_with_delimiter(prefix).await
     }
 
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
         self.inner.copy_opts(from, to, options).await
     }
 }

@@ -83,7 +83,10 @@ impl WalHandle {
 
     /// The error that ended the WAL, if it ended by failing (e.g. [`Error::Fenced`]).
     pub fn terminal_error(&self) -> Option<Error> {
-        self.terminal.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.terminal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn gone(&self) -> Error {
@@ -147,7 +150,24 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(|reply| WalMsg::Read { region, from, reply }, gone)
+        self.call(
+            |reply| WalMsg::Read {
+                region,
+                from,
+                reply,
+            },
+            gone,
+        )
+        .await?
+    }
+
+    /// Replays many regions at once, each from its own id: every object is fetched
+    /// once. Each region's entries come in order; regions are interleaved.
+    pub async fn replay(&self, regions: Vec<(u64, u64)>) -> Result<EntryReceiver> {
+        let gone = || Error::Stopped {
+            durability: Durability::NotWritten,
+        };
+        self.call(|reply| WalMsg::Replay { regions, reply }, gone)
             .await?
     }
 
@@ -189,8 +209,14 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(|reply| WalMsg::LastEntryId { region: None, reply }, gone)
-            .await
+        self.call(
+            |reply| WalMsg::LastEntryId {
+                region: None,
+                reply,
+            },
+            gone,
+        )
+        .await
     }
 
     /// Counters and positions.
@@ -207,6 +233,13 @@ impl WalHandle {
         match self.actor.call(|reply| WalMsg::Stop { reply }, None).await {
             Ok(_) | Err(_) => Ok(()),
         }
+    }
+
+    /// Ends the WAL at once, as a crash would: no upload is waited for, nothing more is
+    /// answered. Uploads already sent may still land (the next open deals with them).
+    pub fn abort(&self) {
+        self.actor.stop_children(None);
+        self.actor.kill();
     }
 
     /// Fault injection (feature `testing`): the writer panics.

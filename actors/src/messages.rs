@@ -41,6 +41,14 @@ pub enum WalMsg {
         /// Gets the receiving end of the entry stream.
         reply: RpcReplyPort<Result<EntryReceiver>>,
     },
+    /// Replay many regions at once, each from its own id (a node restarting): every
+    /// object is fetched once; each region's entries come in order, regions interleaved.
+    Replay {
+        /// `(region, from)` pairs.
+        regions: Vec<(u64, u64)>,
+        /// Gets the receiving end of the entry stream.
+        reply: RpcReplyPort<Result<EntryReceiver>>,
+    },
     /// Record that the region's entries up to `id` are safe elsewhere.
     Obsolete {
         /// The region.

@@ -15,16 +15,18 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use futures::StreamExt;
 use object_store::ObjectStore;
 use object_store_wal::io::WalIo;
+use object_store_wal::store::replay_regions;
 use object_store_wal::store::Opened;
 use object_store_wal::{Catalog, Config, Durability, Error};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::time::Instant;
-use tracing::{error, info, warn};
+use tracing::{error, info, info_span, warn, Instrument};
 
 use crate::messages::{Counters, ReaderMsg, WalMsg, WalStats, WriterMsg};
-use crate::reader::{Reader, ReaderArgs};
+use crate::reader::{Reader, ReaderArgs, READ_CHANNEL_ENTRIES};
 use crate::recovery::{Recovery, RecoveryArgs};
 use crate::writer::{Writer, WriterArgs};
 
@@ -66,7 +68,10 @@ pub struct SupervisorArgs {
 
 enum Phase {
     Recovering,
-    Running { writer: ActorRef<WriterMsg>, epoch: u64 },
+    Running {
+        writer: ActorRef<WriterMsg>,
+        epoch: u64,
+    },
     Stopped,
 }
 
@@ -105,7 +110,7 @@ fn refuse(msg: WalMsg, error: &Error) {
         WalMsg::Append(req) => {
             let _ = req.reply.send(Err(e));
         }
-        WalMsg::Read { reply, .. } => {
+        WalMsg::Read { reply, .. } | WalMsg::Replay { reply, .. } => {
             let _ = reply.send(Err(e));
         }
         WalMsg::Obsolete { reply, .. } => {
@@ -122,7 +127,10 @@ fn refuse(msg: WalMsg, error: &Error) {
 }
 
 impl SupervisorState {
-    async fn start_recovery(&mut self, myself: &ActorRef<WalMsg>) -> Result<(), ActorProcessingErr> {
+    async fn start_recovery(
+        &mut self,
+        myself: &ActorRef<WalMsg>,
+    ) -> Result<(), ActorProcessingErr> {
         self.phase = Phase::Recovering;
         let args = RecoveryArgs {
             io: self.io.clone(),
@@ -164,7 +172,11 @@ impl SupervisorState {
             supervisor: myself.clone(),
         };
         let (writer, _) = Actor::spawn_linked(None, Writer, args, myself.get_cell()).await?;
-        info!(epoch = epoch.epoch, next_sequence = epoch.next_sequence, "writer started");
+        info!(
+            epoch = epoch.epoch,
+            next_sequence = epoch.next_sequence,
+            "writer started"
+        );
         self.phase = Phase::Running {
             writer,
             epoch: epoch.epoch,
@@ -275,7 +287,11 @@ impl Actor for Supervisor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let io = WalIo::new(args.store, &args.config.prefix, args.config.whole_read_threshold)?;
+        let io = WalIo::new(
+            args.store,
+            &args.config.prefix,
+            args.config.whole_read_threshold,
+        )?;
         let mut state = SupervisorState {
             io,
             config: args.config,
@@ -324,21 +340,36 @@ impl Actor for Supervisor {
         match message {
             WalMsg::Append(req) => match &state.phase {
                 Phase::Running { writer, .. } => {
-                    if let Err(e) = writer.cast(WriterMsg::Append(req)) {
-                        // The writer is gone; its supervision event restarts it.
-                        if let ractor::MessagingErr::SendErr(WriterMsg::Append(req)) = e {
-                            state.queued.push_back(WalMsg::Append(req));
-                        }
+                    // The writer is gone; its supervision event restarts it.
+                    if let Err(ractor::MessagingErr::SendErr(WriterMsg::Append(req))) =
+                        writer.cast(WriterMsg::Append(req))
+                    {
+                        state.queued.push_back(WalMsg::Append(req));
                     }
                 }
                 Phase::Recovering => state.queued.push_back(WalMsg::Append(req)),
                 Phase::Stopped => refuse(WalMsg::Append(req), &stopped()),
             },
-            WalMsg::Read { region, from, reply } => {
+            WalMsg::Read {
+                region,
+                from,
+                reply,
+            } => {
                 if matches!(state.phase, Phase::Stopped) {
-                    refuse(WalMsg::Read { region, from, reply }, &stopped());
+                    refuse(
+                        WalMsg::Read {
+                            region,
+                            from,
+                            reply,
+                        },
+                        &stopped(),
+                    );
                 } else if !state.recovered_once {
-                    state.queued.push_back(WalMsg::Read { region, from, reply });
+                    state.queued.push_back(WalMsg::Read {
+                        region,
+                        from,
+                        reply,
+                    });
                 } else {
                     let from = match state.watermarks.get(&region) {
                         Some(w) => from.max(w.saturating_add(1)),
@@ -354,10 +385,52 @@ impl Actor for Supervisor {
                     }
                 }
             }
+            WalMsg::Replay { regions, reply } => {
+                if matches!(state.phase, Phase::Stopped) {
+                    refuse(WalMsg::Replay { regions, reply }, &stopped());
+                } else if !state.recovered_once {
+                    state.queued.push_back(WalMsg::Replay { regions, reply });
+                } else {
+                    Counters::add(&state.counters.reads, 1);
+                    let from: HashMap<u64, u64> = regions
+                        .into_iter()
+                        .map(|(region, from)| {
+                            let hidden = state
+                                .watermarks
+                                .get(&region)
+                                .map_or(0, |w| w.saturating_add(1));
+                            (region, from.max(hidden))
+                        })
+                        .collect();
+                    let mut entries = replay_regions(
+                        state.io.clone(),
+                        state.catalog.clone(),
+                        from,
+                        state.config.read_ahead,
+                    );
+                    let (tx, rx) = flume::bounded(READ_CHANNEL_ENTRIES);
+                    tokio::spawn(
+                        async move {
+                            while let Some(item) = entries.next().await {
+                                if tx.send_async(item).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        .instrument(info_span!("replay")),
+                    );
+                    let _ = reply.send(Ok(rx));
+                }
+            }
             WalMsg::Obsolete { region, id, reply } => {
                 let w = state.watermarks.entry(region).or_default();
                 *w = (*w).max(id);
                 let _ = reply.send(Ok(()));
+            }
+            WalMsg::LastEntryId { region, reply } if !state.recovered_once => {
+                state
+                    .queued
+                    .push_back(WalMsg::LastEntryId { region, reply });
             }
             WalMsg::LastEntryId { region, reply } => {
                 let catalog = state.catalog.read().unwrap_or_else(|p| p.into_inner());
@@ -385,7 +458,8 @@ impl Actor for Supervisor {
             }
             WalMsg::Recovered(result) => state.on_recovered(&myself, *result).await?,
             WalMsg::WriterEnded { epoch, error } => {
-                let current = matches!(&state.phase, Phase::Running { epoch: e, .. } if *e == epoch);
+                let current =
+                    matches!(&state.phase, Phase::Running { epoch: e, .. } if *e == epoch);
                 if current {
                     if let Phase::Running { writer, .. } = &state.phase {
                         writer.stop(None);

@@ -111,7 +111,8 @@ impl WriterState {
         }
         let bytes = payload_bytes(&req);
         let max = self.args.config.max_pending_bytes;
-        if !self.waiting.is_empty() || (self.pending_bytes > 0 && self.pending_bytes + bytes > max) {
+        if !self.waiting.is_empty() || (self.pending_bytes > 0 && self.pending_bytes + bytes > max)
+        {
             if req.fail_fast {
                 let pending_bytes = self.pending_bytes;
                 return self.fail_append(req, Error::Backpressure { pending_bytes, max });
@@ -124,7 +125,9 @@ impl WriterState {
     }
 
     fn admit(&mut self, myself: &ActorRef<WriterMsg>, req: AppendRequest, bytes: u64) {
-        let AppendRequest { parts, reply: port, .. } = req;
+        let AppendRequest {
+            parts, reply: port, ..
+        } = req;
         let parts = match self.batch.admit(parts) {
             Ok(_) => {
                 self.push_waiter(myself, port, bytes);
@@ -151,8 +154,8 @@ impl WriterState {
     fn push_waiter(&mut self, myself: &ActorRef<WriterMsg>, port: Waiter, bytes: u64) {
         if self.batch_waiters.is_empty() {
             let generation = self.generation;
-            myself.send_after(self.args.config.flush_interval, move || WriterMsg::FlushTick {
-                generation,
+            myself.send_after(self.args.config.flush_interval, move || {
+                WriterMsg::FlushTick { generation }
             });
         }
         self.batch_waiters.push(port);
@@ -174,7 +177,12 @@ impl WriterState {
             return Ok(());
         }
         let sealed = self.epoch.seal(&mut self.batch)?;
-        let _span = info_span!("seal", sequence = sealed.sequence(), entries = sealed.entries).entered();
+        let _span = info_span!(
+            "seal",
+            sequence = sealed.sequence(),
+            entries = sealed.entries
+        )
+        .entered();
         let waiters = std::mem::take(&mut self.batch_waiters);
         self.batch_bytes = 0;
         self.generation += 1;
@@ -251,7 +259,12 @@ impl WriterState {
         }
     }
 
-    fn on_uploaded(&mut self, myself: &ActorRef<WriterMsg>, sequence: u64, outcome: PersistOutcome) {
+    fn on_uploaded(
+        &mut self,
+        myself: &ActorRef<WriterMsg>,
+        sequence: u64,
+        outcome: PersistOutcome,
+    ) {
         self.uploading = self.uploading.saturating_sub(1);
         Counters::set(&self.args.counters.in_flight, self.uploading as u64);
         if let Some(f) = self.objects.get_mut(&sequence) {
@@ -496,7 +509,9 @@ impl Actor for Writer {
                     state.progress(&myself);
                 }
             }
-            WriterMsg::Uploaded { sequence, outcome } => state.on_uploaded(&myself, sequence, outcome),
+            WriterMsg::Uploaded { sequence, outcome } => {
+                state.on_uploaded(&myself, sequence, outcome)
+            }
             WriterMsg::Stop { reply } => state.on_stop(&myself, reply),
             #[cfg(feature = "testing")]
             WriterMsg::Panic => panic!("injected writer panic"),
