@@ -91,6 +91,20 @@ pub struct Batch {
     segment_bytes: u64,
     payload_bytes: u64,
     entries: u64,
+    fullest_region: u64,
+}
+
+/// Entries per distinct region of an append, in first-seen order. Appends have few
+/// parts, so a linear scan beats a map and allocates once.
+fn region_counts(parts: &[(u64, Vec<Bytes>)]) -> Vec<(u64, u64)> {
+    let mut counts: Vec<(u64, u64)> = Vec::with_capacity(parts.len());
+    for (region, entries) in parts {
+        match counts.iter_mut().find(|(r, _)| r == region) {
+            Some((_, n)) => *n += entries.len() as u64,
+            None => counts.push((*region, entries.len() as u64)),
+        }
+    }
+    counts
 }
 
 /// The encoded size of an object whose segments hold `segment_bytes` in `regions` segments.
@@ -110,6 +124,7 @@ impl Batch {
             segment_bytes: 0,
             payload_bytes: 0,
             entries: 0,
+            fullest_region: 0,
         }
     }
 
@@ -124,7 +139,6 @@ impl Batch {
         if parts.is_empty() {
             return Err(Error::EmptyAppend);
         }
-        let mut per_region: BTreeMap<u64, u64> = BTreeMap::new();
         let mut segment_bytes = 0u64;
         for (region, entries) in parts {
             if entries.is_empty() {
@@ -141,14 +155,13 @@ impl Batch {
                 }
                 segment_bytes += ENTRY_PREFIX_LEN as u64 + len;
             }
-            let n = per_region.entry(*region).or_default();
-            *n += entries.len() as u64;
-            if *n > MAX_SEGMENT_ENTRIES {
-                return Err(Error::TooManyEntries {
-                    region: *region,
-                    count: *n,
-                });
-            }
+        }
+        let per_region = region_counts(parts);
+        if let Some((region, count)) = per_region.iter().find(|(_, n)| *n > MAX_SEGMENT_ENTRIES) {
+            return Err(Error::TooManyEntries {
+                region: *region,
+                count: *count,
+            });
         }
         let alone = object_len(segment_bytes, per_region.len() as u64);
         if alone > limits.max_object_bytes {
@@ -165,15 +178,12 @@ impl Batch {
     pub fn admit(&mut self, parts: AppendParts) -> Result<usize, Admit> {
         Self::validate(&self.limits, &parts).map_err(Admit::Invalid)?;
         // What the append adds: its framed entries, and a footer record per new region.
-        let mut added_bytes = 0u64;
-        let mut added: BTreeMap<u64, u64> = BTreeMap::new();
-        for (region, entries) in &parts {
-            *added.entry(*region).or_default() += entries.len() as u64;
-            added_bytes += entries
-                .iter()
-                .map(|e| (ENTRY_PREFIX_LEN + e.len()) as u64)
-                .sum::<u64>();
-        }
+        let added_bytes: u64 = parts
+            .iter()
+            .flat_map(|(_, entries)| entries.iter())
+            .map(|e| (ENTRY_PREFIX_LEN + e.len()) as u64)
+            .sum();
+        let added = region_counts(&parts);
         let mut new_regions = 0u64;
         for (region, count) in &added {
             let have = self.regions.get(region).map_or(0, |v| v.len() as u64);
@@ -203,6 +213,7 @@ impl Batch {
             self.entries += entries.len() as u64;
             self.payload_bytes += entries.iter().map(|e| e.len() as u64).sum::<u64>();
             segment.extend(entries);
+            self.fullest_region = self.fullest_region.max(segment.len() as u64);
         }
         self.segment_bytes += added_bytes;
         self.appends.push(slots);
@@ -236,9 +247,7 @@ impl Batch {
 
     /// Whether some region holds 2^20 entries, so nothing more of it fits.
     pub fn region_full(&self) -> bool {
-        self.regions
-            .values()
-            .any(|v| v.len() as u64 >= MAX_SEGMENT_ENTRIES)
+        self.fullest_region >= MAX_SEGMENT_ENTRIES
     }
 
     /// Encodes the batch as the object at `sequence` with this epoch, link and floor,
@@ -286,6 +295,7 @@ impl Batch {
         self.segment_bytes = 0;
         self.payload_bytes = 0;
         self.entries = 0;
+        self.fullest_region = 0;
         Ok(sealed)
     }
 }

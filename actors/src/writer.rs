@@ -203,6 +203,8 @@ impl WriterState {
         if self.terminal.is_some() {
             return;
         }
+        // A lone appender does not wait for the timer: with nothing uploading and nothing
+        // sealed, the batch goes at once. Under load, batches grow while uploads run.
         let idle = self.uploading == 0 && self.objects.values().all(|f| f.started);
         if idle && !self.batch.is_empty() {
             if let Err(e) = self.seal() {
