@@ -206,6 +206,15 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
     let payload = Bytes::from(vec![0xa5u8; c.entry_bytes]);
     let budget = Arc::new(AtomicU64::new(c.appends.unwrap_or(u64::MAX)));
     let stop = Arc::new(AtomicBool::new(false));
+    // Latencies go to a few shared histograms: one per task would cost more memory than
+    // the WAL itself at thousands of appenders.
+    let shards: Arc<Vec<std::sync::Mutex<Histogram<u64>>>> = Arc::new(
+        (0..16)
+            .map(|_| {
+                Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).map(std::sync::Mutex::new)
+            })
+            .collect::<Result<_, _>>()?,
+    );
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(c.appenders);
     for a in 0..c.appenders {
@@ -213,9 +222,9 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
         let payload = payload.clone();
         let budget = budget.clone();
         let stop = stop.clone();
+        let shards = shards.clone();
         let (regions, per) = (c.regions.max(1), c.entries_per_append.max(1));
         tasks.push(tokio::spawn(async move {
-            let mut h = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).ok();
             let (mut ok, mut failed) = (0u64, 0u64);
             let mut k = a as u64;
             while !stop.load(Ordering::Relaxed)
@@ -229,14 +238,15 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
                 match wal.append(region, vec![payload.clone(); per]).await {
                     Ok(_) => {
                         ok += 1;
-                        if let Some(h) = h.as_mut() {
-                            let _ = h.record(t.elapsed().as_micros().max(1) as u64);
+                        if let Some(h) = shards.get(a % shards.len()) {
+                            let us = t.elapsed().as_micros().max(1) as u64;
+                            let _ = h.lock().unwrap_or_else(|p| p.into_inner()).record(us);
                         }
                     }
                     Err(_) => failed += 1,
                 }
             }
-            (h, ok, failed)
+            (ok, failed)
         }));
     }
     let deadline = (c.appends.is_none()).then(|| started + Duration::from_secs_f64(c.seconds));
@@ -258,12 +268,12 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
     let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
     let (mut ok, mut failed) = (0u64, 0u64);
     for t in tasks {
-        let (h, o, f) = t.await?;
-        if let Some(h) = h {
-            hist.add(h)?;
-        }
+        let (o, f) = t.await?;
         ok += o;
         failed += f;
+    }
+    for h in shards.iter() {
+        hist.add(&*h.lock().unwrap_or_else(|p| p.into_inner()))?;
     }
     let elapsed = started.elapsed().as_secs_f64();
     let stats = wal.stats().await?;

@@ -106,7 +106,7 @@ impl Config {
         Config {
             prefix: prefix.into(),
             flush_interval: Duration::from_millis(100),
-            min_object_interval: Duration::from_millis(0),
+            min_object_interval: Duration::from_millis(20),
             max_batch_bytes: 8 * 1024 * 1024,
             max_entry_bytes: 4 * 1024 * 1024,
             max_in_flight: 4,

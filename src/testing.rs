@@ -13,7 +13,6 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use object_store::path::Path;
-use object_store::throttle::{ThrottleConfig, ThrottledStore};
 use object_store::{
     CopyOptions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult, MultipartUpload,
     ObjectMeta, ObjectStore, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
@@ -30,19 +29,95 @@ fn injected(what: &str) -> object_store::Error {
     }
 }
 
-/// Wraps `store` with a fixed latency per PUT and per GET (object_store's
-/// `ThrottledStore`), standing in for a remote store.
+/// Wraps `store` with a fixed latency per PUT (creates included) and per GET, standing
+/// in for a remote store. (object_store's `ThrottledStore` does this too, but panics on
+/// GETs from a `LocalFileSystem`, whose results are files.)
 pub fn with_latency(
     store: Arc<dyn ObjectStore>,
     put: Duration,
     get: Duration,
 ) -> Arc<dyn ObjectStore> {
-    let config = ThrottleConfig {
-        wait_put_per_call: put,
-        wait_get_per_call: get,
-        ..Default::default()
-    };
-    Arc::new(ThrottledStore::new(store, config))
+    Arc::new(LatencyStore {
+        inner: store,
+        put,
+        get,
+    })
+}
+
+/// Adds a fixed latency before every PUT and GET of the wrapped store.
+#[derive(Debug)]
+pub struct LatencyStore {
+    inner: Arc<dyn ObjectStore>,
+    put: Duration,
+    get: Duration,
+}
+
+impl fmt::Display for LatencyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LatencyStore({})", self.inner)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for LatencyStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        tokio::time::sleep(self.put).await;
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        tokio::time::sleep(self.get).await;
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
 }
 
 /// One GET as the counting store saw it.
@@ -352,8 +427,9 @@ struct FaultState {
     /// Every create fails this way from now on.
     always: Option<CreateFault>,
     late: Vec<LateCreate>,
-    /// Holds on the creates of a key.
-    holds: HashMap<String, CreateHold>,
+    /// Holds on the creates of a key, with how many more creates each catches (`None`:
+    /// every one).
+    holds: HashMap<String, (CreateHold, Option<u64>)>,
     flip_next_get: HashMap<String, u32>,
     fail_gets: u32,
     fail_lists: u32,
@@ -413,8 +489,35 @@ impl FaultStore {
         let hold = CreateHold::new();
         lock(&self.state)
             .holds
-            .insert(key.to_string(), hold.clone());
+            .insert(key.to_string(), (hold.clone(), None));
         hold
+    }
+
+    /// Like [`hold_creates_of`](Self::hold_creates_of), but only the next `n` creates of
+    /// `key` are caught by the hold; later ones (say, another instance's create of the
+    /// same key) go through at once, even before the release.
+    pub fn hold_next_creates_of(&self, key: &Path, n: u64) -> CreateHold {
+        let hold = CreateHold::new();
+        if n > 0 {
+            lock(&self.state)
+                .holds
+                .insert(key.to_string(), (hold.clone(), Some(n)));
+        }
+        hold
+    }
+
+    /// The hold that catches this create of `key`, if any (counting it).
+    fn hold_for(&self, key: &Path) -> Option<CreateHold> {
+        let mut state = lock(&self.state);
+        let (hold, remaining) = state.holds.get_mut(key.as_ref())?;
+        let hold = hold.clone();
+        if let Some(n) = remaining {
+            *n -= 1;
+            if *n == 0 {
+                state.holds.remove(key.as_ref());
+            }
+        }
+        Some(hold)
     }
 
     /// The next `n` GETs of `key` return the bytes with one bit flipped.
@@ -506,7 +609,7 @@ impl ObjectStore for FaultStore {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         let hold = matches!(opts.mode, PutMode::Create)
-            .then(|| lock(&self.state).holds.get(location.as_ref()).cloned())
+            .then(|| self.hold_for(location))
             .flatten();
         let _passage = match hold {
             Some(hold) => Some(hold.pass().await),

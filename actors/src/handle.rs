@@ -128,8 +128,13 @@ impl WalHandle {
 
     async fn append_inner(&self, parts: AppendParts, fail_fast: bool) -> Result<AppendReceipt> {
         // A reply port dropped unanswered means the writer failed holding the append.
-        let dropped = || Error::WriterFailed {
-            durability: Durability::MayBeDurable,
+        // If the WAL ended by failing (e.g. fenced), the reply port may instead have been
+        // dropped with the supervisor's mailbox: say why it ended, conservatively.
+        let dropped = || match self.terminal_error() {
+            Some(e) => e.with_durability(Durability::MayBeDurable),
+            None => Error::WriterFailed {
+                durability: Durability::MayBeDurable,
+            },
         };
         self.call(
             |reply| {

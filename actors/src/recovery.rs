@@ -3,7 +3,7 @@
 
 use object_store_wal::io::WalIo;
 use object_store_wal::store::open_instance;
-use object_store_wal::Config;
+use object_store_wal::{Config, Error};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info_span, Instrument};
 
@@ -35,7 +35,17 @@ impl Actor for Recovery {
         let span = info_span!("recovery", prefix = %args.io.prefix());
         let task = tokio::spawn(
             async move {
-                let result = open_instance(&args.io, &args.config).await;
+                // A panic inside the open is reported as a failed open, never as
+                // silence that would leave the supervisor waiting.
+                let (io, config) = (args.io.clone(), args.config.clone());
+                let result =
+                    match tokio::spawn(async move { open_instance(&io, &config).await }).await {
+                        Ok(result) => result,
+                        Err(e) => Err(Error::OpenContended {
+                            attempts: 0,
+                            last: format!("the open panicked: {e}"),
+                        }),
+                    };
                 let _ = args.supervisor.cast(WalMsg::Recovered(Box::new(result)));
                 myself.stop(None);
             }

@@ -454,7 +454,10 @@ impl Actor for Supervisor {
                 state.stop_children();
                 state.phase = Phase::Stopped;
                 let _ = reply.send(());
-                myself.stop(Some("stopped".into()));
+                // Drain rather than stop: messages already in the mailbox are answered
+                // (refused with `Stopped`, not dropped, which a caller would read as a
+                // failed writer), and later sends fail at once.
+                let _ = myself.drain();
             }
             WalMsg::Recovered(result) => state.on_recovered(&myself, *result).await?,
             WalMsg::WriterEnded { epoch, error } => {
