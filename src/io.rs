@@ -328,7 +328,7 @@ pub fn store_from_url(url: &str) -> Result<Arc<dyn ObjectStore>> {
     }
 }
 
-#[allow(unused_variables, unreachable_code)]
+#[allow(unused_variables, unreachable_code, unreachable_patterns)]
 fn cloud_store(scheme: &str, url: &url::Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
     let store: Arc<dyn ObjectStore> = match scheme {
         #[cfg(feature = "aws")]
