@@ -327,3 +327,112 @@ pub fn plan_opening(present: &[u64], end: Option<&Header>) -> Result<OpeningPlan
         },
     })
 }
+
+/// The floor: the lowest chain sequence that still holds an entry some region needs
+/// (DESIGN.md, "Reclaiming space"). Pure bookkeeping beside the catalog.
+///
+/// Each region pins the floor at the sequence of its first entry above its obsolete
+/// watermark. A region on the chain whose watermark has not been reported since the
+/// open pins it at its first entry: nothing is reclaimed on a guess. A region whose
+/// entries are all obsolete pins nothing. The floor the writer uses never decreases.
+#[derive(Debug, Clone, Default)]
+pub struct Retention {
+    watermarks: RegionMap<u64>,
+    pin_of: RegionMap<u64>,
+    pins: std::collections::BTreeSet<(u64, u64)>,
+    floor: u64,
+}
+
+impl Retention {
+    /// Retention after an open: every region on the chain pins its first entry; the floor
+    /// starts at `floor` (the chain end's).
+    pub fn new(catalog: &Catalog, floor: u64) -> Self {
+        let mut r = Retention {
+            floor,
+            ..Default::default()
+        };
+        for region in catalog.regions() {
+            if let Some(first) = catalog.first_entry_id(region) {
+                r.set_pin(region, Some(crate::format::entry_sequence(first)));
+            }
+        }
+        r
+    }
+
+    fn set_pin(&mut self, region: u64, pin: Option<u64>) {
+        if let Some(old) = self.pin_of.remove(&region) {
+            self.pins.remove(&(old, region));
+        }
+        if let Some(p) = pin {
+            self.pin_of.insert(region, p);
+            self.pins.insert((p, region));
+        }
+    }
+
+    /// Records that `region`'s entries with id `<= id` are obsolete (the watermark only
+    /// rises) and moves its pin.
+    pub fn obsolete(&mut self, catalog: &Catalog, region: u64, id: u64) {
+        // Only ids the chain holds can be obsolete: a watermark beyond the region's last
+        // committed entry would hide entries not written yet.
+        let id = id.min(catalog.last_entry_id(region).unwrap_or(0));
+        let w = self.watermarks.entry(region).or_insert(id);
+        *w = (*w).max(id);
+        let w = *w;
+        let pin = catalog
+            .segments_from(region, w.saturating_add(1))
+            .first()
+            .map(|s| s.sequence);
+        self.set_pin(region, pin);
+    }
+
+    /// Records that every entry `region` has on the chain is obsolete (a dropped region).
+    pub fn obsolete_all(&mut self, catalog: &Catalog, region: u64) {
+        if let Some(last) = catalog.last_entry_id(region) {
+            self.obsolete(catalog, region, last);
+        }
+    }
+
+    /// The watermark of `region`, if reported since the open.
+    pub fn watermark(&self, region: u64) -> Option<u64> {
+        self.watermarks.get(&region).copied()
+    }
+
+    /// Accounts for a newly committed chain object: a region with no pin is pinned there.
+    pub fn committed(&mut self, sequence: u64, records: &[SegmentRecord]) {
+        for r in records {
+            let hidden = self
+                .watermarks
+                .get(&r.region)
+                .is_some_and(|w| r.last_entry_id <= *w);
+            if !self.pin_of.contains_key(&r.region) && !hidden {
+                self.set_pin(r.region, Some(sequence));
+            }
+        }
+    }
+
+    /// The floor for the next object, given the lowest sequence not yet committed (the
+    /// oldest object in flight, or the one being sealed): the lowest pin, capped there,
+    /// since objects in flight are not in the catalog yet; never below any floor
+    /// returned before.
+    pub fn floor_for(&mut self, lowest_uncommitted: u64) -> u64 {
+        let needed = self.pins.first().map_or(lowest_uncommitted, |(p, _)| *p);
+        self.floor = self.floor.max(needed.min(lowest_uncommitted));
+        self.floor
+    }
+
+    /// The last floor returned.
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+}
+
+/// The next object of a chain that a follower has read up to `last`: the lowest
+/// non-claim object above it whose link names `last` exactly. Objects that do not link
+/// to it (orphans, claims, objects whose predecessor has not landed yet) are passed
+/// over, not discarded: a later poll sees them again.
+pub fn next_on_chain(last: Link, candidates: &BTreeMap<u64, Header>) -> Option<u64> {
+    candidates
+        .range(last.sequence.saturating_add(1)..)
+        .find(|(_, h)| !h.claim && h.link == last)
+        .map(|(s, _)| *s)
+}

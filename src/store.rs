@@ -472,6 +472,74 @@ pub enum PersistOutcome {
     },
     /// The store refuses conditional creates.
     Unsupported,
+    /// Created, but the create took longer than `max_create_duration`: never acknowledged.
+    TooSlow {
+        /// Create attempts made.
+        attempts: u32,
+        /// How long it took.
+        took: Duration,
+    },
+}
+
+/// A clock for create durations. It must keep counting while the process or the machine
+/// is suspended: a create that stalled across a suspension must not look fast.
+pub trait CreateClock: Send + Sync + std::fmt::Debug {
+    /// Time since an arbitrary fixed origin.
+    fn now(&self) -> Duration;
+}
+
+/// `CLOCK_BOOTTIME` on Linux and Android (it counts suspended time); the monotonic
+/// clock elsewhere.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BootClock;
+
+impl CreateClock for BootClock {
+    fn now(&self) -> Duration {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: clock_gettime only writes the timespec we own and pass by pointer.
+            let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+            if rc == 0 {
+                return Duration::new(
+                    ts.tv_sec.max(0) as u64,
+                    ts.tv_nsec.clamp(0, 999_999_999) as u32,
+                );
+            }
+        }
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        ORIGIN.get_or_init(std::time::Instant::now).elapsed()
+    }
+}
+
+/// [`persist`], measured on `clock` from the first attempt to the definite answer: a
+/// create that took longer than `max_duration` is never acknowledged
+/// ([`PersistOutcome::TooSlow`]), so a stalled create cannot land on a reclaimed key and
+/// be acknowledged after `reclaim_grace` (DESIGN.md, "Reclaiming space").
+pub async fn persist_within(
+    io: &WalIo,
+    object: &EncodedObject,
+    retry: &RetryPolicy,
+    max_duration: Duration,
+    clock: &dyn CreateClock,
+) -> PersistOutcome {
+    let started = clock.now();
+    let outcome = persist(io, object, retry).await;
+    let took = clock.now().saturating_sub(started);
+    match outcome {
+        PersistOutcome::Durable { attempts } if took > max_duration => {
+            warn!(
+                sequence = object.header().sequence,
+                took_ms = took.as_millis() as u64,
+                "create took longer than max_create_duration; not acknowledged"
+            );
+            PersistOutcome::TooSlow { attempts, took }
+        }
+        other => other,
+    }
 }
 
 /// Creates an object and resolves the answer to a definite outcome: an unknown outcome
@@ -555,6 +623,12 @@ impl PersistOutcome {
                 durability: Durability::NotWritten,
             }),
             PersistOutcome::Unsupported => Some(unsupported(io)),
+            PersistOutcome::TooSlow { .. } => Some(Error::EpochEnded {
+                epoch,
+                sequence,
+                reason: EpochEndReason::CreateTooSlow,
+                durability: Durability::MayBeDurable,
+            }),
         }
     }
 }
@@ -589,6 +663,7 @@ pub struct ObjectStoreLogStore {
     catalog: Arc<RwLock<Catalog>>,
     report: RecoveryReport,
     writer: Option<Writer>,
+    clock: Arc<dyn CreateClock>,
 }
 
 impl ObjectStoreLogStore {
@@ -608,6 +683,7 @@ impl ObjectStoreLogStore {
             catalog: Arc::new(RwLock::new(opened.recovery.catalog)),
             report: opened.recovery.report,
             config,
+            clock: Arc::new(BootClock),
         })
     }
 
@@ -624,6 +700,7 @@ impl ObjectStoreLogStore {
             report: recovery.report,
             writer: None,
             config,
+            clock: Arc::new(BootClock),
         })
     }
 
@@ -642,6 +719,12 @@ impl ObjectStoreLogStore {
             terminal: None,
         });
         Ok(())
+    }
+
+    /// Measures creates on `clock` instead of [`BootClock`] (tests drive it by hand).
+    pub fn with_clock(mut self, clock: Arc<dyn CreateClock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The configuration.
@@ -697,9 +780,15 @@ impl ObjectStoreLogStore {
         }
         let sealed = writer.epoch.seal(&mut writer.batch)?;
         let sequence = sealed.sequence();
-        let outcome = persist(&self.io, &sealed.encoded, &self.config.retry)
-            .instrument(info_span!("upload", sequence, bytes = sealed.encoded.len()))
-            .await;
+        let outcome = persist_within(
+            &self.io,
+            &sealed.encoded,
+            &self.config.retry,
+            self.config.max_create_duration,
+            self.clock.as_ref(),
+        )
+        .instrument(info_span!("upload", sequence, bytes = sealed.encoded.len()))
+        .await;
         if let Some(error) = outcome.error(&self.io, writer.epoch.epoch, sequence) {
             warn!(sequence, error = %error, "object not acknowledged; the epoch is over");
             writer.terminal = Some(error.clone());
@@ -761,6 +850,25 @@ impl ObjectStoreLogStore {
             from,
             self.config.read_ahead,
             self.config.corrupt_segment_policy,
+        )
+    }
+}
+
+impl ObjectStoreLogStore {
+    /// Follows `region` from `from` by polling the prefix every `poll_interval` (see
+    /// [`follow_read_only`]); meant for a read-only open of another node's prefix.
+    pub fn follow(
+        &self,
+        region: u64,
+        from: u64,
+        poll_interval: Duration,
+    ) -> BoxStream<'static, Result<Entry>> {
+        follow_read_only(
+            self.io.clone(),
+            self.config.clone(),
+            region,
+            from,
+            poll_interval,
         )
     }
 }
@@ -967,4 +1075,97 @@ async fn fetch_segments(
         }
         return Ok(entries);
     }
+}
+
+/// Follows `region` of a prefix opened read-only (another node's log): the entries with
+/// id `>= from` on the recovered chain, then each object that extends the chain, found by
+/// polling: one LIST per `poll_interval`, starting after the last chain object (a start
+/// offset, not a full listing). It never writes and never fences the owner. Objects
+/// that do not extend the chain yet (an orphan, a claim, an object whose predecessor has
+/// not landed) are kept and looked at again; each object's summary is read once. Ends
+/// at the first error, or when the consumer drops the stream.
+pub fn follow_read_only(
+    io: WalIo,
+    config: Config,
+    region: u64,
+    from: u64,
+    poll_interval: Duration,
+) -> BoxStream<'static, Result<Entry>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Entry>>(1024);
+    let span = info_span!("follow_read_only", prefix = %io.prefix(), region, from);
+    tokio::spawn(
+        async move {
+            let run = async {
+                let recovery = recover(&io, config.recovery_concurrency).await?;
+                let mut last = recovery
+                    .catalog
+                    .tip()
+                    .map(|(sequence, o)| Link {
+                        sequence,
+                        epoch: o.epoch,
+                    })
+                    .unwrap_or(Link::NONE);
+                let catalog = Arc::new(RwLock::new(recovery.catalog));
+                let mut pending: BTreeMap<u64, ObjectSummary> = BTreeMap::new();
+                let mut next = from;
+                loop {
+                    let mut entries = read_region(
+                        io.clone(),
+                        catalog.clone(),
+                        region,
+                        next,
+                        config.read_ahead,
+                        config.corrupt_segment_policy,
+                    );
+                    while let Some(item) = entries.next().await {
+                        let entry = item?;
+                        next = entry.id + 1;
+                        if tx.send(Ok(entry)).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(poll_interval) => {}
+                        _ = tx.closed() => return Ok(()),
+                    }
+                    let listing = io.list_after(last.sequence).await?;
+                    for listed in listing.objects {
+                        if let std::collections::btree_map::Entry::Vacant(slot) =
+                            pending.entry(listed.sequence)
+                        {
+                            slot.insert(io.read_summary(&listed).await?);
+                        }
+                    }
+                    let headers: BTreeMap<u64, Header> =
+                        pending.iter().map(|(s, o)| (*s, o.header)).collect();
+                    let mut extended = Vec::new();
+                    let mut at = last;
+                    while let Some(sequence) = crate::catalog::next_on_chain(at, &headers) {
+                        let epoch = headers.get(&sequence).map_or(0, |h| h.epoch);
+                        extended.push(sequence);
+                        at = Link { sequence, epoch };
+                    }
+                    if !extended.is_empty() {
+                        let mut catalog = catalog.write().unwrap_or_else(|p| p.into_inner());
+                        for sequence in &extended {
+                            if let Some(o) = pending.get(sequence) {
+                                catalog.insert(&o.header, &o.footer.records, o.length)?;
+                            }
+                        }
+                        last = at;
+                    }
+                    // What lies at or below the chain end can never extend it.
+                    pending = pending.split_off(&(last.sequence + 1));
+                }
+            };
+            if let Err(e) = run.await {
+                let _ = tx.send(Err(e)).await;
+            }
+        }
+        .instrument(span),
+    );
+    stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
+    .boxed()
 }

@@ -2,7 +2,7 @@
 //! requests, injecting faults, adding latency. They wrap any `ObjectStore`, so the same
 //! fault can be staged on memory, a local directory or a real server.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -434,9 +434,15 @@ struct FaultState {
     fail_gets: u32,
     fail_lists: u32,
     landed_late: u64,
+    /// The seeded random mode ([`FaultStore::seeded`]); `None` in scripted mode.
+    random: Option<RandomFaults>,
+    /// Faults injected so far, scripted and random.
+    counts: FaultCounts,
 }
 
-/// Injects faults into a store's requests, following an explicit script.
+/// Injects faults into a store's requests, following an explicit script, and, when made
+/// with [`FaultStore::seeded`], random faults and latencies drawn from a seeded PRNG
+/// (scripted faults take precedence over random ones).
 #[derive(Debug)]
 pub struct FaultStore {
     inner: Arc<dyn ObjectStore>,
@@ -616,21 +622,32 @@ impl ObjectStore for FaultStore {
             None => None,
         };
         self.tick().await;
+        let (before, after) = self.random_latency(Op::Put);
+        pause(before).await;
         let fault = if matches!(opts.mode, PutMode::Create) {
             let mut state = lock(&self.state);
             let own = state
                 .by_key
                 .get_mut(location.as_ref())
                 .and_then(|q| q.pop_front());
-            own.or_else(|| state.any.pop_front()).or(state.always)
+            let fault = own
+                .or_else(|| state.any.pop_front())
+                .or(state.always)
+                .or_else(|| state.random_create_fault());
+            if let Some(f) = fault {
+                state.counts.count_create(f);
+            }
+            fault
         } else {
             None
         };
-        match fault {
+        let result = match fault {
             None => self.inner.put_opts(location, payload, opts).await,
             Some(CreateFault::ApplyThenError) => {
-                self.inner.put_opts(location, payload, opts).await?;
-                Err(injected("create applied, error reported"))
+                match self.inner.put_opts(location, payload, opts).await {
+                    Ok(_) => Err(injected("create applied, error reported")),
+                    Err(e) => Err(e),
+                }
             }
             Some(CreateFault::ErrorUnapplied) => Err(injected("create not applied")),
             Some(CreateFault::LandLate(after)) => {
@@ -642,7 +659,11 @@ impl ObjectStore for FaultStore {
                 });
                 Err(injected("create delayed, will land late"))
             }
-        }
+        };
+        // Latency after the store answered: the create may be visible before its
+        // answer arrives.
+        pause(after).await;
+        result
     }
 
     async fn put_multipart_opts(
@@ -659,25 +680,37 @@ impl ObjectStore for FaultStore {
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
         self.tick().await;
+        let (before, after) = self.random_latency(Op::Get);
+        pause(before).await;
         let (fail, flip) = {
             let mut state = lock(&self.state);
-            let fail = state.fail_gets > 0;
+            let mut fail = state.fail_gets > 0;
             if fail {
                 state.fail_gets -= 1;
             }
-            let flip = match state.flip_next_get.get_mut(location.as_ref()) {
+            let mut flip = match state.flip_next_get.get_mut(location.as_ref()) {
                 Some(n) if *n > 0 => {
                     *n -= 1;
                     true
                 }
                 _ => false,
             };
+            if !fail && !flip {
+                (fail, flip) = state.random_get_fault(location);
+            }
+            if fail {
+                state.counts.failed_gets += 1;
+            } else if flip {
+                state.counts.flipped_gets += 1;
+            }
             (fail, flip)
         };
         if fail {
+            pause(after).await;
             return Err(injected("get failed"));
         }
         let mut result = self.inner.get_opts(location, options).await?;
+        pause(after).await;
         if flip {
             let payload = std::mem::replace(
                 &mut result.payload,
@@ -707,16 +740,23 @@ impl ObjectStore for FaultStore {
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         let fail = {
             let mut state = lock(&self.state);
-            let fail = state.fail_lists > 0;
+            let mut fail = state.fail_lists > 0;
             if fail {
                 state.fail_lists -= 1;
+            }
+            fail = fail || state.random_list_fault();
+            if fail {
+                state.counts.failed_lists += 1;
             }
             fail
         };
         if fail {
             return futures::stream::once(async { Err(injected("list failed")) }).boxed();
         }
-        self.inner.list(prefix)
+        let latency = self.random_latency(Op::List);
+        let inner = self.inner.clone();
+        let prefix = prefix.cloned();
+        delayed_list(latency, move || inner.list(prefix.as_ref()))
     }
 
     fn list_with_offset(
@@ -724,7 +764,24 @@ impl ObjectStore for FaultStore {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
+        let fail = {
+            let mut state = lock(&self.state);
+            let fail = state.random_list_fault();
+            if fail {
+                state.counts.failed_lists += 1;
+            }
+            fail
+        };
+        if fail {
+            return futures::stream::once(async { Err(injected("list failed")) }).boxed();
+        }
+        let latency = self.random_latency(Op::List);
+        let inner = self.inner.clone();
+        let prefix = prefix.cloned();
+        let offset = offset.clone();
+        delayed_list(latency, move || {
+            inner.list_with_offset(prefix.as_ref(), &offset)
+        })
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
@@ -738,5 +795,300 @@ impl ObjectStore for FaultStore {
         options: CopyOptions,
     ) -> object_store::Result<()> {
         self.inner.copy_opts(from, to, options).await
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Seeded random mode
+// ---------------------------------------------------------------------------------------
+
+/// A small, fast, seedable PRNG (SplitMix64): the same seed gives the same sequence on
+/// every platform. Not for cryptography; for reproducible fault schedules and tests.
+#[derive(Debug, Clone)]
+pub struct SplitMix64 {
+    state: u64,
+}
+
+impl SplitMix64 {
+    /// A generator started at `seed`.
+    pub fn new(seed: u64) -> Self {
+        SplitMix64 { state: seed }
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            return 0;
+        }
+        // Multiply-shift: unbiased enough for tests, no division.
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+
+    /// A number in `lo..=hi`.
+    pub fn range_inclusive(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi.saturating_sub(lo).saturating_add(1))
+    }
+
+    /// A number in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// `true` with probability `p` (`p <= 0`: never; `p >= 1`: always).
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && (p >= 1.0 || self.unit() < p)
+    }
+
+    /// A duration in `0..=max`, with nanosecond resolution.
+    pub fn duration_up_to(&mut self, max: Duration) -> Duration {
+        let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(self.range_inclusive(0, nanos))
+    }
+
+    /// A generator for a sub-stream, so that drawing more from one part of a test does
+    /// not shift the draws of another.
+    pub fn fork(&mut self) -> SplitMix64 {
+        SplitMix64::new(self.next_u64())
+    }
+}
+
+/// Probabilities (each in `[0, 1]`) and bounds of the random faults of
+/// [`FaultStore::seeded`]. The default injects nothing and adds no latency.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct FaultRates {
+    /// A create is applied, then answered with an error (the outcome looks unknown).
+    pub apply_then_error: f64,
+    /// A create is not applied and answered with an error.
+    pub error_unapplied: f64,
+    /// A create is answered with an error now and lands later
+    /// ([`CreateFault::LandLate`]), after a random number of further operations.
+    pub land_late: f64,
+    /// The most operations a late create waits before it lands (drawn in
+    /// `0..=late_after_max_ops`); [`FaultStore::land_late`] lands the rest at once.
+    pub late_after_max_ops: u32,
+    /// A GET fails.
+    pub fail_get: f64,
+    /// A LIST fails.
+    pub fail_list: f64,
+    /// A GET returns its bytes with one bit flipped. Each key is flipped at most once,
+    /// so a read that retries sees the true bytes: a transient corruption in transit.
+    pub flip_get: f64,
+    /// Longest latency added to a PUT (drawn uniformly in `0..=put_latency`).
+    pub put_latency: Duration,
+    /// Longest latency added to a GET.
+    pub get_latency: Duration,
+    /// Longest latency added to a LIST.
+    pub list_latency: Duration,
+    /// A PUT is slow: `slow_latency` more.
+    pub slow_put: f64,
+    /// A GET is slow: `slow_latency` more.
+    pub slow_get: f64,
+    /// A LIST is slow: `slow_latency` more.
+    pub slow_list: f64,
+    /// The extra latency of a slow operation.
+    pub slow_latency: Duration,
+}
+
+/// Faults a [`FaultStore`] injected so far, scripted and random
+/// ([`FaultStore::fault_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Creates applied and answered with an error.
+    pub apply_then_error: u64,
+    /// Creates not applied and answered with an error.
+    pub error_unapplied: u64,
+    /// Creates answered with an error that land later (or never, if the key is taken).
+    pub land_late: u64,
+    /// GETs failed.
+    pub failed_gets: u64,
+    /// GETs that returned flipped bytes.
+    pub flipped_gets: u64,
+    /// LISTs failed.
+    pub failed_lists: u64,
+    /// Operations made slow (random mode).
+    pub slow_ops: u64,
+    /// Objects deleted behind the WAL's back ([`FaultStore::delete_behind`]).
+    pub deleted_behind: u64,
+}
+
+impl FaultCounts {
+    fn count_create(&mut self, fault: CreateFault) {
+        match fault {
+            CreateFault::ApplyThenError => self.apply_then_error += 1,
+            CreateFault::ErrorUnapplied => self.error_unapplied += 1,
+            CreateFault::LandLate(_) => self.land_late += 1,
+        }
+    }
+}
+
+/// The state of the seeded random mode.
+#[derive(Debug)]
+struct RandomFaults {
+    rng: SplitMix64,
+    rates: FaultRates,
+    enabled: bool,
+    /// Keys whose GET was flipped once already: never again.
+    flipped: HashSet<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Put,
+    Get,
+    List,
+}
+
+impl FaultState {
+    fn random_mut(&mut self) -> Option<&mut RandomFaults> {
+        self.random.as_mut().filter(|r| r.enabled)
+    }
+
+    /// A random fault for a create that no scripted fault caught.
+    fn random_create_fault(&mut self) -> Option<CreateFault> {
+        let r = self.random_mut()?;
+        let rates = r.rates;
+        let u = r.rng.unit();
+        let mut bound = rates.apply_then_error;
+        if u < bound {
+            return Some(CreateFault::ApplyThenError);
+        }
+        bound += rates.error_unapplied;
+        if u < bound {
+            return Some(CreateFault::ErrorUnapplied);
+        }
+        bound += rates.land_late;
+        if u < bound {
+            let after = r
+                .rng
+                .range_inclusive(0, u64::from(rates.late_after_max_ops));
+            return Some(CreateFault::LandLate(after as u32));
+        }
+        None
+    }
+
+    /// `(fail, flip)` for a GET of `key` that no scripted fault caught.
+    fn random_get_fault(&mut self, key: &Path) -> (bool, bool) {
+        let Some(r) = self.random_mut() else {
+            return (false, false);
+        };
+        if r.rng.chance(r.rates.fail_get) {
+            return (true, false);
+        }
+        let flip = r.rng.chance(r.rates.flip_get) && r.flipped.insert(key.to_string());
+        (false, flip)
+    }
+
+    fn random_list_fault(&mut self) -> bool {
+        self.random_mut()
+            .is_some_and(|r| r.rng.chance(r.rates.fail_list))
+    }
+}
+
+/// Sleeps on tokio's clock (so a paused test clock applies); nothing when zero.
+async fn pause(d: Duration) {
+    if !d.is_zero() {
+        tokio::time::sleep(d).await;
+    }
+}
+
+/// A listing that waits `before` the store takes its snapshot and `after` before the
+/// result arrives; `make` is called at once when both are zero.
+fn delayed_list(
+    (before, after): (Duration, Duration),
+    make: impl FnOnce() -> BoxStream<'static, object_store::Result<ObjectMeta>> + Send + 'static,
+) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+    if before.is_zero() && after.is_zero() {
+        return make();
+    }
+    futures::stream::once(async move {
+        pause(before).await;
+        let listing = make();
+        pause(after).await;
+        listing
+    })
+    .flatten()
+    .boxed()
+}
+
+impl FaultStore {
+    /// Wraps `inner` with random faults and latencies drawn from a PRNG seeded with
+    /// `seed` at the given `rates`. Scripted faults can still be added and take
+    /// precedence. With the same seed and the same sequence of requests (a
+    /// single-threaded runtime), the same faults are injected.
+    pub fn seeded(inner: Arc<dyn ObjectStore>, seed: u64, rates: FaultRates) -> Arc<Self> {
+        let store = FaultStore::new(inner);
+        lock(&store.state).random = Some(RandomFaults {
+            rng: SplitMix64::new(seed),
+            rates,
+            enabled: true,
+            flipped: HashSet::new(),
+        });
+        store
+    }
+
+    /// Turns the random faults and latencies on or off (scripted faults are not
+    /// affected; a store made with [`new`](Self::new) has none to turn on).
+    pub fn set_random_faults(&self, on: bool) {
+        if let Some(r) = lock(&self.state).random.as_mut() {
+            r.enabled = on;
+        }
+    }
+
+    /// Whether random faults are being injected now.
+    pub fn random_faults_enabled(&self) -> bool {
+        lock(&self.state).random.as_ref().is_some_and(|r| r.enabled)
+    }
+
+    /// The faults injected so far, scripted and random.
+    pub fn fault_counts(&self) -> FaultCounts {
+        lock(&self.state).counts
+    }
+
+    /// Deletes the object at `key` directly in the wrapped store, as an operator or a
+    /// lifecycle rule would behind the WAL's back. Returns whether an object was there.
+    pub async fn delete_behind(&self, key: &Path) -> object_store::Result<bool> {
+        use object_store::ObjectStoreExt;
+        match self.inner.head(key).await {
+            Ok(_) => {}
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        self.inner.delete(key).await?;
+        lock(&self.state).counts.deleted_behind += 1;
+        Ok(true)
+    }
+
+    /// The latency of one operation, split into a wait before the store applies it and
+    /// a wait before its answer arrives; zero outside random mode.
+    fn random_latency(&self, op: Op) -> (Duration, Duration) {
+        let mut state = lock(&self.state);
+        let Some(r) = state.random_mut() else {
+            return (Duration::ZERO, Duration::ZERO);
+        };
+        let rates = r.rates;
+        let (max, slow) = match op {
+            Op::Put => (rates.put_latency, rates.slow_put),
+            Op::Get => (rates.get_latency, rates.slow_get),
+            Op::List => (rates.list_latency, rates.slow_list),
+        };
+        let mut total = r.rng.duration_up_to(max);
+        let is_slow = r.rng.chance(slow);
+        if is_slow {
+            total += rates.slow_latency;
+        }
+        let before = r.rng.duration_up_to(total);
+        if is_slow {
+            state.counts.slow_ops += 1;
+        }
+        (before, total - before)
     }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures::Stream;
 use object_store::ObjectStore;
+use object_store_wal::store::{BootClock, CreateClock};
 use object_store_wal::{AppendParts, AppendReceipt, Config, Durability, Entry, Error, Result};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
@@ -32,7 +33,7 @@ pub async fn spawn_wal(
     config: Config,
     restarts: RestartPolicy,
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
-    spawn_inner(store, config, restarts, None).await
+    spawn_wal_with(store, config, restarts, Arc::new(BootClock), None).await
 }
 
 /// Spawns the WAL linked under `parent`, which sees it fail when it escalates (fenced,
@@ -43,13 +44,16 @@ pub async fn spawn_wal_linked(
     restarts: RestartPolicy,
     parent: ActorCell,
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
-    spawn_inner(store, config, restarts, Some(parent)).await
+    spawn_wal_with(store, config, restarts, Arc::new(BootClock), Some(parent)).await
 }
 
-async fn spawn_inner(
+/// Spawns the WAL with every option: the clock creates are measured on (`BootClock` by
+/// default; tests drive one by hand) and an optional parent supervisor.
+pub async fn spawn_wal_with(
     store: Arc<dyn ObjectStore>,
     config: Config,
     restarts: RestartPolicy,
+    clock: Arc<dyn CreateClock>,
     parent: Option<ActorCell>,
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
     config.validate()?;
@@ -60,6 +64,7 @@ async fn spawn_inner(
         config,
         restarts,
         terminal: terminal.clone(),
+        clock,
     };
     let (actor, join) = match parent {
         Some(p) => Actor::spawn_linked(None, Supervisor, args, p).await?,
@@ -174,6 +179,28 @@ impl WalHandle {
         };
         self.call(|reply| WalMsg::Replay { regions, reply }, gone)
             .await?
+    }
+
+    /// Follows `region`: its entries with id `>= from`, then every new one as it is
+    /// acknowledged, in order, exactly once, across writer restarts, until the WAL stops.
+    pub async fn follow(&self, region: u64, from: u64) -> Result<EntryReceiver> {
+        let gone = || Error::Stopped {
+            durability: Durability::NotWritten,
+        };
+        self.call(
+            |reply| WalMsg::Follow {
+                region,
+                from,
+                reply,
+            },
+            gone,
+        )
+        .await?
+    }
+
+    /// Records that every entry `region` has now is safe elsewhere (a dropped region).
+    pub async fn obsolete_all(&self, region: u64) -> Result<()> {
+        self.obsolete(region, u64::MAX).await
     }
 
     /// [`read`](Self::read) as a `Stream`.

@@ -11,6 +11,8 @@
 //! - [`Writer`](writer::Writer): owns the batch and the sequence counter; seals, uploads
 //!   up to `max_in_flight` objects at once, acknowledges in sequence order.
 //! - [`Reader`](reader::Reader): one per region; reads lazily through bounded channels.
+//! - [`Reclaimer`](reclaimer::Reclaimer): deletes the objects below the acknowledged
+//!   floor, `reclaim_grace` after it was acknowledged.
 //!
 //! Callers that are actors send [`WalMsg`]s with `RpcReplyPort`s; others use the
 //! cloneable [`WalHandle`].
@@ -31,11 +33,12 @@
 pub mod handle;
 pub mod messages;
 pub mod reader;
+pub mod reclaimer;
 pub mod recovery;
 pub mod supervisor;
 pub mod writer;
 
-pub use handle::{spawn_wal, spawn_wal_linked, SpawnError, WalHandle};
+pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
 pub use messages::{AppendRequest, EntryReceiver, WalMsg, WalStats};
 pub use object_store_wal::{Durability, Error};
 pub use supervisor::RestartPolicy;

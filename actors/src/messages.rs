@@ -41,6 +41,16 @@ pub enum WalMsg {
         /// Gets the receiving end of the entry stream.
         reply: RpcReplyPort<Result<EntryReceiver>>,
     },
+    /// Follow a region: its entries with id `>= from`, then every new one as it is
+    /// acknowledged, until the WAL stops. Survives writer restarts.
+    Follow {
+        /// The region.
+        region: u64,
+        /// The first id wanted.
+        from: u64,
+        /// Gets the receiving end of the entry stream.
+        reply: RpcReplyPort<Result<EntryReceiver>>,
+    },
     /// Replay many regions at once, each from its own id (a node restarting): every
     /// object is fetched once; each region's entries come in order, regions interleaved.
     Replay {
@@ -49,7 +59,8 @@ pub enum WalMsg {
         /// Gets the receiving end of the entry stream.
         reply: RpcReplyPort<Result<EntryReceiver>>,
     },
-    /// Record that the region's entries up to `id` are safe elsewhere.
+    /// Record that the region's entries up to `id` are safe elsewhere (`u64::MAX`: all
+    /// of them, a dropped region).
     Obsolete {
         /// The region.
         region: u64,
@@ -122,6 +133,13 @@ pub enum WriterMsg {
         /// Answered once every upload in flight finished.
         reply: RpcReplyPort<()>,
     },
+    /// A region's obsolete watermark rose (`None`: all its entries are obsolete).
+    Obsolete {
+        /// The region.
+        region: u64,
+        /// The watermark, or `None` for all.
+        id: Option<u64>,
+    },
     /// Fault injection: panic.
     #[cfg(feature = "testing")]
     Panic,
@@ -171,6 +189,12 @@ pub struct Counters {
     pub pending_bytes: AtomicU64,
     /// Uploads in flight.
     pub in_flight: AtomicU64,
+    /// The floor of the last object acknowledged.
+    pub floor: AtomicU64,
+    /// Everything below this sequence was deleted by the reclaimer.
+    pub reclaimed_below: AtomicU64,
+    /// Objects deleted by the reclaimer.
+    pub deleted: AtomicU64,
 }
 
 impl Counters {
@@ -182,7 +206,7 @@ impl Counters {
         c.store(n, Ordering::Relaxed);
     }
 
-    fn get(c: &AtomicU64) -> u64 {
+    pub(crate) fn get(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
     }
 }
@@ -224,6 +248,13 @@ pub struct WalStats {
     pub in_flight: u64,
     /// The last entry id on the chain.
     pub last_entry_id: Option<u64>,
+    /// The floor of the last object acknowledged: objects below it may be reclaimed.
+    pub floor: u64,
+    /// Everything below this sequence was deleted; `reclaimed_below..floor` is the
+    /// range still to reclaim.
+    pub reclaimed_below: u64,
+    /// Objects deleted by the reclaimer.
+    pub deleted: u64,
 }
 
 impl WalStats {
@@ -242,6 +273,9 @@ impl WalStats {
             reads: Counters::get(&c.reads),
             pending_bytes: Counters::get(&c.pending_bytes),
             in_flight: Counters::get(&c.in_flight),
+            floor: Counters::get(&c.floor),
+            reclaimed_below: Counters::get(&c.reclaimed_below),
+            deleted: Counters::get(&c.deleted),
             ..Default::default()
         }
     }

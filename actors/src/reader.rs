@@ -85,3 +85,50 @@ impl Actor for Reader {
         Ok(())
     }
 }
+
+/// Follows `region` from `from`: what the catalog holds, then each object as it is
+/// acknowledged (`commits` is bumped with every acknowledged sequence, and after each
+/// recovery). Ends when the WAL stops or the consumer drops the receiver.
+pub fn follow_region(
+    io: WalIo,
+    catalog: Arc<RwLock<Catalog>>,
+    mut commits: tokio::sync::watch::Receiver<u64>,
+    region: u64,
+    from: u64,
+    config: &Config,
+) -> crate::messages::EntryReceiver {
+    let (tx, rx) = flume::bounded(READ_CHANNEL_ENTRIES);
+    let (read_ahead, policy) = (config.read_ahead, config.corrupt_segment_policy);
+    let span = info_span!("follow", region, from);
+    tokio::spawn(
+        async move {
+            let mut next = from;
+            loop {
+                // Marks the current commit seen: any later one wakes `changed` below.
+                commits.borrow_and_update();
+                let mut entries = read_region(
+                    io.clone(),
+                    catalog.clone(),
+                    region,
+                    next,
+                    read_ahead,
+                    policy,
+                );
+                while let Some(item) = entries.next().await {
+                    let stop = item.is_err();
+                    if let Ok(e) = &item {
+                        next = e.id + 1;
+                    }
+                    if tx.send_async(item).await.is_err() || stop {
+                        return;
+                    }
+                }
+                if commits.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+        .instrument(span),
+    );
+    rx
+}

@@ -17,16 +17,18 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use object_store::ObjectStore;
+use object_store_wal::catalog::Retention;
 use object_store_wal::io::WalIo;
 use object_store_wal::store::replay_regions;
-use object_store_wal::store::Opened;
+use object_store_wal::store::{CreateClock, Opened};
 use object_store_wal::{Catalog, Config, Durability, Error};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::time::Instant;
 use tracing::{error, info, info_span, warn, Instrument};
 
 use crate::messages::{Counters, ReaderMsg, WalMsg, WalStats, WriterMsg};
-use crate::reader::{Reader, ReaderArgs, READ_CHANNEL_ENTRIES};
+use crate::reader::{follow_region, Reader, ReaderArgs, READ_CHANNEL_ENTRIES};
+use crate::reclaimer::{Reclaimer, ReclaimerArgs, ReclaimerMsg};
 use crate::recovery::{Recovery, RecoveryArgs};
 use crate::writer::{Writer, WriterArgs};
 
@@ -64,6 +66,8 @@ pub struct SupervisorArgs {
     pub restarts: RestartPolicy,
     /// Where the error that ended the WAL is left for its handles.
     pub terminal: Arc<Mutex<Option<Error>>>,
+    /// Measures create durations (`max_create_duration`).
+    pub clock: Arc<dyn CreateClock>,
 }
 
 enum Phase {
@@ -92,6 +96,9 @@ pub struct SupervisorState {
     recent_restarts: VecDeque<Instant>,
     epoch: u64,
     orphans: u64,
+    clock: Arc<dyn CreateClock>,
+    commits: tokio::sync::watch::Sender<u64>,
+    reclaimer: Option<ActorRef<ReclaimerMsg>>,
 }
 
 /// The supervisor actor.
@@ -110,7 +117,9 @@ fn refuse(msg: WalMsg, error: &Error) {
         WalMsg::Append(req) => {
             let _ = req.reply.send(Err(e));
         }
-        WalMsg::Read { reply, .. } | WalMsg::Replay { reply, .. } => {
+        WalMsg::Read { reply, .. }
+        | WalMsg::Replay { reply, .. }
+        | WalMsg::Follow { reply, .. } => {
             let _ = reply.send(Err(e));
         }
         WalMsg::Obsolete { reply, .. } => {
@@ -160,7 +169,31 @@ impl SupervisorState {
             Err(e) => return self.escalate(e),
         };
         let epoch = opened.epoch;
+        let mut retention = Retention::new(&opened.recovery.catalog, epoch.floor);
+        // Watermarks reported to this process stay true across a new epoch.
+        for (region, id) in &self.watermarks {
+            retention.obsolete(&opened.recovery.catalog, *region, *id);
+        }
+        let last_sequence = opened.recovery.catalog.last_sequence().unwrap_or(0);
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = opened.recovery.catalog;
+        // Followers read on from the recovered chain.
+        self.commits.send_replace(last_sequence);
+        if self.reclaimer.is_none() {
+            let args = ReclaimerArgs {
+                io: self.io.clone(),
+                grace: self.config.reclaim_grace,
+                counters: self.counters.clone(),
+            };
+            let (r, _) = Actor::spawn_linked(None, Reclaimer, args, myself.get_cell()).await?;
+            self.reclaimer = Some(r);
+        }
+        // The opening object, just created, carries the chain end's floor.
+        if epoch.floor > Counters::get(&self.counters.floor) {
+            Counters::set(&self.counters.floor, epoch.floor);
+        }
+        if let Some(r) = &self.reclaimer {
+            let _ = r.cast(ReclaimerMsg::Floor(epoch.floor));
+        }
         self.orphans = opened.recovery.report.orphans as u64;
         self.epoch = epoch.epoch;
         let args = WriterArgs {
@@ -170,6 +203,10 @@ impl SupervisorState {
             counters: self.counters.clone(),
             epoch,
             supervisor: myself.clone(),
+            clock: self.clock.clone(),
+            retention,
+            commits: self.commits.clone(),
+            reclaimer: self.reclaimer.clone(),
         };
         let (writer, _) = Actor::spawn_linked(None, Writer, args, myself.get_cell()).await?;
         info!(
@@ -244,6 +281,9 @@ impl SupervisorState {
         for (_, reader) in self.readers.drain() {
             reader.stop(None);
         }
+        if let Some(r) = self.reclaimer.take() {
+            r.stop(None);
+        }
     }
 
     async fn reader(
@@ -308,6 +348,9 @@ impl Actor for Supervisor {
             recent_restarts: VecDeque::new(),
             epoch: 0,
             orphans: 0,
+            clock: args.clock,
+            commits: tokio::sync::watch::Sender::new(0),
+            reclaimer: None,
         };
         state.start_recovery(&myself).await?;
         Ok(state)
@@ -423,9 +466,60 @@ impl Actor for Supervisor {
                 }
             }
             WalMsg::Obsolete { region, id, reply } => {
-                let w = state.watermarks.entry(region).or_default();
-                *w = (*w).max(id);
+                // Only ids on the chain can be obsolete; u64::MAX means all of them.
+                let last = state
+                    .catalog
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .last_entry_id(region);
+                if let Some(id) = last.map(|last| id.min(last)) {
+                    let w = state.watermarks.entry(region).or_default();
+                    *w = (*w).max(id);
+                    if let Phase::Running { writer, .. } = &state.phase {
+                        let _ = writer.cast(WriterMsg::Obsolete {
+                            region,
+                            id: Some(id),
+                        });
+                    }
+                }
                 let _ = reply.send(Ok(()));
+            }
+            WalMsg::Follow {
+                region,
+                from,
+                reply,
+            } => {
+                if matches!(state.phase, Phase::Stopped) {
+                    refuse(
+                        WalMsg::Follow {
+                            region,
+                            from,
+                            reply,
+                        },
+                        &stopped(),
+                    );
+                } else if !state.recovered_once {
+                    state.queued.push_back(WalMsg::Follow {
+                        region,
+                        from,
+                        reply,
+                    });
+                } else {
+                    let from = match state.watermarks.get(&region) {
+                        Some(w) => from.max(w.saturating_add(1)),
+                        None => from,
+                    };
+                    Counters::add(&state.counters.reads, 1);
+                    let rx = follow_region(
+                        state.io.clone(),
+                        state.catalog.clone(),
+                        state.commits.subscribe(),
+                        region,
+                        from,
+                        &state.config,
+                    );
+                    let _ = reply.send(Ok(rx));
+                }
             }
             WalMsg::LastEntryId { region, reply } if !state.recovered_once => {
                 state
@@ -527,6 +621,21 @@ impl Actor for Supervisor {
                     last: why,
                 };
                 return state.schedule_restart(&myself, cause);
+            }
+            return Ok(());
+        }
+        if state.reclaimer.as_ref().is_some_and(|r| r.get_id() == id) {
+            state.reclaimer = None;
+            if failure.is_some() && !matches!(state.phase, Phase::Stopped) {
+                warn!("reclaimer failed; restarting it");
+                let args = ReclaimerArgs {
+                    io: state.io.clone(),
+                    grace: state.config.reclaim_grace,
+                    counters: state.counters.clone(),
+                };
+                let (r, _) = Actor::spawn_linked(None, Reclaimer, args, myself.get_cell()).await?;
+                let _ = r.cast(ReclaimerMsg::Floor(Counters::get(&state.counters.floor)));
+                state.reclaimer = Some(r);
             }
             return Ok(());
         }

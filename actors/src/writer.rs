@@ -19,14 +19,16 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, RwLock};
 
 use object_store_wal::batch::{Admit, Batch, SealedObject};
+use object_store_wal::catalog::Retention;
 use object_store_wal::io::WalIo;
-use object_store_wal::store::{persist, EpochState, PersistOutcome};
+use object_store_wal::store::{persist_within, CreateClock, EpochState, PersistOutcome};
 use object_store_wal::{AppendReceipt, Catalog, Config, Durability, EpochEndReason, Error, Result};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 use tracing::{debug, info_span, warn, Instrument};
 
 use crate::messages::{AppendRequest, Counters, WalMsg, WriterMsg};
+use crate::reclaimer::ReclaimerMsg;
 
 /// Everything the writer starts with.
 pub struct WriterArgs {
@@ -42,6 +44,14 @@ pub struct WriterArgs {
     pub epoch: EpochState,
     /// Told when the epoch ends.
     pub supervisor: ActorRef<WalMsg>,
+    /// Measures create durations (`max_create_duration`).
+    pub clock: Arc<dyn CreateClock>,
+    /// The floor bookkeeping, from the recovered catalog.
+    pub retention: Retention,
+    /// Bumped with the sequence of every object acknowledged (followers wait on it).
+    pub commits: tokio::sync::watch::Sender<u64>,
+    /// Told every floor acknowledged.
+    pub reclaimer: Option<ActorRef<ReclaimerMsg>>,
 }
 
 type Waiter = RpcReplyPort<Result<AppendReceipt>>;
@@ -176,6 +186,13 @@ impl WriterState {
         if self.batch.is_empty() {
             return Ok(());
         }
+        let lowest_uncommitted = self
+            .objects
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.epoch.next_sequence);
+        self.epoch.floor = self.args.retention.floor_for(lowest_uncommitted);
         let sealed = self.epoch.seal(&mut self.batch)?;
         let _span = info_span!(
             "seal",
@@ -248,11 +265,15 @@ impl WriterState {
             let sealed = flight.sealed.clone();
             let io = self.args.io.clone();
             let retry = self.args.config.retry;
+            let max_duration = self.args.config.max_create_duration;
+            let clock = self.args.clock.clone();
             let me = myself.clone();
             let span = info_span!("upload", sequence, bytes = sealed.encoded.len());
             tokio::spawn(
                 async move {
-                    let outcome = persist(&io, &sealed.encoded, &retry).await;
+                    let outcome =
+                        persist_within(&io, &sealed.encoded, &retry, max_duration, clock.as_ref())
+                            .await;
                     // A stopped writer no longer listens; its waiters were answered.
                     let _ = me.cast(WriterMsg::Uploaded { sequence, outcome });
                 }
@@ -331,7 +352,18 @@ impl WriterState {
             self.end_epoch(error);
             return;
         }
+        let header = encoded.header();
+        self.args
+            .retention
+            .committed(header.sequence, encoded.records());
+        self.args.commits.send_replace(header.sequence);
         let c = &self.args.counters;
+        if header.floor > Counters::get(&c.floor) {
+            Counters::set(&c.floor, header.floor);
+            if let Some(r) = &self.args.reclaimer {
+                let _ = r.cast(ReclaimerMsg::Floor(header.floor));
+            }
+        }
         Counters::add(&c.objects, 1);
         Counters::add(&c.object_bytes, encoded.len());
         Counters::add(&c.entries, sealed.entries);
@@ -515,6 +547,13 @@ impl Actor for Writer {
                 state.on_uploaded(&myself, sequence, outcome)
             }
             WriterMsg::Stop { reply } => state.on_stop(&myself, reply),
+            WriterMsg::Obsolete { region, id } => {
+                let catalog = state.args.catalog.read().unwrap_or_else(|p| p.into_inner());
+                match id {
+                    Some(id) => state.args.retention.obsolete(&catalog, region, id),
+                    None => state.args.retention.obsolete_all(&catalog, region),
+                }
+            }
             #[cfg(feature = "testing")]
             WriterMsg::Panic => panic!("injected writer panic"),
         }

@@ -1,0 +1,167 @@
+//! The reclaimer: deletes the objects below the acknowledged floor.
+//!
+//! Once an object carrying floor `F` is acknowledged, every WAL key below `F` (chain
+//! objects, orphans and claims alike) may go, but only after `reclaim_grace`: a create of
+//! an earlier instance that stalled could otherwise land on a reclaimed key and be
+//! acknowledged (the writer refuses creates slower than `max_create_duration`, which the
+//! grace exceeds). Deletes go oldest first, `MAX_DELETES_IN_FLIGHT` at a time; foreign
+//! keys and anything at or above `F` are never touched. A failed delete is retried later,
+//! never fatal. After a restart the reclaimer starts from the recovered chain's floor,
+//! with a fresh grace.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use object_store_wal::io::WalIo;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tracing::{debug, info, warn};
+
+use crate::messages::Counters;
+
+/// Deletes in flight at once.
+pub const MAX_DELETES_IN_FLIGHT: usize = 8;
+/// Wait before retrying a reclaim whose listing or deletes failed.
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// What the reclaimer accepts.
+#[derive(Debug)]
+pub enum ReclaimerMsg {
+    /// An object carrying this floor was acknowledged now.
+    Floor(u64),
+    /// The grace of this floor has passed.
+    Due(u64),
+    /// A reclaim pass ended: everything below `floor` is gone (`Ok`), or not (`Err`).
+    Done {
+        /// The floor of the pass.
+        floor: u64,
+        /// Whether every delete succeeded.
+        result: Result<u64, String>,
+    },
+}
+
+/// What the reclaimer starts with.
+pub struct ReclaimerArgs {
+    /// Store access.
+    pub io: WalIo,
+    /// How long after a floor's acknowledgement deletion may start.
+    pub grace: Duration,
+    /// Counters shared with the supervisor.
+    pub counters: Arc<Counters>,
+}
+
+/// The reclaimer's state.
+pub struct ReclaimerState {
+    args: ReclaimerArgs,
+    /// The highest floor acknowledged.
+    target: u64,
+    /// The highest floor whose grace has passed.
+    due: u64,
+    /// Everything below this is deleted.
+    reclaimed_below: u64,
+    running: bool,
+}
+
+/// The reclaimer actor.
+pub struct Reclaimer;
+
+impl ReclaimerState {
+    fn start(&mut self, myself: &ActorRef<ReclaimerMsg>) {
+        if self.running || self.due <= self.reclaimed_below {
+            return;
+        }
+        self.running = true;
+        let floor = self.due;
+        let io = self.args.io.clone();
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let result = reclaim_below(&io, floor).await;
+            let _ = me.cast(ReclaimerMsg::Done { floor, result });
+        });
+    }
+}
+
+/// Deletes every WAL object below `floor`, oldest first; returns how many were deleted.
+async fn reclaim_below(io: &WalIo, floor: u64) -> Result<u64, String> {
+    let listing = io.list().await.map_err(|e| e.to_string())?;
+    let doomed: Vec<u64> = listing
+        .objects
+        .iter()
+        .map(|o| o.sequence)
+        .filter(|s| *s < floor)
+        .collect();
+    let results: Vec<Result<(), String>> = futures::stream::iter(doomed)
+        .map(|sequence| {
+            let io = io.clone();
+            async move { io.delete(sequence).await.map_err(|e| e.to_string()) }
+        })
+        .buffered(MAX_DELETES_IN_FLIGHT)
+        .collect()
+        .await;
+    let deleted = results.iter().filter(|r| r.is_ok()).count() as u64;
+    match results.into_iter().find_map(Result::err) {
+        Some(e) => Err(e),
+        None => Ok(deleted),
+    }
+}
+
+impl Actor for Reclaimer {
+    type Msg = ReclaimerMsg;
+    type State = ReclaimerState;
+    type Arguments = ReclaimerArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(ReclaimerState {
+            args,
+            target: 0,
+            due: 0,
+            reclaimed_below: 0,
+            running: false,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            ReclaimerMsg::Floor(floor) => {
+                if floor > state.target {
+                    state.target = floor;
+                    myself.send_after(state.args.grace, move || ReclaimerMsg::Due(floor));
+                }
+            }
+            ReclaimerMsg::Due(floor) => {
+                state.due = state.due.max(floor);
+                state.start(&myself);
+            }
+            ReclaimerMsg::Done { floor, result } => {
+                state.running = false;
+                match result {
+                    Ok(deleted) => {
+                        state.reclaimed_below = state.reclaimed_below.max(floor);
+                        Counters::add(&state.args.counters.deleted, deleted);
+                        Counters::set(&state.args.counters.reclaimed_below, state.reclaimed_below);
+                        if deleted > 0 {
+                            info!(floor, deleted, "reclaimed objects below the floor");
+                        } else {
+                            debug!(floor, "nothing to reclaim");
+                        }
+                        state.start(&myself);
+                    }
+                    Err(e) => {
+                        warn!(floor, error = %e, "reclaim failed; retrying later");
+                        myself.send_after(RETRY_AFTER, move || ReclaimerMsg::Due(floor));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
