@@ -109,6 +109,16 @@ struct Common {
     /// WAL prefix.
     #[arg(long, default_value = "bench")]
     prefix: String,
+    /// Regions mark their entries obsolete this many objects behind each acknowledged
+    /// append (0: never); the reclaimer then deletes what no region needs.
+    #[arg(long, default_value_t = 0)]
+    obsolete_lag: u64,
+    /// `reclaim_grace`, ms.
+    #[arg(long)]
+    reclaim_grace_ms: Option<u64>,
+    /// `max_create_duration`, ms.
+    #[arg(long)]
+    max_create_duration_ms: Option<u64>,
 }
 
 struct Stores {
@@ -168,6 +178,12 @@ fn config(c: &Common) -> Config {
     if let Some(v) = c.recovery_concurrency {
         config.recovery_concurrency = v;
     }
+    if let Some(v) = c.max_create_duration_ms {
+        config.max_create_duration = Duration::from_millis(v);
+    }
+    if let Some(v) = c.reclaim_grace_ms {
+        config.reclaim_grace = Duration::from_millis(v);
+    }
     config
 }
 
@@ -224,6 +240,7 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
         let stop = stop.clone();
         let shards = shards.clone();
         let (regions, per) = (c.regions.max(1), c.entries_per_append.max(1));
+        let lag = c.obsolete_lag;
         tasks.push(tokio::spawn(async move {
             let (mut ok, mut failed) = (0u64, 0u64);
             let mut k = a as u64;
@@ -236,8 +253,13 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
                 k += 7919;
                 let t = Instant::now();
                 match wal.append(region, vec![payload.clone(); per]).await {
-                    Ok(_) => {
+                    Ok(receipt) => {
                         ok += 1;
+                        let sequence = receipt.sequence;
+                        if lag > 0 && sequence > lag {
+                            let behind = object_store_wal::entry_id(sequence - lag, 0) - 1;
+                            let _ = wal.obsolete(region, behind).await;
+                        }
                         if let Some(h) = shards.get(a % shards.len()) {
                             let us = t.elapsed().as_micros().max(1) as u64;
                             let _ = h.lock().unwrap_or_else(|p| p.into_inner()).record(us);
@@ -311,6 +333,28 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
         "peak_rss_mib": round2(peak_rss_mib()),
         "rss_bound_mib": round2((cfg.max_pending_bytes + cfg.max_in_flight as u64 * cfg.max_batch_bytes) as f64 / MIB + 64.0),
     });
+    if c.obsolete_lag > 0 {
+        // Let the reclaimer catch up with the last floor, then time a fresh open.
+        let floor = stats.floor;
+        let settle = Instant::now();
+        while wal.stats().await?.reclaimed_below < floor
+            && settle.elapsed() < cfg.reclaim_grace + Duration::from_secs(30)
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let after = wal.stats().await?;
+        s.counting.reset();
+        let t = Instant::now();
+        let ro = ObjectStoreLogStore::open_read_only(s.wal.clone(), cfg.clone()).await?;
+        line["obsolete_lag"] = json!(c.obsolete_lag);
+        line["floor"] = json!(after.floor);
+        line["reclaimed_below"] = json!(after.reclaimed_below);
+        line["deleted"] = json!(after.deleted);
+        line["listed_keys_after"] = json!(s.counting.counts().listed_keys.load(Ordering::Relaxed));
+        line["live_objects_after"] = json!(ro.report().objects.len());
+        line["recovery_ms_after"] = json!(round2(t.elapsed().as_secs_f64() * 1000.0));
+        line["recovery_gets_after"] = json!(s.counting.counts().gets.load(Ordering::Relaxed));
+    }
     if c.idle_seconds > 0.0 {
         s.counting.reset();
         tokio::time::sleep(Duration::from_secs_f64(c.idle_seconds)).await;
