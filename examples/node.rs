@@ -50,6 +50,13 @@ struct Args {
     /// Largest object, bytes.
     #[arg(long, default_value_t = 8 * 1024 * 1024)]
     max_batch_bytes: u64,
+    /// Append every acknowledged `region id nonce counter` to this file (written at
+    /// once, fsynced every 100 ms), for the crash gate.
+    #[arg(long)]
+    ack_log: Option<std::path::PathBuf>,
+    /// Append until killed: no abort, no recovery check (the crash gate's child).
+    #[arg(long)]
+    child: bool,
 }
 
 /// What each region acknowledged: `(id, counter)` in order, and append latencies.
@@ -61,6 +68,8 @@ struct RegionLog {
 
 struct Shared {
     stop: AtomicBool,
+    nonce: u64,
+    ack_log: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     acked: AtomicU64,
     failed: AtomicU64,
     logs: Mutex<HashMap<u64, RegionLog>>,
@@ -81,18 +90,23 @@ enum RegionMsg {
     Next,
 }
 
-fn payload(region: u64, counter: u64, len: usize) -> Bytes {
-    let mut b = BytesMut::with_capacity(len.max(16));
+/// Payloads say who wrote them: region, the run's nonce, and a counter.
+fn payload(region: u64, nonce: u64, counter: u64, len: usize) -> Bytes {
+    let mut b = BytesMut::with_capacity(len.max(24));
     b.put_u64_le(region);
+    b.put_u64_le(nonce);
     b.put_u64_le(counter);
-    b.resize(len.max(16), (counter % 251) as u8);
+    b.resize(len.max(24), (counter % 251) as u8);
     b.freeze()
 }
 
-fn counter_of(payload: &[u8]) -> Option<(u64, u64)> {
-    let region = u64::from_le_bytes(payload.get(..8)?.try_into().ok()?);
-    let counter = u64::from_le_bytes(payload.get(8..16)?.try_into().ok()?);
-    Some((region, counter))
+fn counter_of(payload: &[u8]) -> Option<(u64, u64, u64)> {
+    let word = |at: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(
+            payload.get(at..at + 8)?.try_into().ok()?,
+        ))
+    };
+    Some((word(0)?, word(8)?, word(16)?))
 }
 
 impl Actor for RegionActor {
@@ -120,10 +134,17 @@ impl Actor for RegionActor {
             return Ok(());
         }
         let started = Instant::now();
-        let entry = payload(s.region, s.counter, s.entry_bytes);
+        let entry = payload(s.region, s.shared.nonce, s.counter, s.entry_bytes);
         match s.wal.append(s.region, vec![entry]).await {
             Ok(receipt) => {
                 if let Some(part) = receipt.parts.first() {
+                    if let Some(log) = &s.shared.ack_log {
+                        let line = format!(
+                            "{} {} {} {}\n",
+                            s.region, part.first_id, s.shared.nonce, s.counter
+                        );
+                        let _ = log.send(line);
+                    }
                     s.log.acked.push((part.first_id, s.counter));
                     s.log
                         .latencies_us
@@ -157,6 +178,37 @@ impl Actor for RegionActor {
             .insert(s.region, log);
         Ok(())
     }
+}
+
+/// Writes acknowledged ids to `path` as they come (one write per batch, so a SIGKILL
+/// loses nothing written), fsyncing every 100 ms.
+fn spawn_ack_log(
+    path: &std::path::Path,
+) -> std::io::Result<tokio::sync::mpsc::UnboundedSender<String>> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::task::spawn_blocking(move || {
+        let mut last_sync = Instant::now();
+        while let Some(first) = rx.blocking_recv() {
+            let mut batch = first;
+            while let Ok(more) = rx.try_recv() {
+                batch.push_str(&more);
+            }
+            if file.write_all(batch.as_bytes()).is_err() {
+                return;
+            }
+            if last_sync.elapsed() >= Duration::from_millis(100) {
+                let _ = file.sync_data();
+                last_sync = Instant::now();
+            }
+        }
+        let _ = file.sync_data();
+    });
+    Ok(tx)
 }
 
 fn config(args: &Args) -> Config {
@@ -204,8 +256,18 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         args.prefix
     );
 
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id());
+    let ack_log = match &args.ack_log {
+        Some(path) => Some(spawn_ack_log(path)?),
+        None => None,
+    };
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
+        nonce,
+        ack_log,
         acked: AtomicU64::new(0),
         failed: AtomicU64::new(0),
         logs: Mutex::new(HashMap::new()),
@@ -223,6 +285,18 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         };
         let (_, join) = Actor::spawn(None, RegionActor, state).await?;
         joins.push(join);
+    }
+    if args.child {
+        // Append until killed.
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            eprintln!(
+                "node: {:.1}s acknowledged {} failed {}",
+                started.elapsed().as_secs_f64(),
+                shared.acked.load(Ordering::Relaxed),
+                shared.failed.load(Ordering::Relaxed)
+            );
+        }
     }
     let deadline = started + Duration::from_secs_f64(args.seconds);
     while Instant::now() < deadline {
@@ -259,10 +333,12 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         let entry = item?;
         replayed_total += 1;
         match counter_of(&entry.payload) {
-            Some((region, counter)) if region == entry.region => replayed
+            Some((region, n, counter)) if region == entry.region && n == nonce => replayed
                 .entry(entry.region)
                 .or_default()
                 .push((entry.id, counter)),
+            // Entries of earlier runs on the same prefix.
+            Some((region, _, _)) if region == entry.region => {}
             _ => bad_payload += 1,
         }
     }

@@ -157,18 +157,29 @@ impl WalHandle {
     /// The entries of `region` with id `>= from` (and above its obsolete watermark), in
     /// order, through a bounded channel.
     pub async fn read(&self, region: u64, from: u64) -> Result<EntryReceiver> {
-        let gone = || Error::Stopped {
+        // A read that reached a reader just as it failed is dropped unanswered; reads
+        // are idempotent, so it is sent again (to the restarted reader), a few times.
+        for _ in 0..3 {
+            match self
+                .actor
+                .call(
+                    |reply| WalMsg::Read {
+                        region,
+                        from,
+                        reply,
+                    },
+                    None,
+                )
+                .await
+            {
+                Ok(CallResult::Success(result)) => return result,
+                Ok(_) => continue,
+                Err(_) => return Err(self.gone()),
+            }
+        }
+        Err(Error::Stopped {
             durability: Durability::NotWritten,
-        };
-        self.call(
-            |reply| WalMsg::Read {
-                region,
-                from,
-                reply,
-            },
-            gone,
-        )
-        .await?
+        })
     }
 
     /// Replays many regions at once, each from its own id: every object is fetched

@@ -423,8 +423,16 @@ impl Actor for Supervisor {
                     if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read { reply, .. })) =
                         reader.cast(ReaderMsg::Read { from, reply })
                     {
+                        // The reader died before its supervision event arrived: start a
+                        // fresh one and hand it the read.
                         state.readers.remove(&region);
-                        let _ = reply.send(Err(stopped()));
+                        let reader = state.reader(&myself, region).await?;
+                        if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read {
+                            reply, ..
+                        })) = reader.cast(ReaderMsg::Read { from, reply })
+                        {
+                            let _ = reply.send(Err(stopped()));
+                        }
                     }
                 }
             }
