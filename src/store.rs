@@ -248,11 +248,33 @@ pub struct Recovery {
 /// Steps 1 and 2 of the open: list, read every object's header, footer and trailer
 /// (bounded concurrency, never a segment), choose the chain and index it.
 pub async fn recover(io: &WalIo, concurrency: usize) -> Result<Recovery> {
+    recover_cached(io, concurrency, &mut BTreeMap::new()).await
+}
+
+/// [`recover`], reusing the summaries in `cache` of objects listed again with the same
+/// size (objects are immutable), and leaving there the summaries of this listing. An
+/// open that starts over reads only what appeared since, which keeps its window short
+/// while an earlier instance is still writing.
+pub async fn recover_cached(
+    io: &WalIo,
+    concurrency: usize,
+    cache: &mut BTreeMap<u64, ObjectSummary>,
+) -> Result<Recovery> {
     let listing = io.list().await?;
     for key in &listing.foreign {
         warn!(key = %key, "skipping a key under the WAL prefix that is not a WAL object");
     }
-    let summaries: Vec<Result<ObjectSummary>> = stream::iter(listing.objects.clone())
+    let mut by_sequence: BTreeMap<u64, ObjectSummary> = BTreeMap::new();
+    let mut to_read: Vec<ListedObject> = Vec::new();
+    for listed in &listing.objects {
+        match cache.remove(&listed.sequence) {
+            Some(known) if known.length == listed.size => {
+                by_sequence.insert(listed.sequence, known);
+            }
+            _ => to_read.push(listed.clone()),
+        }
+    }
+    let summaries: Vec<Result<ObjectSummary>> = stream::iter(to_read)
         .map(|listed: ListedObject| {
             let io = io.clone();
             async move { io.read_summary(&listed).await }
@@ -260,7 +282,6 @@ pub async fn recover(io: &WalIo, concurrency: usize) -> Result<Recovery> {
         .buffered(concurrency.max(1))
         .collect()
         .await;
-    let mut by_sequence: BTreeMap<u64, ObjectSummary> = BTreeMap::new();
     for summary in summaries {
         let summary = summary?;
         by_sequence.insert(summary.header.sequence, summary);
@@ -291,6 +312,8 @@ pub async fn recover(io: &WalIo, concurrency: usize) -> Result<Recovery> {
         foreign: listing.foreign,
         objects,
     };
+    // What this listing showed, for an open that starts over.
+    *cache = by_sequence;
     Ok(Recovery { catalog, report })
 }
 
@@ -343,13 +366,14 @@ pub struct Opened {
 /// starts over from the listing, at most `config.open_attempts` times.
 pub async fn open_instance(io: &WalIo, config: &Config) -> Result<Opened> {
     let mut last = String::new();
+    let mut cache: BTreeMap<u64, ObjectSummary> = BTreeMap::new();
     for attempt in 1..=config.open_attempts {
         if attempt > 1 {
             tokio::time::sleep(config.retry.backoff(attempt - 1)).await;
         }
         let span = info_span!("open", prefix = %io.prefix(), attempt);
         let step = async {
-            let mut recovery = recover(io, config.recovery_concurrency).await?;
+            let mut recovery = recover_cached(io, config.recovery_concurrency, &mut cache).await?;
             let present: Vec<u64> = recovery
                 .report
                 .objects
