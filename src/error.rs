@@ -31,6 +31,10 @@ pub enum EpochEndReason {
     CreateTooSlow,
     /// An earlier object of this epoch failed, so later ones cannot be acknowledged.
     EarlierObjectFailed,
+    /// The previous create of this epoch started longer ago than `reclaim_grace -
+    /// max_create_duration`: its successor's key may have been reclaimed by a newer
+    /// instance, so nothing more is written under this epoch.
+    PredecessorTooOld,
 }
 
 impl std::fmt::Display for EpochEndReason {
@@ -46,6 +50,10 @@ impl std::fmt::Display for EpochEndReason {
             EpochEndReason::EarlierObjectFailed => {
                 write!(f, "an earlier object of the epoch failed")
             }
+            EpochEndReason::PredecessorTooOld => write!(
+                f,
+                "the previous create of the epoch is too old for the next one to be safe"
+            ),
         }
     }
 }

@@ -245,7 +245,19 @@ impl WalIo {
     }
 
     /// Reads and verifies an object's header, footer and trailer, never a segment.
+    ///
+    /// An object that fails verification is read once more, as a segment is: bytes
+    /// damaged in transit must not pass for a damaged object, which fails recovery.
     pub async fn read_summary(&self, listed: &ListedObject) -> Result<ObjectSummary> {
+        match self.read_summary_once(listed).await {
+            Err(Error::CorruptObject { .. } | Error::SequenceMismatch { .. }) => {
+                self.read_summary_once(listed).await
+            }
+            other => other,
+        }
+    }
+
+    async fn read_summary_once(&self, listed: &ListedObject) -> Result<ObjectSummary> {
         let key = self.key(listed.sequence);
         let corrupt = |source| Error::CorruptObject {
             key: key.to_string(),

@@ -186,6 +186,17 @@ impl Config {
         Ok(())
     }
 
+    /// The longest time from the start of one create of an epoch to the start of the
+    /// next: `reclaim_grace - max_create_duration`. Within it, the next object's key
+    /// cannot have been reclaimed by a newer instance (its floor-carrying object came
+    /// after our previous create landed, and deletion waits `reclaim_grace`), so the
+    /// next create collides with the newer instance's object there and we learn we are
+    /// fenced. Past it, the epoch ends (an idle writer writes an empty object at half the
+    /// window to stay inside it).
+    pub fn link_window(&self) -> Duration {
+        self.reclaim_grace.saturating_sub(self.max_create_duration)
+    }
+
     /// The limits a batch enforces under this configuration.
     pub fn batch_limits(&self) -> BatchLimits {
         BatchLimits {
@@ -358,6 +369,8 @@ pub struct Opened {
     pub recovery: Recovery,
     /// Where writing starts.
     pub epoch: EpochState,
+    /// When the opening object's create started, on the open's [`CreateClock`].
+    pub opening_started: Duration,
 }
 
 /// The whole open (DESIGN.md "Opening an instance", steps 1 to 4): recover, claim every
@@ -365,6 +378,16 @@ pub struct Opened {
 /// object. An `AlreadyExists` or an unknown outcome is never taken as success: the open
 /// starts over from the listing, at most `config.open_attempts` times.
 pub async fn open_instance(io: &WalIo, config: &Config) -> Result<Opened> {
+    open_instance_with(io, config, &BootClock).await
+}
+
+/// [`open_instance`], noting on `clock` when the opening object's create started (the
+/// writer bounds the time from each create to the next: [`Config::link_window`]).
+pub async fn open_instance_with(
+    io: &WalIo,
+    config: &Config,
+    clock: &dyn CreateClock,
+) -> Result<Opened> {
     let mut last = String::new();
     let mut cache: BTreeMap<u64, ObjectSummary> = BTreeMap::new();
     for attempt in 1..=config.open_attempts {
@@ -415,6 +438,7 @@ pub async fn open_instance(io: &WalIo, config: &Config) -> Result<Opened> {
                     reason: format!("cannot encode the opening object: {e}"),
                     durability: Durability::NotWritten,
                 })?;
+            let opening_started = clock.now();
             match io.create(&opening).await {
                 CreateAttempt::Created => {}
                 CreateAttempt::Unsupported => return Err(unsupported(io)),
@@ -434,6 +458,7 @@ pub async fn open_instance(io: &WalIo, config: &Config) -> Result<Opened> {
                 "opened"
             );
             Ok(Ok(Opened {
+                opening_started,
                 recovery,
                 epoch: EpochState {
                     epoch: plan.epoch,
@@ -589,6 +614,22 @@ pub async fn persist(io: &WalIo, object: &EncodedObject, retry: &RetryPolicy) ->
                     if object.same_bytes(&found) {
                         return PersistOutcome::Durable { attempts: attempt };
                     }
+                    let found = match format::decode_header(&found) {
+                        // The header is checksummed: another epoch is a definite answer.
+                        Ok(h) if h.epoch != epoch => found,
+                        // Other bytes of this epoch, or a damaged header: bytes damaged in
+                        // transit must not pass for damage at rest; read once more.
+                        _ => match io.read_whole(sequence).await {
+                            Ok(again) => again,
+                            Err(e) => {
+                                last = Some(e);
+                                continue;
+                            }
+                        },
+                    };
+                    if object.same_bytes(&found) {
+                        return PersistOutcome::Durable { attempts: attempt };
+                    }
                     return match format::decode_header(&found) {
                         Ok(h) if h.epoch > epoch => PersistOutcome::Fenced { fenced_by: h.epoch },
                         Ok(h) if h.epoch < epoch => PersistOutcome::StaleTail {
@@ -642,9 +683,11 @@ impl PersistOutcome {
                 reason: EpochEndReason::UnknownOutcome,
                 durability: Durability::MayBeDurable,
             }),
+            // The create was sent and the key holds what may be our object, damaged:
+            // its entries may be replayed.
             PersistOutcome::Poisoned { reason } => Some(Error::Poisoned {
                 reason: reason.clone(),
-                durability: Durability::NotWritten,
+                durability: Durability::MayBeDurable,
             }),
             PersistOutcome::Unsupported => Some(unsupported(io)),
             PersistOutcome::TooSlow { .. } => Some(Error::EpochEnded {
@@ -670,6 +713,8 @@ pub struct FlushReceipt {
 struct Writer {
     epoch: EpochState,
     batch: Batch,
+    /// When the last create of the epoch (the opening object's, at first) started.
+    last_start: Duration,
     /// Set once the epoch ended, the instance was fenced or poisoned: nothing more is
     /// written under this epoch.
     terminal: Option<Error>,
@@ -701,6 +746,7 @@ impl ObjectStoreLogStore {
             writer: Some(Writer {
                 epoch: opened.epoch,
                 batch: Batch::new(config.batch_limits()),
+                last_start: opened.opening_started,
                 terminal: None,
             }),
             io,
@@ -740,6 +786,7 @@ impl ObjectStoreLogStore {
         self.writer = Some(Writer {
             epoch: opened.epoch,
             batch: Batch::new(self.config.batch_limits()),
+            last_start: opened.opening_started,
             terminal: None,
         });
         Ok(())
@@ -747,6 +794,9 @@ impl ObjectStoreLogStore {
 
     /// Measures creates on `clock` instead of [`BootClock`] (tests drive it by hand).
     pub fn with_clock(mut self, clock: Arc<dyn CreateClock>) -> Self {
+        if let Some(w) = self.writer.as_mut() {
+            w.last_start = clock.now();
+        }
         self.clock = clock;
         self
     }
@@ -802,6 +852,19 @@ impl ObjectStoreLogStore {
         if writer.batch.is_empty() {
             return Ok(None);
         }
+        let now = self.clock.now();
+        if now.saturating_sub(writer.last_start) > self.config.link_window() {
+            // Our next key may have been reclaimed by a newer instance: never write it.
+            let error = Error::EpochEnded {
+                epoch: writer.epoch.epoch,
+                sequence: writer.epoch.next_sequence,
+                reason: EpochEndReason::PredecessorTooOld,
+                durability: Durability::NotWritten,
+            };
+            writer.terminal = Some(error.clone());
+            return Err(error);
+        }
+        writer.last_start = now;
         let sealed = writer.epoch.seal(&mut writer.batch)?;
         let sequence = sealed.sequence();
         let outcome = persist_within(

@@ -121,6 +121,9 @@ pub enum WriterMsg {
     },
     /// `min_object_interval` passed: start what waits.
     Pump,
+    /// Time to check whether the idle epoch needs an empty object to stay inside its
+    /// link window.
+    KeepAlive,
     /// An upload task finished.
     Uploaded {
         /// The object's sequence.

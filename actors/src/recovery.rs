@@ -2,7 +2,7 @@
 //! the supervisor's mailbox and reports the result to it, then stops.
 
 use object_store_wal::io::WalIo;
-use object_store_wal::store::open_instance;
+use object_store_wal::store::{open_instance_with, CreateClock};
 use object_store_wal::{Config, Error};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info_span, Instrument};
@@ -17,6 +17,8 @@ pub struct RecoveryArgs {
     pub config: Config,
     /// Gets [`WalMsg::Recovered`].
     pub supervisor: ActorRef<WalMsg>,
+    /// The clock the writer measures creates on.
+    pub clock: std::sync::Arc<dyn CreateClock>,
 }
 
 /// The recovery actor.
@@ -37,15 +39,19 @@ impl Actor for Recovery {
             async move {
                 // A panic inside the open is reported as a failed open, never as
                 // silence that would leave the supervisor waiting.
-                let (io, config) = (args.io.clone(), args.config.clone());
-                let result =
-                    match tokio::spawn(async move { open_instance(&io, &config).await }).await {
-                        Ok(result) => result,
-                        Err(e) => Err(Error::OpenContended {
-                            attempts: 0,
-                            last: format!("the open panicked: {e}"),
-                        }),
-                    };
+                let (io, config, clock) =
+                    (args.io.clone(), args.config.clone(), args.clock.clone());
+                let opening =
+                    tokio::spawn(
+                        async move { open_instance_with(&io, &config, clock.as_ref()).await },
+                    );
+                let result = match opening.await {
+                    Ok(result) => result,
+                    Err(e) => Err(Error::OpenContended {
+                        attempts: 0,
+                        last: format!("the open panicked: {e}"),
+                    }),
+                };
                 let _ = args.supervisor.cast(WalMsg::Recovered(Box::new(result)));
                 myself.stop(None);
             }

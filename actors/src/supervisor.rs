@@ -145,6 +145,7 @@ impl SupervisorState {
             io: self.io.clone(),
             config: self.config.clone(),
             supervisor: myself.clone(),
+            clock: self.clock.clone(),
         };
         let (recovery, _) = Actor::spawn_linked(None, Recovery, args, myself.get_cell()).await?;
         self.recovery = Some(recovery.get_cell());
@@ -202,6 +203,7 @@ impl SupervisorState {
             catalog: self.catalog.clone(),
             counters: self.counters.clone(),
             epoch,
+            opening_started: opened.opening_started,
             supervisor: myself.clone(),
             clock: self.clock.clone(),
             retention,
@@ -472,6 +474,15 @@ impl Actor for Supervisor {
                     );
                     let _ = reply.send(Ok(rx));
                 }
+            }
+            WalMsg::Obsolete { region, id, reply }
+                if !state.recovered_once && !matches!(state.phase, Phase::Stopped) =>
+            {
+                // No catalog yet to clamp the watermark against: answering now would drop
+                // it. It waits for the first recovery, like reads do.
+                state
+                    .queued
+                    .push_back(WalMsg::Obsolete { region, id, reply });
             }
             WalMsg::Obsolete { region, id, reply } => {
                 // Only ids on the chain can be obsolete; u64::MAX means all of them.

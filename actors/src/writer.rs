@@ -52,6 +52,8 @@ pub struct WriterArgs {
     pub commits: tokio::sync::watch::Sender<u64>,
     /// Told every floor acknowledged.
     pub reclaimer: Option<ActorRef<ReclaimerMsg>>,
+    /// When the opening object's create started, on `clock`.
+    pub opening_started: std::time::Duration,
 }
 
 type Waiter = RpcReplyPort<Result<AppendReceipt>>;
@@ -61,6 +63,8 @@ struct Flight {
     waiters: Vec<Waiter>,
     started: bool,
     outcome: Option<PersistOutcome>,
+    /// Never sent, for this reason; the epoch ends when it reaches the head.
+    refused: Option<Error>,
 }
 
 /// The writer's state.
@@ -79,6 +83,11 @@ pub struct WriterState {
     pump_armed: bool,
     terminal: Option<Error>,
     stopping: Vec<RpcReplyPort<()>>,
+    /// When the last create of the epoch started, on the create clock (the opening
+    /// object's at first): the next must start within `Config::link_window`.
+    link_started: std::time::Duration,
+    /// An object was refused: nothing more starts under this epoch.
+    halted: bool,
 }
 
 /// The writer actor.
@@ -210,6 +219,7 @@ impl WriterState {
                 waiters,
                 started: false,
                 outcome: None,
+                refused: None,
             },
         );
         Ok(())
@@ -232,6 +242,9 @@ impl WriterState {
     }
 
     fn pump(&mut self, myself: &ActorRef<WriterMsg>) {
+        if self.halted {
+            return;
+        }
         let interval = self.args.config.min_object_interval;
         let max_in_flight = self.args.config.max_in_flight;
         let next: Vec<u64> = self
@@ -258,6 +271,21 @@ impl WriterState {
             let Some(flight) = self.objects.get_mut(&sequence) else {
                 return;
             };
+            let link_now = self.args.clock.now();
+            if link_now.saturating_sub(self.link_started) > self.args.config.link_window() {
+                // Our key may have been reclaimed by a newer instance since our last
+                // create: a create now could land unfenced. Never send it.
+                flight.refused = Some(Error::EpochEnded {
+                    epoch: self.epoch.epoch,
+                    sequence,
+                    reason: EpochEndReason::PredecessorTooOld,
+                    durability: Durability::NotWritten,
+                });
+                self.halted = true;
+                self.acknowledge();
+                return;
+            }
+            self.link_started = link_now;
             flight.started = true;
             self.uploading += 1;
             self.last_start = Some(now);
@@ -305,6 +333,10 @@ impl WriterState {
     /// outcome.
     fn acknowledge(&mut self) {
         while let Some(entry) = self.objects.first_entry() {
+            if let Some(error) = entry.get().refused.clone() {
+                self.end_epoch(error);
+                return;
+            }
             let Some(outcome) = &entry.get().outcome else {
                 return;
             };
@@ -444,6 +476,49 @@ impl WriterState {
         }
     }
 
+    /// Keeps the epoch inside its link window while idle: half a window after the last
+    /// create, an idle writer writes an empty object (96 bytes; the only request an idle
+    /// WAL makes). Re-arms itself for what is left of the half window otherwise.
+    fn keep_alive(&mut self, myself: &ActorRef<WriterMsg>) {
+        if self.terminal.is_some() || self.halted || !self.stopping.is_empty() {
+            return;
+        }
+        let half = self.args.config.link_window() / 2;
+        let since = self.args.clock.now().saturating_sub(self.link_started);
+        let idle = self.batch.is_empty() && self.objects.is_empty();
+        if since >= half && idle {
+            let lowest_uncommitted = self.epoch.next_sequence;
+            self.epoch.floor = self.args.retention.floor_for(lowest_uncommitted);
+            match self.epoch.seal(&mut self.batch) {
+                Ok(sealed) => {
+                    debug!(
+                        sequence = sealed.sequence(),
+                        "idle: writing an empty object to keep the epoch's link window"
+                    );
+                    self.generation += 1;
+                    self.objects.insert(
+                        sealed.sequence(),
+                        Flight {
+                            sealed: Arc::new(sealed),
+                            waiters: Vec::new(),
+                            started: false,
+                            outcome: None,
+                            refused: None,
+                        },
+                    );
+                    self.pump(myself);
+                }
+                Err(e) => warn!(error = %e, "cannot seal an empty object"),
+            }
+            myself.send_after(half, || WriterMsg::KeepAlive);
+        } else {
+            let wait = if since >= half { half } else { half - since };
+            myself.send_after(wait.max(std::time::Duration::from_millis(1)), || {
+                WriterMsg::KeepAlive
+            });
+        }
+    }
+
     fn on_stop(&mut self, myself: &ActorRef<WriterMsg>, port: RpcReplyPort<()>) {
         self.stopping.push(port);
         let stopped = Error::Stopped {
@@ -517,8 +592,19 @@ impl Actor for Writer {
             pump_armed: false,
             terminal: None,
             stopping: Vec::new(),
+            link_started: args.opening_started,
+            halted: false,
             args,
         })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> std::result::Result<(), ActorProcessingErr> {
+        state.keep_alive(&myself);
+        Ok(())
     }
 
     async fn handle(
@@ -537,6 +623,7 @@ impl Actor for Writer {
                     state.pump(&myself);
                 }
             }
+            WriterMsg::KeepAlive => state.keep_alive(&myself),
             WriterMsg::Pump => {
                 state.pump_armed = false;
                 if state.terminal.is_none() {

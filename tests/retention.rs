@@ -1,0 +1,390 @@
+//! Retention and takeover in the core: the `reclaim_grace` rule of the configuration,
+//! creates measured on a [`CreateClock`] and never acknowledged past
+//! `max_create_duration` (`persist_within`, and the sequential write path), and the
+//! read-only follower through claims and orphans of an owner that opened again.
+//!
+//! The creates' clock is a [`ManualClock`] and stalled creates are [`CreateHold`]s or late
+//! landings of a [`FaultStore`], so each test decides exactly how long a create "took".
+//! Tests with timers run with tokio's clock paused; every wait has a safety bound.
+//!
+//! [`CreateClock`]: object_store_wal::store::CreateClock
+//! [`CreateHold`]: object_store_wal::testing::CreateHold
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store_wal::format::{decode_header, encode_object, EncodedObject, Header, Link};
+use object_store_wal::io::{object_key, WalIo};
+use object_store_wal::store::{persist_within, PersistOutcome};
+use object_store_wal::testing::{CreateFault, FaultStore, ManualClock};
+use object_store_wal::{
+    Config, Durability, Entry, EpochEndReason, Error, ObjectStoreLogStore, RetryPolicy,
+};
+
+const PREFIX: &str = "wal";
+const MAX_CREATE: Duration = Duration::from_secs(5);
+
+fn key(sequence: u64) -> Path {
+    object_key(&Path::from(PREFIX), sequence)
+}
+
+fn config() -> Config {
+    let mut c = Config::new(PREFIX);
+    c.max_create_duration = MAX_CREATE;
+    c.reclaim_grace = MAX_CREATE * 2;
+    c.retry = RetryPolicy {
+        max_attempts: 3,
+        initial_backoff: Duration::from_secs(1),
+        max_backoff: Duration::from_secs(1),
+    };
+    c
+}
+
+fn payload(tag: &str) -> Bytes {
+    Bytes::from(tag.to_string())
+}
+
+/// An object of epoch 3 at `sequence` holding one entry of region 1.
+fn object(sequence: u64) -> EncodedObject {
+    let header = Header {
+        sequence,
+        epoch: 3,
+        link: Link {
+            sequence: sequence - 1,
+            epoch: 3,
+        },
+        floor: 0,
+        claim: false,
+    };
+    let entries = [payload("stalled")];
+    encode_object(&header, [(1u64, &entries[..])]).expect("encode")
+}
+
+async fn bytes_at(store: &Arc<dyn ObjectStore>, sequence: u64) -> Option<Bytes> {
+    match store.get(&key(sequence)).await {
+        Ok(r) => Some(r.bytes().await.expect("read an object")),
+        Err(object_store::Error::NotFound { .. }) => None,
+        Err(e) => panic!("cannot read {}: {e}", key(sequence)),
+    }
+}
+
+/// A virtual-time safety bound (under a paused clock only a hang reaches it).
+async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(600), f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Configuration
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn reclaim_grace_must_be_at_least_twice_max_create_duration() {
+    let mut c = Config::new(PREFIX);
+    c.max_create_duration = Duration::from_secs(30);
+    for grace in [
+        Duration::ZERO,
+        Duration::from_secs(30),
+        Duration::from_secs(60) - Duration::from_nanos(1),
+    ] {
+        c.reclaim_grace = grace;
+        match c.validate() {
+            Err(Error::Config { field, reason }) => {
+                assert_eq!(field, "reclaim_grace", "grace {grace:?}");
+                assert!(reason.contains("max_create_duration"), "{reason}");
+            }
+            other => panic!("grace {grace:?} accepted: {other:?}"),
+        }
+    }
+    c.reclaim_grace = Duration::from_secs(60);
+    c.validate().expect("exactly twice is enough");
+
+    // The stores refuse it before touching the store.
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    c.reclaim_grace = Duration::from_secs(59);
+    for result in [
+        ObjectStoreLogStore::open(store.clone(), c.clone()).await,
+        ObjectStoreLogStore::open_read_only(store.clone(), c.clone()).await,
+    ] {
+        match result {
+            Err(Error::Config { field, .. }) => assert_eq!(field, "reclaim_grace"),
+            other => panic!("opened with a bad grace: {:?}", other.map(|_| ())),
+        }
+    }
+    let listed: Vec<_> = store.list(None).collect().await;
+    assert!(listed.is_empty(), "nothing written");
+}
+
+// ---------------------------------------------------------------------------------------
+// persist_within: the create-duration bound
+// ---------------------------------------------------------------------------------------
+
+/// A create held while the clock moves `took`, then released onto a free key: it lands;
+/// whether it counts as durable depends only on `took`.
+async fn held_create(took: Duration) -> (PersistOutcome, Arc<dyn ObjectStore>) {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let faults = FaultStore::new(inner.clone());
+    let io = WalIo::new(faults.clone(), PREFIX, 1 << 20).expect("io");
+    let clock = ManualClock::new();
+    let hold = faults.hold_creates_of(&key(7));
+    let obj = object(7);
+    let task = {
+        let (io, obj, clock) = (io.clone(), obj.clone(), clock.clone());
+        tokio::spawn(async move {
+            persist_within(&io, &obj, &config().retry, MAX_CREATE, clock.as_ref()).await
+        })
+    };
+    hold.wait_arrived(1).await;
+    clock.advance(took);
+    hold.release();
+    let outcome = task.await.expect("persist task");
+    let landed = bytes_at(&inner, 7).await.expect("the create landed");
+    assert!(obj.same_bytes(&landed));
+    (outcome, inner)
+}
+
+#[tokio::test]
+async fn persist_within_refuses_a_create_slower_than_max_create_duration() {
+    let took = MAX_CREATE + Duration::from_millis(1);
+    match held_create(took).await.0 {
+        PersistOutcome::TooSlow {
+            attempts: 1,
+            took: t,
+        } => assert_eq!(t, took),
+        other => panic!("a slow create was not refused: {other:?}"),
+    }
+    // At the bound it is still durable: only longer is too slow.
+    match held_create(MAX_CREATE).await.0 {
+        PersistOutcome::Durable { attempts: 1 } => {}
+        other => panic!("a create at the bound was refused: {other:?}"),
+    }
+    // The error a writer gives its appends: the epoch ends, the entries may be durable.
+    let io = WalIo::new(Arc::new(InMemory::new()), PREFIX, 1 << 20).expect("io");
+    let e = PersistOutcome::TooSlow {
+        attempts: 1,
+        took: MAX_CREATE * 2,
+    }
+    .error(&io, 3, 7)
+    .expect("an error");
+    assert!(matches!(
+        e,
+        Error::EpochEnded {
+            epoch: 3,
+            sequence: 7,
+            reason: EpochEndReason::CreateTooSlow,
+            durability: Durability::MayBeDurable,
+        }
+    ));
+    assert!(e.is_retryable());
+}
+
+/// The first create reports an error and lands late; the retry finds the identical bytes
+/// (durable by the outcome table), but the whole create, retries included, took longer
+/// than the bound: not acknowledged. The same landing within the bound is durable.
+async fn late_landing_then_retry(advance: Duration) -> PersistOutcome {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let faults = FaultStore::new(inner.clone());
+    let io = WalIo::new(faults.clone(), PREFIX, 1 << 20).expect("io");
+    let clock = ManualClock::new();
+    faults.fail_create_of(&key(7), [CreateFault::LandLate(u32::MAX)]);
+    let obj = object(7);
+    let task = {
+        let (io, obj, clock) = (io.clone(), obj.clone(), clock.clone());
+        tokio::spawn(async move {
+            persist_within(&io, &obj, &config().retry, MAX_CREATE, clock.as_ref()).await
+        })
+    };
+    // The first attempt was answered with an error; the retry waits for its backoff (1 s
+    // of paused time, which does not pass while this test polls).
+    bounded("the first attempt", async {
+        while faults.late_pending() == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let hold = faults.hold_creates_of(&key(7));
+    bounded("the retry", hold.wait_arrived(1)).await;
+    assert!(bytes_at(&inner, 7).await.is_none(), "not landed yet");
+    clock.advance(advance);
+    assert_eq!(faults.land_late().await, 1);
+    hold.release();
+    task.await.expect("persist task")
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn persist_within_counts_retries_and_late_landings() {
+    match late_landing_then_retry(MAX_CREATE + Duration::from_secs(1)).await {
+        PersistOutcome::TooSlow { attempts: 2, took } => {
+            assert_eq!(took, MAX_CREATE + Duration::from_secs(1))
+        }
+        other => panic!("expected too slow after 2 attempts: {other:?}"),
+    }
+    match late_landing_then_retry(Duration::from_secs(1)).await {
+        PersistOutcome::Durable { attempts: 2 } => {}
+        other => panic!("expected durable after 2 attempts: {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The sequential write path
+// ---------------------------------------------------------------------------------------
+
+/// A flush whose create took longer than `max_create_duration` fails with
+/// `EpochEnded(CreateTooSlow, MayBeDurable)`; the instance writes nothing more in the
+/// epoch; the object did land, so a later open replays its entry, once.
+#[tokio::test]
+async fn slow_flush_is_not_acknowledged_and_ends_the_epoch() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let faults = FaultStore::new(inner.clone());
+    let store: Arc<dyn ObjectStore> = faults.clone();
+    let clock = ManualClock::new();
+    let mut wal = ObjectStoreLogStore::open(store.clone(), config())
+        .await
+        .expect("open")
+        .with_clock(clock.clone());
+    let first = wal
+        .append_and_flush(vec![(1, vec![payload("fast")])])
+        .await
+        .expect("a fast flush");
+    assert_eq!(first.sequence, 2);
+
+    let hold = faults.hold_creates_of(&key(3));
+    wal.append(vec![(1, vec![payload("slow")])])
+        .expect("admitted");
+    let flush = tokio::spawn(async move {
+        let result = wal.flush().await;
+        (wal, result)
+    });
+    hold.wait_arrived(1).await;
+    clock.advance(MAX_CREATE + Duration::from_secs(1));
+    hold.release();
+    let (mut wal, result) = flush.await.expect("flush task");
+    match result {
+        Err(Error::EpochEnded {
+            sequence: 3,
+            reason: EpochEndReason::CreateTooSlow,
+            durability: Durability::MayBeDurable,
+            ..
+        }) => {}
+        other => panic!("a slow flush was acknowledged or failed otherwise: {other:?}"),
+    }
+    assert!(
+        bytes_at(&inner, 3).await.is_some(),
+        "the slow create landed"
+    );
+    assert_eq!(wal.last_entry_id(1), Some(first.parts[0].first_id));
+    match wal.append(vec![(1, vec![payload("after")])]) {
+        Err(Error::EpochEnded {
+            durability: Durability::NotWritten,
+            ..
+        }) => {}
+        other => panic!("the ended epoch took an append: {other:?}"),
+    }
+
+    // A new epoch replays both entries, each once: the slow one may be durable, and is.
+    wal.reopen().await.expect("reopen");
+    let mut replayed = Vec::new();
+    let mut stream = wal.read(1, 0);
+    while let Some(e) = stream.next().await {
+        replayed.push(e.expect("entry"));
+    }
+    let payloads: Vec<Bytes> = replayed.iter().map(|e| e.payload.clone()).collect();
+    assert_eq!(payloads, vec![payload("fast"), payload("slow")]);
+}
+
+// ---------------------------------------------------------------------------------------
+// The read-only follower
+// ---------------------------------------------------------------------------------------
+
+/// An owner's pipelined create that landed out of order leaves an orphan above a hole;
+/// the owner opens again (a claim fills the hole, the opening object links to the chain
+/// end). A read-only follower goes from the chain end to the opening object, past the
+/// claim and the orphan, and sees each acknowledged entry once, in order, never the
+/// orphan's.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn read_only_follower_passes_claims_and_orphans() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let mut owner = ObjectStoreLogStore::open(store.clone(), config())
+        .await
+        .expect("open");
+    let mut acked: Vec<Entry> = Vec::new();
+    let append = async |owner: &mut ObjectStoreLogStore, tag: &str| {
+        let r = owner
+            .append_and_flush(vec![(1, vec![payload(tag)]), (2, vec![payload(tag)])])
+            .await
+            .expect("append");
+        Entry {
+            region: 1,
+            id: r.parts[0].first_id,
+            payload: payload(tag),
+        }
+    };
+    for tag in ["a", "b", "c"] {
+        acked.push(append(&mut owner, tag).await);
+    }
+    let epoch = owner.epoch().expect("writer").epoch;
+    assert_eq!(owner.epoch().unwrap().next_sequence, 5);
+
+    let reader = ObjectStoreLogStore::open_read_only(store.clone(), config())
+        .await
+        .expect("read-only open");
+    let mut stream = reader.follow(1, 0, Duration::from_millis(10));
+    let mut got: Vec<Entry> = Vec::new();
+    let mut catch_up = async |got: &mut Vec<Entry>, last: u64| {
+        bounded("the follower", async {
+            while got.last().is_none_or(|e| e.id < last) {
+                let item = stream.next().await.expect("the follower ended early");
+                got.push(item.expect("a followed entry"));
+            }
+        })
+        .await
+    };
+    catch_up(&mut got, acked.last().unwrap().id).await;
+
+    // Sequence 6 of the owner's epoch landed, 5 never did.
+    let orphan = encode_object(
+        &Header {
+            sequence: 6,
+            epoch,
+            link: Link { sequence: 5, epoch },
+            floor: 0,
+            claim: false,
+        },
+        [(1u64, &[payload("orphan")][..])],
+    )
+    .expect("encode");
+    store
+        .put_opts(
+            &key(6),
+            PutPayload::from(orphan.to_bytes()),
+            PutOptions {
+                mode: PutMode::Create,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("put the orphan");
+    owner.reopen().await.expect("reopen");
+    let claim = decode_header(&bytes_at(&store, 5).await.expect("a claim")).unwrap();
+    assert!(claim.claim);
+    let opening = decode_header(&bytes_at(&store, 7).await.expect("the opening")).unwrap();
+    assert_eq!(opening.link, Link { sequence: 4, epoch });
+    for tag in ["d", "e"] {
+        acked.push(append(&mut owner, tag).await);
+    }
+    catch_up(&mut got, acked.last().unwrap().id).await;
+    assert_eq!(
+        got, acked,
+        "each acknowledged entry once, in order, no orphan"
+    );
+
+    // Nothing more comes while the owner is idle.
+    let idle = tokio::time::timeout(Duration::from_secs(1), stream.next()).await;
+    assert!(idle.is_err(), "the follower yielded more: {idle:?}");
+}
