@@ -15,7 +15,7 @@ use object_store_wal::{Catalog, Config};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info_span, Instrument};
 
-use crate::messages::ReaderMsg;
+use crate::messages::{EntryReceiver, ReaderMsg};
 
 /// Entries buffered in a read's channel.
 pub const READ_CHANNEL_ENTRIES: usize = 1024;
@@ -56,8 +56,7 @@ impl Actor for Reader {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             ReaderMsg::Read { from, reply } => {
-                let (tx, rx) = flume::bounded(READ_CHANNEL_ENTRIES);
-                let mut entries = read_region(
+                let entries = read_region(
                     state.io.clone(),
                     state.catalog.clone(),
                     state.region,
@@ -65,18 +64,7 @@ impl Actor for Reader {
                     state.config.read_ahead,
                     state.config.corrupt_segment_policy,
                 );
-                let span = info_span!("read", region = state.region, from);
-                tokio::spawn(
-                    async move {
-                        while let Some(item) = entries.next().await {
-                            // The consumer dropped the stream: stop fetching.
-                            if tx.send_async(item).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    .instrument(span),
-                );
+                let rx = forward(entries, info_span!("read", region = state.region, from));
                 let _ = reply.send(Ok(rx));
             }
             #[cfg(feature = "testing")]
@@ -84,6 +72,29 @@ impl Actor for Reader {
         }
         Ok(())
     }
+}
+
+/// Streams `entries` into a bounded channel from a spawned task, which stops fetching
+/// as soon as the consumer drops the receiver.
+pub fn forward(
+    mut entries: futures::stream::BoxStream<
+        'static,
+        object_store_wal::Result<object_store_wal::Entry>,
+    >,
+    span: tracing::Span,
+) -> EntryReceiver {
+    let (tx, rx) = flume::bounded(READ_CHANNEL_ENTRIES);
+    tokio::spawn(
+        async move {
+            while let Some(item) = entries.next().await {
+                if tx.send_async(item).await.is_err() {
+                    return;
+                }
+            }
+        }
+        .instrument(span),
+    );
+    rx
 }
 
 /// Follows `region` from `from`: what the catalog holds, then each object as it is
@@ -96,7 +107,7 @@ pub fn follow_region(
     region: u64,
     from: u64,
     config: &Config,
-) -> crate::messages::EntryReceiver {
+) -> EntryReceiver {
     let (tx, rx) = flume::bounded(READ_CHANNEL_ENTRIES);
     let (read_ahead, policy) = (config.read_ahead, config.corrupt_segment_policy);
     let span = info_span!("follow", region, from);

@@ -15,7 +15,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt;
 use object_store::ObjectStore;
 use object_store_wal::catalog::Retention;
 use object_store_wal::io::WalIo;
@@ -24,10 +23,10 @@ use object_store_wal::store::{CreateClock, Opened};
 use object_store_wal::{Catalog, Config, Durability, Error};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::time::Instant;
-use tracing::{error, info, info_span, warn, Instrument};
+use tracing::{error, info, info_span, warn};
 
 use crate::messages::{Counters, ReaderMsg, WalMsg, WalStats, WriterMsg};
-use crate::reader::{follow_region, Reader, ReaderArgs, READ_CHANNEL_ENTRIES};
+use crate::reader::{follow_region, forward, Reader, ReaderArgs};
 use crate::reclaimer::{Reclaimer, ReclaimerArgs, ReclaimerMsg};
 use crate::recovery::{Recovery, RecoveryArgs};
 use crate::writer::{Writer, WriterArgs};
@@ -307,6 +306,15 @@ impl SupervisorState {
         Ok(reader)
     }
 
+    /// The first id of `region` a read from `from` may see: ids at or below the region's
+    /// obsolete watermark are hidden.
+    fn visible_from(&self, region: u64, from: u64) -> u64 {
+        match self.watermarks.get(&region) {
+            Some(w) => from.max(w.saturating_add(1)),
+            None => from,
+        }
+    }
+
     fn stats(&self) -> WalStats {
         let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
         WalStats {
@@ -382,6 +390,26 @@ impl Actor for Supervisor {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        // Reads and watermarks need the recovered catalog: they wait for the first
+        // recovery, and are refused once the WAL stopped.
+        let needs_catalog = matches!(
+            message,
+            WalMsg::Read { .. }
+                | WalMsg::Replay { .. }
+                | WalMsg::Follow { .. }
+                | WalMsg::Obsolete { .. }
+                | WalMsg::LastEntryId { .. }
+        );
+        if needs_catalog {
+            if matches!(state.phase, Phase::Stopped) {
+                refuse(message, &stopped());
+                return Ok(());
+            }
+            if !state.recovered_once {
+                state.queued.push_back(message);
+                return Ok(());
+            }
+        }
         match message {
             WalMsg::Append(req) => match &state.phase {
                 Phase::Running { writer, .. } => {
@@ -400,89 +428,36 @@ impl Actor for Supervisor {
                 from,
                 reply,
             } => {
-                if matches!(state.phase, Phase::Stopped) {
-                    refuse(
-                        WalMsg::Read {
-                            region,
-                            from,
-                            reply,
-                        },
-                        &stopped(),
-                    );
-                } else if !state.recovered_once {
-                    state.queued.push_back(WalMsg::Read {
-                        region,
-                        from,
-                        reply,
-                    });
-                } else {
-                    let from = match state.watermarks.get(&region) {
-                        Some(w) => from.max(w.saturating_add(1)),
-                        None => from,
-                    };
-                    Counters::add(&state.counters.reads, 1);
+                let from = state.visible_from(region, from);
+                Counters::add(&state.counters.reads, 1);
+                let reader = state.reader(&myself, region).await?;
+                if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read { reply, .. })) =
+                    reader.cast(ReaderMsg::Read { from, reply })
+                {
+                    // The reader died before its supervision event arrived: start a
+                    // fresh one and hand it the read.
+                    state.readers.remove(&region);
                     let reader = state.reader(&myself, region).await?;
                     if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read { reply, .. })) =
                         reader.cast(ReaderMsg::Read { from, reply })
                     {
-                        // The reader died before its supervision event arrived: start a
-                        // fresh one and hand it the read.
-                        state.readers.remove(&region);
-                        let reader = state.reader(&myself, region).await?;
-                        if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read {
-                            reply, ..
-                        })) = reader.cast(ReaderMsg::Read { from, reply })
-                        {
-                            let _ = reply.send(Err(stopped()));
-                        }
+                        let _ = reply.send(Err(stopped()));
                     }
                 }
             }
             WalMsg::Replay { regions, reply } => {
-                if matches!(state.phase, Phase::Stopped) {
-                    refuse(WalMsg::Replay { regions, reply }, &stopped());
-                } else if !state.recovered_once {
-                    state.queued.push_back(WalMsg::Replay { regions, reply });
-                } else {
-                    Counters::add(&state.counters.reads, 1);
-                    let from: HashMap<u64, u64> = regions
-                        .into_iter()
-                        .map(|(region, from)| {
-                            let hidden = state
-                                .watermarks
-                                .get(&region)
-                                .map_or(0, |w| w.saturating_add(1));
-                            (region, from.max(hidden))
-                        })
-                        .collect();
-                    let mut entries = replay_regions(
-                        state.io.clone(),
-                        state.catalog.clone(),
-                        from,
-                        state.config.read_ahead,
-                    );
-                    let (tx, rx) = flume::bounded(READ_CHANNEL_ENTRIES);
-                    tokio::spawn(
-                        async move {
-                            while let Some(item) = entries.next().await {
-                                if tx.send_async(item).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                        .instrument(info_span!("replay")),
-                    );
-                    let _ = reply.send(Ok(rx));
-                }
-            }
-            WalMsg::Obsolete { region, id, reply }
-                if !state.recovered_once && !matches!(state.phase, Phase::Stopped) =>
-            {
-                // No catalog yet to clamp the watermark against: answering now would drop
-                // it. It waits for the first recovery, like reads do.
-                state
-                    .queued
-                    .push_back(WalMsg::Obsolete { region, id, reply });
+                Counters::add(&state.counters.reads, 1);
+                let from: HashMap<u64, u64> = regions
+                    .into_iter()
+                    .map(|(region, from)| (region, state.visible_from(region, from)))
+                    .collect();
+                let entries = replay_regions(
+                    state.io.clone(),
+                    state.catalog.clone(),
+                    from,
+                    state.config.read_ahead,
+                );
+                let _ = reply.send(Ok(forward(entries, info_span!("replay"))));
             }
             WalMsg::Obsolete { region, id, reply } => {
                 // Only ids on the chain can be obsolete; u64::MAX means all of them.
@@ -508,42 +483,17 @@ impl Actor for Supervisor {
                 from,
                 reply,
             } => {
-                if matches!(state.phase, Phase::Stopped) {
-                    refuse(
-                        WalMsg::Follow {
-                            region,
-                            from,
-                            reply,
-                        },
-                        &stopped(),
-                    );
-                } else if !state.recovered_once {
-                    state.queued.push_back(WalMsg::Follow {
-                        region,
-                        from,
-                        reply,
-                    });
-                } else {
-                    let from = match state.watermarks.get(&region) {
-                        Some(w) => from.max(w.saturating_add(1)),
-                        None => from,
-                    };
-                    Counters::add(&state.counters.reads, 1);
-                    let rx = follow_region(
-                        state.io.clone(),
-                        state.catalog.clone(),
-                        state.commits.subscribe(),
-                        region,
-                        from,
-                        &state.config,
-                    );
-                    let _ = reply.send(Ok(rx));
-                }
-            }
-            WalMsg::LastEntryId { region, reply } if !state.recovered_once => {
-                state
-                    .queued
-                    .push_back(WalMsg::LastEntryId { region, reply });
+                let from = state.visible_from(region, from);
+                Counters::add(&state.counters.reads, 1);
+                let rx = follow_region(
+                    state.io.clone(),
+                    state.catalog.clone(),
+                    state.commits.subscribe(),
+                    region,
+                    from,
+                    &state.config,
+                );
+                let _ = reply.send(Ok(rx));
             }
             WalMsg::LastEntryId { region, reply } => {
                 let catalog = state.catalog.read().unwrap_or_else(|p| p.into_inner());
