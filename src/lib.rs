@@ -43,7 +43,23 @@
 //! - The sequential write path ([`ObjectStoreLogStore::append`] /
 //!   [`flush`](ObjectStoreLogStore::flush)) answers [`Error::BatchFull`] instead of
 //!   flushing by itself, so the caller always knows which object holds its append.
-//! - `futures` (already part of `object_store`) is used for bounded-concurrency streams.
+//! - `futures` (already part of `object_store`) is used for bounded-concurrency streams,
+//!   and `libc` for `CLOCK_BOOTTIME` ([`store::BootClock`]).
+//! - **Link window** (added to DESIGN.md's two timing bounds): each create of an epoch
+//!   starts within `reclaim_grace - max_create_duration` of the previous one
+//!   ([`Config::link_window`]), else the epoch ends unsent; an idle writer writes an
+//!   empty object every half window. Without it, an instance idle while a newer one
+//!   opened, wrote and reclaimed could create its next key afresh after deletion and
+//!   acknowledge it.
+//! - `min_object_interval` defaults to 20 ms (at most 50 PUTs per second when callers
+//!   append one at a time); under load batches grow instead.
+//! - Obsolete watermarks live in memory: after a restart every region pins the floor at
+//!   its first entry until it reports its watermark again.
+//! - A summary or a create conflict that fails verification is read once more before it
+//!   counts as damage, as a segment is; the object CRC is checked whenever recovery
+//!   reads a whole (small) object, so a damaged segment there fails recovery.
+//! - Recovery reads every listed object's summary, including objects below the tip's
+//!   floor that the reclaimer has not deleted yet (within `reclaim_grace`).
 
 pub mod batch;
 pub mod catalog;
