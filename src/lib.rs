@@ -8,7 +8,7 @@
 //! ## The format in brief
 //!
 //! An object is `header (56) | segments | footer | trailer (32)` under the key
-//! `<prefix>/<20-digit sequence>.wal` ([`format`] restates `FORMAT.md`, which is
+//! `<prefix>/<20-digit sequence>.wal` ([`format`](mod@format) restates `FORMAT.md`, which is
 //! normative). Each header links to the object it extends by `(sequence, epoch)`; the
 //! objects form chains. Entry ids are object-sequence-major: [`entry_id`]`(seq, pos) =
 //! seq << 20 | pos`, so a region's ids increase strictly but are not contiguous.

@@ -3,8 +3,10 @@
 //! table of a create (sequential write path and `store::persist`), region reads, and
 //! configuration checks.
 //!
-//! Every scenario is one `async fn(Arc<dyn ObjectStore>)`, run on `InMemory` and on
-//! `LocalFileSystem` (with fsync) in a fresh temporary directory.
+//! Every scenario is one `async fn(Arc<dyn ObjectStore>)`, run on `InMemory`, on
+//! `LocalFileSystem` (with fsync) in a fresh temporary directory, and on the local servers
+//! of `scripts/servers.sh` (with the features `aws` / `azure`, when `WAL_TEST_S3` /
+//! `WAL_TEST_AZURE` name them; skipped with a note otherwise), each in a fresh key space.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -30,8 +32,12 @@ use object_store_wal::{
 // Harness
 // ---------------------------------------------------------------------------------------
 
-/// Runs each named scenario on both stores: `<name>::memory` and `<name>::local`.
-macro_rules! on_both_stores {
+#[path = "support/servers.rs"]
+mod servers;
+
+/// Runs each named scenario on every store: `<name>::memory`, `<name>::local`, and, with
+/// their features, `<name>::s3` and `<name>::azure` (skipped when the server is not named).
+macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
         $(
             mod $name {
@@ -45,12 +51,30 @@ macro_rules! on_both_stores {
                     let dir = tempfile::tempdir().expect("temporary directory");
                     super::$name(super::local_store(&dir)).await
                 }
+
+                #[cfg(feature = "aws")]
+                #[tokio::test]
+                async fn s3() {
+                    let test = concat!(stringify!($name), "-s3");
+                    if let Some(store) = super::servers::server_store(super::servers::S3, test) {
+                        super::$name(store).await
+                    }
+                }
+
+                #[cfg(feature = "azure")]
+                #[tokio::test]
+                async fn azure() {
+                    let test = concat!(stringify!($name), "-azure");
+                    if let Some(store) = super::servers::server_store(super::servers::AZURE, test) {
+                        super::$name(store).await
+                    }
+                }
             }
         )*
     };
 }
 
-on_both_stores!(
+on_every_store!(
     empty_prefix,
     one_chain,
     orphans_below_and_above_the_chain_end,
