@@ -5,7 +5,7 @@
 //!   timer), and at once when no upload is in flight (a lone appender does not wait for
 //!   the timer), but objects never start more often than `min_object_interval`.
 //! - **Uploading.** Up to `max_in_flight` objects are created at once, each in a spawned
-//!   task running the core's [`persist`]; completions come back as messages.
+//!   task running the core's [`persist_within`]; completions come back as messages.
 //! - **Acknowledging.** Strictly in sequence order: an object is acknowledged only when it
 //!   and every earlier object of the epoch are durable (DESIGN.md).
 //! - **Ending.** Any other outcome ends the epoch: the object's waiters, and every later
