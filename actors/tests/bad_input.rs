@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
-use object_store_wal::{Config, Durability, Error};
+use object_store_wal::{AppendParts, Config, Durability, Error};
 use object_store_wal_actors::{spawn_wal, RestartPolicy, SpawnError, WalHandle};
 
 async fn wal(config: Config) -> (WalHandle, Arc<dyn ObjectStore>) {
@@ -28,7 +28,7 @@ fn small() -> Config {
 #[tokio::test]
 async fn malformed_appends_get_typed_errors_and_write_nothing() {
     let (wal, _store) = wal(small()).await;
-    let cases: Vec<(&str, Vec<(u64, Vec<Bytes>)>)> = vec![
+    let cases: Vec<(&str, AppendParts)> = vec![
         ("no parts", vec![]),
         ("empty part", vec![(1, vec![])]),
         (

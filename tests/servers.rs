@@ -1,0 +1,355 @@
+//! What the WAL asks of a real object store, checked on the local servers that
+//! `scripts/servers.sh start` runs: moto (S3 API, `::s3`, feature `aws`) and Azurite
+//! (Azure Blob, `::azure`, feature `azure`). A variant whose server is not named by its
+//! environment variable (`WAL_TEST_S3`, `WAL_TEST_AZURE`) is skipped with a note.
+//!
+//! - A conditional create of a taken key fails with `AlreadyExists` and leaves the first
+//!   bytes, and the WAL reads that answer as the outcome table says (identical retry,
+//!   stale tail).
+//! - Concurrent creates of one key have exactly one winner, whose bytes the key holds.
+//! - Listing order is the WAL's business: keys written in shuffled order list sorted.
+//! - Large objects are recovered with bounded ranges computed from the listed size (Azure
+//!   refuses suffix ranges): header and tail, and a footer longer than the tail read.
+
+#![cfg(any(feature = "aws", feature = "azure"))]
+
+#[path = "support/servers.rs"]
+mod servers;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
+use object_store_wal::io::{object_key, CreateAttempt, WalIo, TAIL_READ_BYTES};
+use object_store_wal::store::{persist, replay_regions, PersistOutcome};
+use object_store_wal::testing::CountingStore;
+use object_store_wal::{entry_id, AppendParts, Config, ObjectStoreLogStore, RetryPolicy};
+
+/// Runs each scenario on each server: `<name>::s3`, `<name>::azure`.
+macro_rules! on_servers {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[cfg(feature = "aws")]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn s3() {
+                    let test = concat!(stringify!($name), "-s3");
+                    if let Some(store) = super::servers::server_store(super::servers::S3, test) {
+                        super::$name(store).await
+                    }
+                }
+
+                #[cfg(feature = "azure")]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn azure() {
+                    let test = concat!(stringify!($name), "-azure");
+                    if let Some(store) = super::servers::server_store(super::servers::AZURE, test) {
+                        super::$name(store).await
+                    }
+                }
+            }
+        )*
+    };
+}
+
+on_servers!(
+    second_create_fails_and_keeps_the_first_bytes,
+    concurrent_creates_have_one_winner,
+    listing_order_does_not_matter,
+    large_objects_are_recovered_with_bounded_ranges,
+);
+
+const PREFIX: &str = "wal";
+
+fn io(store: &Arc<dyn ObjectStore>) -> WalIo {
+    WalIo::new(store.clone(), PREFIX, 1024 * 1024).expect("valid prefix")
+}
+
+fn object(sequence: u64, epoch: u64, link: Link, region: u64, payloads: &[&[u8]]) -> EncodedObject {
+    let header = Header {
+        sequence,
+        epoch,
+        link,
+        floor: 0,
+        claim: false,
+    };
+    let entries: Vec<Bytes> = payloads.iter().map(|p| Bytes::copy_from_slice(p)).collect();
+    encode_object(&header, [(region, entries.as_slice())]).expect("encodable")
+}
+
+async fn get(store: &Arc<dyn ObjectStore>, key: &Path) -> Bytes {
+    store
+        .get(key)
+        .await
+        .expect("get")
+        .bytes()
+        .await
+        .expect("body")
+}
+
+fn create_mode() -> PutOptions {
+    PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    }
+}
+
+async fn second_create_fails_and_keeps_the_first_bytes(store: Arc<dyn ObjectStore>) {
+    // The store's own answer.
+    let key = Path::from("plain/key");
+    store
+        .put_opts(&key, PutPayload::from_static(b"first"), create_mode())
+        .await
+        .expect("the first create of a key succeeds");
+    match store
+        .put_opts(&key, PutPayload::from_static(b"second"), create_mode())
+        .await
+    {
+        Err(object_store::Error::AlreadyExists { .. }) => {}
+        other => panic!("a second create must fail with AlreadyExists, got {other:?}"),
+    }
+    assert_eq!(get(&store, &key).await, Bytes::from_static(b"first"));
+
+    // The WAL's reading of it.
+    let io = io(&store);
+    let ours = object(1, 2, Link::NONE, 7, &[b"ours"]);
+    let later = object(1, 3, Link::NONE, 7, &[b"a later instance's"]);
+    assert!(matches!(io.create(&ours).await, CreateAttempt::Created));
+    let attempt = io.create(&later).await;
+    assert!(
+        matches!(attempt, CreateAttempt::AlreadyExists),
+        "{attempt:?}"
+    );
+    let attempt = io.create(&ours).await;
+    assert!(
+        matches!(attempt, CreateAttempt::AlreadyExists),
+        "an identical retry meets AlreadyExists too: {attempt:?}"
+    );
+    assert_eq!(io.read_whole(1).await.expect("read"), ours.to_bytes());
+
+    let retry = RetryPolicy::default();
+    // Our own bytes found: durable (an earlier attempt landed).
+    let outcome = persist(&io, &ours, &retry).await;
+    assert!(
+        matches!(outcome, PersistOutcome::Durable { attempts: 1 }),
+        "{outcome:?}"
+    );
+    // Epoch 3 finds epoch 2 at its sequence: a stale tail, nothing overwritten.
+    let outcome = persist(&io, &later, &retry).await;
+    assert!(
+        matches!(outcome, PersistOutcome::StaleTail { found_epoch: 2 }),
+        "{outcome:?}"
+    );
+    // Epoch 1 finds epoch 2: fenced.
+    let earlier = object(1, 1, Link::NONE, 7, &[b"an earlier instance's"]);
+    let outcome = persist(&io, &earlier, &retry).await;
+    assert!(
+        matches!(outcome, PersistOutcome::Fenced { fenced_by: 2 }),
+        "{outcome:?}"
+    );
+    assert_eq!(io.read_whole(1).await.expect("read"), ours.to_bytes());
+    let listing = io.list().await.expect("list");
+    assert_eq!(listing.objects.len(), 1);
+    assert_eq!(listing.objects[0].size, ours.len());
+}
+
+async fn concurrent_creates_have_one_winner(store: Arc<dyn ObjectStore>) {
+    const WRITERS: u64 = 12;
+    const ROUNDS: u64 = 8;
+    let io = io(&store);
+    for sequence in 1..=ROUNDS {
+        // Distinct objects for one key, large enough that the uploads overlap.
+        let contenders: Vec<EncodedObject> = (0..WRITERS)
+            .map(|w| {
+                let payload = vec![b'a' + w as u8; 256 * 1024];
+                object(sequence, w + 1, Link::NONE, w, &[&payload])
+            })
+            .collect();
+        let start = Arc::new(tokio::sync::Barrier::new(WRITERS as usize));
+        let tasks: Vec<_> = contenders
+            .iter()
+            .cloned()
+            .map(|o| {
+                let io = io.clone();
+                let start = start.clone();
+                tokio::spawn(async move {
+                    start.wait().await;
+                    io.create(&o).await
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for (w, task) in tasks.into_iter().enumerate() {
+            match task.await.expect("task") {
+                CreateAttempt::Created => winners.push(w),
+                CreateAttempt::AlreadyExists => {}
+                other => panic!("sequence {sequence}, writer {w}: {other:?}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "sequence {sequence}: winners {winners:?}");
+        let stored = io.read_whole(sequence).await.expect("read");
+        assert!(
+            contenders[winners[0]].same_bytes(&stored),
+            "sequence {sequence}: the key holds the winner's bytes"
+        );
+    }
+    let listed: Vec<u64> = io
+        .list()
+        .await
+        .expect("list")
+        .objects
+        .iter()
+        .map(|o| o.sequence)
+        .collect();
+    assert_eq!(listed, (1..=ROUNDS).collect::<Vec<_>>());
+}
+
+async fn listing_order_does_not_matter(store: Arc<dyn ObjectStore>) {
+    const N: u64 = 40;
+    let prefix = Path::from(PREFIX);
+    // 17 is prime to 41: i * 17 mod 41 runs over 1..=40 in a scrambled order.
+    let order: Vec<u64> = (1..=N).map(|i| i * 17 % (N + 1)).collect();
+    let mut sorted = order.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (1..=N).collect::<Vec<_>>());
+    assert_ne!(order, sorted);
+    // Sizes differ per object, so a size attached to the wrong key shows.
+    let size = |sequence: u64| 100 + (sequence * 37) % 1000;
+    for &sequence in &order {
+        let bytes = vec![b'x'; size(sequence) as usize];
+        store
+            .put(&object_key(&prefix, sequence), PutPayload::from(bytes))
+            .await
+            .expect("put");
+    }
+    let foreign = ["wal/zzz", "wal/00000000000000000000.wal", "wal/a/b.wal"];
+    for key in foreign.iter().rev() {
+        store
+            .put(&Path::from(*key), PutPayload::from_static(b"foreign"))
+            .await
+            .expect("put");
+    }
+
+    let io = io(&store);
+    let listing = io.list().await.expect("list");
+    let got: Vec<(u64, u64)> = listing
+        .objects
+        .iter()
+        .map(|o| (o.sequence, o.size))
+        .collect();
+    let want: Vec<(u64, u64)> = (1..=N).map(|s| (s, size(s))).collect();
+    assert_eq!(got, want);
+    let mut foreign_sorted = foreign.map(String::from).to_vec();
+    foreign_sorted.sort();
+    assert_eq!(listing.foreign, foreign_sorted);
+
+    let after = io.list_after(25).await.expect("list after");
+    let got: Vec<u64> = after.objects.iter().map(|o| o.sequence).collect();
+    assert_eq!(got, (26..=N).collect::<Vec<_>>());
+}
+
+/// Region `region`'s payload in the many-regions object.
+fn small_payload(region: u64) -> Bytes {
+    Bytes::from(format!("region-{region}"))
+}
+
+async fn large_objects_are_recovered_with_bounded_ranges(store: Arc<dyn ObjectStore>) {
+    const REGIONS: u64 = 2000;
+    let mut config = Config::new(PREFIX);
+    config.whole_read_threshold = 1024;
+    let big: Vec<Bytes> = (0..3u8)
+        .map(|i| Bytes::from(vec![b'0' + i; 100 * 1024]))
+        .collect();
+    let many: AppendParts = (1..=REGIONS).map(|r| (r, vec![small_payload(r)])).collect();
+
+    let mut wal = ObjectStoreLogStore::open(store.clone(), config.clone())
+        .await
+        .expect("open");
+    // One region, 300 KiB: header and a 64 KiB tail hold everything recovery needs.
+    let big_seq = wal
+        .append_and_flush(vec![(0, big.clone())])
+        .await
+        .expect("append")
+        .sequence;
+    // 2000 regions: a footer of 96 000 bytes, longer than the tail read.
+    let many_seq = wal.append_and_flush(many).await.expect("append").sequence;
+    drop(wal);
+
+    let listing = io(&store).list().await.expect("list");
+    let sizes: HashMap<u64, u64> = listing
+        .objects
+        .iter()
+        .map(|o| (o.sequence, o.size))
+        .collect();
+    assert!(sizes[&big_seq] > TAIL_READ_BYTES + 1024, "{sizes:?}");
+    assert!(
+        sizes[&many_seq] > TAIL_READ_BYTES + 1024 && REGIONS * 48 > TAIL_READ_BYTES,
+        "{sizes:?}"
+    );
+
+    let counting = CountingStore::new(store.clone());
+    let counted: Arc<dyn ObjectStore> = counting.clone();
+    let ro = ObjectStoreLogStore::open_read_only(counted, config.clone())
+        .await
+        .expect("read-only open of large objects");
+    assert_eq!(ro.report().objects.len(), 3);
+    let log = counting.get_log();
+    for (sequence, reads) in [(big_seq, 2), (many_seq, 3)] {
+        let key = object_key(&Path::from(PREFIX), sequence).to_string();
+        let ranges: Vec<_> = log
+            .iter()
+            .filter(|g| g.key == key)
+            .map(|g| g.range.clone())
+            .collect();
+        assert_eq!(ranges.len(), reads, "object {sequence}: {log:?}");
+        for range in ranges {
+            let range = range.unwrap_or_else(|| panic!("object {sequence} read whole: {log:?}"));
+            assert!(
+                range.start < range.end && range.end <= sizes[&sequence],
+                "object {sequence}: {range:?} is not a bounded range within its size"
+            );
+        }
+    }
+
+    // Replay from the read-only open: exactly what was appended, with its ids.
+    let entries: Vec<_> = ro.read(0, 0).try_collect().await.expect("read");
+    let payloads: Vec<Bytes> = entries.iter().map(|e| e.payload.clone()).collect();
+    assert_eq!(payloads, big);
+    let ids: Vec<u64> = entries.iter().map(|e| e.id).collect();
+    assert_eq!(
+        ids,
+        (0..3).map(|p| entry_id(big_seq, p)).collect::<Vec<_>>()
+    );
+    let from: HashMap<u64, u64> = (1..=REGIONS).map(|r| (r, 0)).collect();
+    let all: Vec<_> = replay_regions(ro.io().clone(), ro.catalog(), from, 2)
+        .try_collect()
+        .await
+        .expect("replay");
+    assert_eq!(all.len() as u64, REGIONS);
+    for entry in &all {
+        assert_eq!(entry.payload, small_payload(entry.region));
+        assert_eq!(entry.id >> 20, many_seq);
+    }
+    let mut regions: Vec<u64> = all.iter().map(|e| e.region).collect();
+    regions.sort_unstable();
+    assert_eq!(regions, (1..=REGIONS).collect::<Vec<_>>());
+
+    // A writer recovers the same chain and extends it.
+    let mut wal = ObjectStoreLogStore::open(store.clone(), config)
+        .await
+        .expect("reopen");
+    let next = wal
+        .append_and_flush(vec![(0, vec![Bytes::from_static(b"after")])])
+        .await
+        .expect("append after reopen");
+    let entries: Vec<_> = wal.read(0, 0).try_collect().await.expect("read");
+    let payloads: Vec<Bytes> = entries.into_iter().map(|e| e.payload).collect();
+    let mut want = big;
+    want.push(Bytes::from_static(b"after"));
+    assert_eq!(payloads, want);
+    assert_eq!(wal.last_entry_id(0), Some(entry_id(next.sequence, 0)));
+}
