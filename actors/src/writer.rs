@@ -232,10 +232,25 @@ impl WriterState {
         }
         // A lone appender does not wait for the timer: with nothing uploading and nothing
         // sealed, the batch goes at once. Under load, batches grow while uploads run.
+        // It waits only for `min_object_interval` since the last start, still collecting.
         let idle = self.uploading == 0 && self.objects.values().all(|f| f.started);
         if idle && !self.batch.is_empty() {
-            if let Err(e) = self.seal() {
-                warn!(error = %e, "cannot seal");
+            let now = Instant::now();
+            let due = self
+                .last_start
+                .map(|last| last + self.args.config.min_object_interval);
+            match due {
+                Some(due) if now < due => {
+                    if !self.pump_armed {
+                        self.pump_armed = true;
+                        myself.send_after(due - now, || WriterMsg::Pump);
+                    }
+                }
+                _ => {
+                    if let Err(e) = self.seal() {
+                        warn!(error = %e, "cannot seal");
+                    }
+                }
             }
         }
         self.pump(myself);
