@@ -293,9 +293,21 @@ pub async fn recover_cached(
         .buffered(concurrency.max(1))
         .collect()
         .await;
+    let mut failed = None;
     for summary in summaries {
-        let summary = summary?;
-        by_sequence.insert(summary.header.sequence, summary);
+        match summary {
+            Ok(summary) => {
+                by_sequence.insert(summary.header.sequence, summary);
+            }
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = failed {
+        // What was read stays known: an open that starts over reads only the rest.
+        cache.extend(by_sequence);
+        return Err(e);
     }
     let headers: BTreeMap<u64, Header> = by_sequence.iter().map(|(s, o)| (*s, o.header)).collect();
     let chain = choose_chain(&headers);
@@ -390,13 +402,30 @@ pub async fn open_instance_with(
 ) -> Result<Opened> {
     let mut last = String::new();
     let mut cache: BTreeMap<u64, ObjectSummary> = BTreeMap::new();
+    // The store error that ended the last attempt, returned if it was the last one.
+    let mut store_error: Option<Error> = None;
     for attempt in 1..=config.open_attempts {
         if attempt > 1 {
             tokio::time::sleep(config.retry.backoff(attempt - 1)).await;
         }
+        store_error = None;
+        let failed_read = &mut store_error;
         let span = info_span!("open", prefix = %io.prefix(), attempt);
         let step = async {
-            let mut recovery = recover_cached(io, config.recovery_concurrency, &mut cache).await?;
+            // The plan rests on this listing: see the age check before the opening.
+            let listed_at = clock.now();
+            let mut recovery =
+                match recover_cached(io, config.recovery_concurrency, &mut cache).await {
+                    Ok(recovery) => recovery,
+                    // A listing or a read that failed: start over, keeping the summaries
+                    // read (a large prefix under occasional read errors still opens).
+                    Err(e @ Error::Store { .. }) => {
+                        let why = format!("recovery failed: {e}");
+                        *failed_read = Some(e);
+                        return Ok(Err(why));
+                    }
+                    Err(e) => return Err(e),
+                };
             let present: Vec<u64> = recovery
                 .report
                 .objects
@@ -439,8 +468,27 @@ pub async fn open_instance_with(
                     durability: Durability::NotWritten,
                 })?;
             let opening_started = clock.now();
+            // The same bound as between two creates of an epoch (`Config::link_window`):
+            // a newer instance that opened after the listing may have reclaimed keys
+            // since, and an opening object planned on an older listing could land on one
+            // of them unfenced, above objects that instance acknowledged.
+            let age = opening_started.saturating_sub(listed_at);
+            if age > config.link_window() {
+                return Ok(Err(format!(
+                    "the listing is {age:?} old, past the link window, before the opening object"
+                )));
+            }
             match io.create(&opening).await {
-                CreateAttempt::Created => {}
+                CreateAttempt::Created => {
+                    // Like any create (`max_create_duration`): one that stalled may have
+                    // landed on a key reclaimed meanwhile.
+                    let took = clock.now().saturating_sub(opening_started);
+                    if took > config.max_create_duration {
+                        return Ok(Err(format!(
+                            "the opening object's create took {took:?}, past max_create_duration"
+                        )));
+                    }
+                }
                 CreateAttempt::Unsupported => return Err(unsupported(io)),
                 CreateAttempt::AlreadyExists => {
                     return Ok(Err("the opening object's sequence was taken".to_string()))
@@ -478,6 +526,9 @@ pub async fn open_instance_with(
                 last = why;
             }
         }
+    }
+    if let Some(e) = store_error {
+        return Err(e);
     }
     Err(Error::OpenContended {
         attempts: config.open_attempts,

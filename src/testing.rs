@@ -447,6 +447,8 @@ struct FaultState {
 pub struct FaultStore {
     inner: Arc<dyn ObjectStore>,
     state: Mutex<FaultState>,
+    /// The operation log, when recording ([`FaultStore::record_ops`]).
+    log: Arc<OpLog>,
 }
 
 impl fmt::Display for FaultStore {
@@ -461,6 +463,7 @@ impl FaultStore {
         Arc::new(FaultStore {
             inner,
             state: Mutex::new(FaultState::default()),
+            log: Arc::default(),
         })
     }
 
@@ -560,7 +563,9 @@ impl FaultStore {
         let late: Vec<LateCreate> = std::mem::take(&mut lock(&self.state).late);
         let mut landed = 0;
         for l in late {
-            if self.inner.put_opts(&l.key, l.payload, l.opts).await.is_ok() {
+            let result = self.inner.put_opts(&l.key, l.payload, l.opts).await;
+            self.log.late(&l.key, &result);
+            if result.is_ok() {
                 landed += 1;
             }
         }
@@ -587,7 +592,9 @@ impl FaultStore {
         };
         let mut landed = 0;
         for l in due {
-            if self.inner.put_opts(&l.key, l.payload, l.opts).await.is_ok() {
+            let result = self.inner.put_opts(&l.key, l.payload, l.opts).await;
+            self.log.late(&l.key, &result);
+            if result.is_ok() {
                 landed += 1;
             }
         }
@@ -676,9 +683,13 @@ impl ObjectStore for FaultStore {
             None => None,
         };
         self.tick().await;
+        let is_create = matches!(opts.mode, PutMode::Create);
+        if is_create {
+            self.log.sent(location, &payload);
+        }
         let (before, after) = self.random_latency(Op::Put);
         pause(before).await;
-        let fault = if matches!(opts.mode, PutMode::Create) {
+        let fault = if is_create {
             let mut state = lock(&self.state);
             let own = state
                 .by_key
@@ -714,6 +725,9 @@ impl ObjectStore for FaultStore {
                 Err(injected("create delayed, will land late"))
             }
         };
+        if is_create {
+            self.log.create(location, fault, &result);
+        }
         // Latency after the store answered: the create may be visible before its
         // answer arrives.
         pause(after).await;
@@ -760,12 +774,15 @@ impl ObjectStore for FaultStore {
             (fail, flip)
         };
         if fail {
+            self.log.push(format!("get {location}: failed (injected)"));
             pause(after).await;
             return Err(injected("get failed"));
         }
         let mut result = self.inner.get_opts(location, options).await?;
         pause(after).await;
         if flip {
+            self.log
+                .push(format!("get {location}: bytes flipped (injected)"));
             let payload = std::mem::replace(
                 &mut result.payload,
                 GetResultPayload::Stream(futures::stream::empty().boxed()),
@@ -788,7 +805,14 @@ impl ObjectStore for FaultStore {
         &self,
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
+        let log = self.log.clone();
+        self.inner
+            .delete_stream(locations)
+            .inspect(move |r| match r {
+                Ok(key) => log.push(format!("delete {key}")),
+                Err(e) => log.push(format!("delete failed: {e}")),
+            })
+            .boxed()
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
@@ -810,7 +834,14 @@ impl ObjectStore for FaultStore {
         let latency = self.random_latency(Op::List);
         let inner = self.inner.clone();
         let prefix = prefix.cloned();
-        delayed_list(latency, move || inner.list(prefix.as_ref()))
+        let log = self.log.clone();
+        delayed_list(latency, move || {
+            log.push(format!(
+                "list {}",
+                prefix.as_ref().map_or("", |p| p.as_ref())
+            ));
+            inner.list(prefix.as_ref())
+        })
     }
 
     fn list_with_offset(
@@ -1117,6 +1148,7 @@ impl FaultStore {
             Err(e) => return Err(e),
         }
         self.inner.delete(key).await?;
+        self.log.push(format!("delete {key} behind the WAL's back"));
         lock(&self.state).counts.deleted_behind += 1;
         Ok(true)
     }
@@ -1239,5 +1271,108 @@ fn decode_everything(data: &[u8]) {
             Ok(data),
             "an accepted object must encode back to the same bytes"
         );
+    }
+}
+
+/// One operation in a [`FaultStore`]'s log.
+#[derive(Debug, Clone)]
+pub struct OpRecord {
+    /// When it happened, on tokio's clock (paused in simulations).
+    pub at: tokio::time::Instant,
+    /// What happened: creates and their outcome (with the fault injected, if any), late
+    /// creates landing, deletes, listings (when the store took its snapshot), injected
+    /// GET faults.
+    pub what: String,
+}
+
+/// The operation log of a [`FaultStore`]; empty until recording starts.
+#[derive(Debug, Default)]
+struct OpLog {
+    records: Mutex<Option<Vec<OpRecord>>>,
+}
+
+impl OpLog {
+    fn push(&self, what: String) {
+        if let Some(records) = lock(&self.records).as_mut() {
+            records.push(OpRecord {
+                at: tokio::time::Instant::now(),
+                what,
+            });
+        }
+    }
+
+    fn recording(&self) -> bool {
+        lock(&self.records).is_some()
+    }
+
+    fn create(
+        &self,
+        key: &Path,
+        fault: Option<CreateFault>,
+        result: &object_store::Result<PutResult>,
+    ) {
+        if !self.recording() {
+            return;
+        }
+        let outcome = match result {
+            Ok(_) => "created".to_string(),
+            Err(object_store::Error::AlreadyExists { .. }) => "already exists".to_string(),
+            Err(e) => format!("error: {e}"),
+        };
+        let fault = match fault {
+            None => String::new(),
+            Some(CreateFault::ApplyThenError) => " [fault: applied, then an error]".into(),
+            Some(CreateFault::ErrorUnapplied) => " [fault: not applied]".into(),
+            Some(CreateFault::LandLate(n)) => format!(" [fault: lands late, after {n} ops]"),
+        };
+        self.push(format!("create {key}: {outcome}{fault}"));
+    }
+
+    fn sent(&self, key: &Path, payload: &PutPayload) {
+        if !self.recording() {
+            return;
+        }
+        let head: Vec<u8> = payload
+            .iter()
+            .flat_map(|chunk| chunk.iter().copied())
+            .take(crate::format::HEADER_LEN)
+            .collect();
+        let what = match crate::format::decode_header(&head) {
+            Ok(h) => format!(
+                "epoch {}, link ({}, {}), floor {}{}",
+                h.epoch,
+                h.link.sequence,
+                h.link.epoch,
+                h.floor,
+                if h.claim { ", claim" } else { "" }
+            ),
+            Err(_) => "not a WAL object".into(),
+        };
+        self.push(format!("create {key} sent ({what})"));
+    }
+
+    fn late(&self, key: &Path, result: &object_store::Result<PutResult>) {
+        if self.recording() {
+            let outcome = match result {
+                Ok(_) => "landed".to_string(),
+                Err(object_store::Error::AlreadyExists { .. }) => "key taken, dropped".into(),
+                Err(e) => format!("error: {e}"),
+            };
+            self.push(format!("late create {key}: {outcome}"));
+        }
+    }
+}
+
+impl FaultStore {
+    /// Starts (`true`) or stops and forgets (`false`) recording an operation log:
+    /// creates and their outcome, late creates landing, deletes, listings and injected
+    /// GET faults, each with its time on tokio's clock ([`op_log`](Self::op_log)).
+    pub fn record_ops(&self, on: bool) {
+        *lock(&self.log.records) = on.then(Vec::new);
+    }
+
+    /// The operations recorded so far, in order.
+    pub fn op_log(&self) -> Vec<OpRecord> {
+        lock(&self.log.records).clone().unwrap_or_default()
     }
 }
