@@ -179,13 +179,7 @@ impl SupervisorState {
         // Followers read on from the recovered chain.
         self.commits.send_replace(last_sequence);
         if self.reclaimer.is_none() {
-            let args = ReclaimerArgs {
-                io: self.io.clone(),
-                grace: self.config.reclaim_grace,
-                counters: self.counters.clone(),
-            };
-            let (r, _) = Actor::spawn_linked(None, Reclaimer, args, myself.get_cell()).await?;
-            self.reclaimer = Some(r);
+            self.spawn_reclaimer(myself).await?;
         }
         // The opening object, just created, carries the chain end's floor.
         if epoch.floor > Counters::get(&self.counters.floor) {
@@ -227,6 +221,20 @@ impl SupervisorState {
             }
         }
         Ok(())
+    }
+
+    async fn spawn_reclaimer(
+        &mut self,
+        myself: &ActorRef<WalMsg>,
+    ) -> Result<ActorRef<ReclaimerMsg>, ActorProcessingErr> {
+        let args = ReclaimerArgs {
+            io: self.io.clone(),
+            grace: self.config.reclaim_grace,
+            counters: self.counters.clone(),
+        };
+        let (r, _) = Actor::spawn_linked(None, Reclaimer, args, myself.get_cell()).await?;
+        self.reclaimer = Some(r.clone());
+        Ok(r)
     }
 
     fn schedule_restart(
@@ -597,14 +605,9 @@ impl Actor for Supervisor {
             state.reclaimer = None;
             if failure.is_some() && !matches!(state.phase, Phase::Stopped) {
                 warn!("reclaimer failed; restarting it");
-                let args = ReclaimerArgs {
-                    io: state.io.clone(),
-                    grace: state.config.reclaim_grace,
-                    counters: state.counters.clone(),
-                };
-                let (r, _) = Actor::spawn_linked(None, Reclaimer, args, myself.get_cell()).await?;
+                let r = state.spawn_reclaimer(&myself).await?;
+                // It starts over from the last floor acknowledged, with a fresh grace.
                 let _ = r.cast(ReclaimerMsg::Floor(Counters::get(&state.counters.floor)));
-                state.reclaimer = Some(r);
             }
             return Ok(());
         }
