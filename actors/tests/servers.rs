@@ -19,8 +19,12 @@
 
 #[path = "../../tests/support/servers.rs"]
 mod servers;
+#[allow(dead_code)]
+mod support {
+    pub mod ledger;
+}
+use support::ledger::Ledger;
 
-use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,7 +32,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use object_store::ObjectStore;
 use object_store_wal::format::entry_sequence;
-use object_store_wal::{AppendParts, AppendReceipt, Config, Durability, Entry, Error, RetryPolicy};
+use object_store_wal::{AppendParts, Config, Entry, Error, RetryPolicy};
 use object_store_wal_actors::{spawn_wal, EntryReceiver, RestartPolicy, WalHandle};
 use tokio::task::JoinHandle;
 
@@ -129,116 +133,6 @@ async fn replay_fresh(store: &Arc<dyn ObjectStore>, regions: &[u64]) -> Vec<Entr
 
 fn payload(node: &str, region: u64, n: u64) -> Bytes {
     Bytes::from(format!("{node}/r{region}/{n}"))
-}
-
-/// What the callers were told.
-#[derive(Default)]
-struct Ledger {
-    /// Entries of acknowledged appends, with their ids.
-    acked: Vec<Entry>,
-    /// Failed appends whose entries may have become durable.
-    maybe: Vec<AppendParts>,
-    /// Failed appends refused before any create.
-    never: Vec<AppendParts>,
-}
-
-impl Ledger {
-    fn record(&mut self, parts: AppendParts, result: &Result<AppendReceipt, Error>) {
-        match result {
-            Ok(receipt) => {
-                assert_eq!(receipt.parts.len(), parts.len());
-                for ((region, entries), ids) in parts.into_iter().zip(&receipt.parts) {
-                    assert_eq!(ids.region, region);
-                    assert_eq!(ids.count as usize, entries.len());
-                    assert_eq!(entry_sequence(ids.first_id), receipt.sequence);
-                    for (i, payload) in entries.into_iter().enumerate() {
-                        self.acked.push(Entry {
-                            region,
-                            id: ids.first_id + i as u64,
-                            payload,
-                        });
-                    }
-                }
-            }
-            Err(e) => match e.durability() {
-                Durability::MayBeDurable => self.maybe.push(parts),
-                Durability::NotWritten => self.never.push(parts),
-            },
-        }
-    }
-
-    /// Checks a replay: every acknowledged entry once, with its id; each region in
-    /// increasing id order; each failed append whole (one object) or not at all, and not
-    /// at all when never written; nothing else.
-    fn check(&self, replayed: &[Entry]) {
-        let mut by_payload: HashMap<(u64, Bytes), &Entry> = HashMap::new();
-        let mut last: HashMap<u64, u64> = HashMap::new();
-        for e in replayed {
-            assert!(
-                by_payload
-                    .insert((e.region, e.payload.clone()), e)
-                    .is_none(),
-                "replayed twice: {e:?}"
-            );
-            if let Some(prev) = last.insert(e.region, e.id) {
-                assert!(e.id > prev, "region {} out of order at {e:?}", e.region);
-            }
-        }
-        let mut accounted: HashSet<(u64, Bytes)> = HashSet::new();
-        for a in &self.acked {
-            let k = (a.region, a.payload.clone());
-            let got = by_payload
-                .get(&k)
-                .unwrap_or_else(|| panic!("acknowledged entry not replayed: {a:?}"));
-            assert_eq!(got.id, a.id, "replayed with another id than acknowledged");
-            accounted.insert(k);
-        }
-        let keys = |parts: &AppendParts| -> Vec<(u64, Bytes)> {
-            parts
-                .iter()
-                .flat_map(|(r, es)| es.iter().map(move |e| (*r, e.clone())))
-                .collect()
-        };
-        for parts in &self.maybe {
-            let found: Vec<&Entry> = keys(parts)
-                .iter()
-                .filter_map(|k| by_payload.get(k).copied())
-                .collect();
-            assert!(
-                found.is_empty() || found.len() == keys(parts).len(),
-                "a failed append replayed in part: {parts:?}"
-            );
-            let objects: HashSet<u64> = found.iter().map(|e| entry_sequence(e.id)).collect();
-            assert!(objects.len() <= 1, "a failed append split: {found:?}");
-            accounted.extend(keys(parts));
-        }
-        for parts in &self.never {
-            for k in keys(parts) {
-                assert!(
-                    !by_payload.contains_key(&k),
-                    "an append refused before any create was replayed: {k:?}"
-                );
-            }
-        }
-        for e in replayed {
-            assert!(
-                accounted.contains(&(e.region, e.payload.clone())),
-                "replayed an entry nobody appended: {e:?}"
-            );
-        }
-    }
-
-    /// The acknowledged entries of `region`, as `(id, payload)`, in id order.
-    fn region(&self, region: u64) -> Vec<(u64, Bytes)> {
-        let mut v: Vec<(u64, Bytes)> = self
-            .acked
-            .iter()
-            .filter(|e| e.region == region)
-            .map(|e| (e.id, e.payload.clone()))
-            .collect();
-        v.sort_by_key(|(id, _)| *id);
-        v
-    }
 }
 
 fn of_region(entries: &[Entry], region: u64) -> Vec<(u64, Bytes)> {
