@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::error::Error;
-use crate::format::{Header, Link, SegmentRecord};
+use crate::error::{Durability, Error};
+use crate::format::{EncodedObject, Header, Link, SegmentRecord};
 
 /// A fast hasher for region ids (u64 keys the WAL's own writer chose or read back from
 /// verified footers): one multiply, as in FxHash. SipHash's flooding resistance buys
@@ -131,6 +131,17 @@ impl Catalog {
         Ok(())
     }
 
+    /// Adds an object this instance created and found durable: it extends the chain
+    /// its writer keeps, so a refusal means a bug, and the object's appends must fail
+    /// (they may be durable) rather than be acknowledged.
+    pub fn commit(&mut self, object: &EncodedObject) -> Result<(), Error> {
+        self.insert(object.header(), object.records(), object.len())
+            .map_err(|e| Error::Poisoned {
+                reason: e.to_string(),
+                durability: Durability::MayBeDurable,
+            })
+    }
+
     /// The segments of `region` that hold ids `>= from`, in ascending order.
     pub fn segments_from(&self, region: u64, from: u64) -> &[SegmentLocation] {
         let Some(segments) = self.regions.get(&region) else {
@@ -194,11 +205,6 @@ impl Catalog {
     /// Every region with entries on the chain, in no particular order.
     pub fn regions(&self) -> impl Iterator<Item = u64> + '_ {
         self.regions.keys().copied()
-    }
-
-    /// Number of regions with entries on the chain.
-    pub fn region_count(&self) -> usize {
-        self.regions.len()
     }
 }
 
@@ -417,11 +423,6 @@ impl Retention {
     pub fn floor_for(&mut self, lowest_uncommitted: u64) -> u64 {
         let needed = self.pins.first().map_or(lowest_uncommitted, |(p, _)| *p);
         self.floor = self.floor.max(needed.min(lowest_uncommitted));
-        self.floor
-    }
-
-    /// The last floor returned.
-    pub fn floor(&self) -> u64 {
         self.floor
     }
 }

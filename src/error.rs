@@ -19,6 +19,7 @@ pub enum Durability {
 
 /// Why an epoch ended (DESIGN.md, "Ending an epoch").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EpochEndReason {
     /// A late object of an earlier instance (a lower epoch) holds the sequence.
     StaleTail {
@@ -60,6 +61,7 @@ impl std::fmt::Display for EpochEndReason {
 
 /// The crate's error.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A configuration value is out of range.
     #[error("invalid configuration: {field}: {reason}")]
@@ -207,6 +209,12 @@ pub enum Error {
         /// What stopped the last one.
         last: String,
     },
+    /// The open ended without an answer (it panicked); the WAL opens again.
+    #[error("the open failed unexpectedly: {reason}")]
+    OpenPanicked {
+        /// What was seen.
+        reason: String,
+    },
     /// A request to the store failed.
     #[error("store {op} of {key} failed: {source}")]
     Store {
@@ -267,6 +275,7 @@ impl Error {
                 | Error::Backpressure { .. }
                 | Error::Store { .. }
                 | Error::OpenContended { .. }
+                | Error::OpenPanicked { .. }
                 | Error::BatchFull
         )
     }

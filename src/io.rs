@@ -142,6 +142,13 @@ impl WalIo {
         &self.store
     }
 
+    /// The error for a store that refuses conditional creates.
+    pub fn unsupported(&self) -> Error {
+        Error::ConditionalCreateUnsupported {
+            store: self.store.to_string(),
+        }
+    }
+
     /// The key of the object with `sequence`.
     pub fn key(&self, sequence: u64) -> Path {
         object_key(&self.prefix, sequence)
@@ -249,12 +256,15 @@ impl WalIo {
     /// An object that fails verification is read once more, as a segment is: bytes
     /// damaged in transit must not pass for a damaged object, which fails recovery.
     pub async fn read_summary(&self, listed: &ListedObject) -> Result<ObjectSummary> {
-        match self.read_summary_once(listed).await {
-            Err(Error::CorruptObject { .. } | Error::SequenceMismatch { .. }) => {
-                self.read_summary_once(listed).await
+        read_again_once(|| async {
+            match self.read_summary_once(listed).await {
+                Err(e @ (Error::CorruptObject { .. } | Error::SequenceMismatch { .. })) => {
+                    Ok(Err(e))
+                }
+                other => other.map(Ok),
             }
-            other => other,
-        }
+        })
+        .await?
     }
 
     async fn read_summary_once(&self, listed: &ListedObject) -> Result<ObjectSummary> {
@@ -310,6 +320,21 @@ impl WalIo {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(Error::store("delete", key, e)),
         }
+    }
+}
+
+/// Runs `attempt` (a read and the checks of what it read) and, when the checks fail,
+/// once more: bytes damaged in transit must not pass for damage at rest. A store error
+/// ends it at once; the second check's failure is the answer. Every verified read of the
+/// WAL (summaries, segments, create conflicts) goes through here.
+pub async fn read_again_once<T, V, F, Fut>(mut attempt: F) -> Result<std::result::Result<T, V>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<std::result::Result<T, V>>>,
+{
+    match attempt().await? {
+        Ok(checked) => Ok(Ok(checked)),
+        Err(_) => attempt().await,
     }
 }
 

@@ -32,7 +32,7 @@
 //! whole or not at all; its error's [`Durability`] says whether it may still be.
 //! These rest on the store's conditional create (`PutMode::Create`) being atomic; a
 //! store without it is refused. A local directory is durable across power loss only
-//! with fsync, which [`io::store_from_url`] turns on for `file://`.
+//! with fsync, which [`store_from_url`] turns on for `file://`.
 //!
 //! ## Choices this crate makes where the design leaves them open
 //!
@@ -44,7 +44,7 @@
 //!   [`flush`](ObjectStoreLogStore::flush)) answers [`Error::BatchFull`] instead of
 //!   flushing by itself, so the caller always knows which object holds its append.
 //! - `futures` (already part of `object_store`) is used for bounded-concurrency streams,
-//!   and `libc` for `CLOCK_BOOTTIME` ([`store::BootClock`]).
+//!   and `libc` for `CLOCK_BOOTTIME` ([`BootClock`]).
 //! - **Link window** (added to DESIGN.md's two timing bounds): each create of an epoch
 //!   starts within `reclaim_grace - max_create_duration` of the previous one
 //!   ([`Config::link_window`]), else the epoch ends unsent; an idle writer writes an
@@ -61,20 +61,52 @@
 //! - Recovery reads every listed object's summary, including objects below the tip's
 //!   floor that the reclaimer has not deleted yet (within `reclaim_grace`).
 
+//!
+//! ## The public API and the internals
+//!
+//! What a node uses is re-exported here at the root: [`ObjectStoreLogStore`] (the
+//! sequential front end; the actor runtime in `object-store-wal-actors` is the other),
+//! [`Config`], [`Error`] with its [`Durability`], [`Entry`], the receipts, and
+//! [`store_from_url`]. [`format`] restates the normative byte layout. The other modules
+//! are the steps both front ends are built from; they are public only so the actor
+//! crate can reach them, hidden from the documentation, and carry no stability promise.
+//!
+//! The lifecycle, module by module: [`config`] is validated first; `open` recovers the
+//! chain into a `catalog` and fences earlier instances; an `epoch` seals `batch`es into
+//! objects that `persist` creates through `io` (the only module that calls the store)
+//! and measures on the `clock`; `read` serves regions, replays and followers from the
+//! catalog; `sequential` drives these steps one object at a time.
+
+#[doc(hidden)]
 pub mod batch;
+#[doc(hidden)]
 pub mod catalog;
+#[doc(hidden)]
+pub mod clock;
+pub mod config;
+#[doc(hidden)]
+pub mod epoch;
 pub mod error;
 pub mod format;
+#[doc(hidden)]
 pub mod io;
-pub mod store;
+#[doc(hidden)]
+pub mod open;
+#[doc(hidden)]
+pub mod persist;
+#[doc(hidden)]
+pub mod read;
+#[doc(hidden)]
+pub mod sequential;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use batch::{AppendParts, AppendReceipt, Batch, BatchLimits, RegionIds, SealedObject};
-pub use catalog::Catalog;
+pub use batch::{AppendParts, AppendReceipt, RegionIds};
+pub use clock::{BootClock, CreateClock};
+pub use config::{Config, CorruptSegmentPolicy, RetryPolicy};
 pub use error::{Durability, EpochEndReason, Error, Result};
 pub use format::{entry_id, FormatError, Header, Link};
-pub use store::{
-    Config, CorruptSegmentPolicy, Entry, FlushReceipt, ObjectStoreLogStore, RecoveryReport,
-    RetryPolicy,
-};
+pub use io::store_from_url;
+pub use open::{ObjectInfo, RecoveryReport};
+pub use read::Entry;
+pub use sequential::{FlushReceipt, ObjectStoreLogStore};

@@ -604,7 +604,7 @@ impl FaultStore {
     }
 }
 
-/// A [`CreateClock`](crate::store::CreateClock) that moves only when told: a test decides
+/// A [`CreateClock`](crate::CreateClock) that moves only when told: a test decides
 /// exactly how long a create "took" (say, a create that stalled past
 /// `max_create_duration`) without waiting for it. Starts at zero.
 #[derive(Debug, Default)]
@@ -629,13 +629,13 @@ impl ManualClock {
     }
 }
 
-impl crate::store::CreateClock for ManualClock {
+impl crate::CreateClock for ManualClock {
     fn now(&self) -> Duration {
         Duration::from_nanos(self.nanos.load(Ordering::SeqCst))
     }
 }
 
-/// A [`CreateClock`](crate::store::CreateClock) on tokio's clock: under a paused test
+/// A [`CreateClock`](crate::CreateClock) on tokio's clock: under a paused test
 /// runtime it follows virtual time, so create durations and link windows line up with
 /// the virtual `reclaim_grace` the reclaimer waits.
 #[derive(Debug)]
@@ -652,7 +652,7 @@ impl TokioClock {
     }
 }
 
-impl crate::store::CreateClock for TokioClock {
+impl crate::CreateClock for TokioClock {
     fn now(&self) -> Duration {
         self.origin.elapsed()
     }

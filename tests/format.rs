@@ -1376,7 +1376,7 @@ fn decoded_entries(d: &DecodedObject) -> Expected {
         .collect()
 }
 
-fn seal(batch: &mut Batch, at: SealAt) -> object_store_wal::SealedObject {
+fn seal(batch: &mut Batch, at: SealAt) -> object_store_wal::batch::SealedObject {
     batch
         .seal(at.sequence, at.epoch, at.link, at.floor)
         .expect("a valid header seals")

@@ -7,7 +7,7 @@
 //! landings of a [`FaultStore`], so each test decides exactly how long a create "took".
 //! Tests with timers run with tokio's clock paused; every wait has a safety bound.
 //!
-//! [`CreateClock`]: object_store_wal::store::CreateClock
+//! [`CreateClock`]: object_store_wal::CreateClock
 //! [`CreateHold`]: object_store_wal::testing::CreateHold
 
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use object_store_wal::format::{decode_header, encode_object, EncodedObject, Header, Link};
 use object_store_wal::io::{object_key, WalIo};
-use object_store_wal::store::{persist_within, PersistOutcome};
+use object_store_wal::persist::{persist_within, PersistOutcome};
 use object_store_wal::testing::{CreateFault, FaultStore, ManualClock};
 use object_store_wal::{
     Config, Durability, Entry, EpochEndReason, Error, ObjectStoreLogStore, RetryPolicy,
@@ -37,11 +37,7 @@ fn config() -> Config {
     let mut c = Config::new(PREFIX);
     c.max_create_duration = MAX_CREATE;
     c.reclaim_grace = MAX_CREATE * 2;
-    c.retry = RetryPolicy {
-        max_attempts: 3,
-        initial_backoff: Duration::from_secs(1),
-        max_backoff: Duration::from_secs(1),
-    };
+    c.retry = RetryPolicy::new(3, Duration::from_secs(1), Duration::from_secs(1));
     c
 }
 

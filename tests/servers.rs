@@ -25,7 +25,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
 use object_store_wal::io::{object_key, CreateAttempt, WalIo, TAIL_READ_BYTES};
-use object_store_wal::store::{persist, replay_regions, PersistOutcome};
+use object_store_wal::persist::{persist, PersistOutcome};
+use object_store_wal::read::replay_regions;
 use object_store_wal::testing::CountingStore;
 use object_store_wal::{entry_id, AppendParts, Config, ObjectStoreLogStore, RetryPolicy};
 

@@ -54,10 +54,10 @@ use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use object_store_wal::io::object_key;
-use object_store_wal::store::CreateClock;
 use object_store_wal::testing::{FaultCounts, FaultRates, FaultStore, SplitMix64};
 use object_store_wal::{
-    AppendParts, AppendReceipt, Config, Durability, Entry, Error, ObjectStoreLogStore, RetryPolicy,
+    AppendParts, AppendReceipt, Config, CreateClock, Durability, Entry, Error, ObjectStoreLogStore,
+    RetryPolicy,
 };
 use object_store_wal_actors::handle::spawn_wal_with;
 use object_store_wal_actors::{RestartPolicy, WalHandle};
@@ -530,11 +530,11 @@ fn draw_config(rng: &mut SplitMix64) -> Config {
     c.max_pending_bytes = rng.range_inclusive(128, 4_096);
     c.recovery_concurrency = rng.range_inclusive(1, 4) as usize;
     c.read_ahead = rng.range_inclusive(1, 3) as usize;
-    c.retry = RetryPolicy {
-        max_attempts: rng.range_inclusive(1, 4) as u32,
-        initial_backoff: Duration::from_millis(1),
-        max_backoff: Duration::from_millis(4),
-    };
+    c.retry = RetryPolicy::new(
+        rng.range_inclusive(1, 4) as u32,
+        Duration::from_millis(1),
+        Duration::from_millis(4),
+    );
     c.open_attempts = rng.range_inclusive(3, 8) as u32;
     // Measured on the virtual clock. In some seeds the bounds are short: a slow create
     // is refused its ack, an epoch whose next create would start past its link window

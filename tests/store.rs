@@ -19,13 +19,15 @@ use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store_wal::batch::{Batch, SealedObject};
+use object_store_wal::epoch::EpochState;
 use object_store_wal::format::{self, encode_object, EncodedObject, FormatError, Header, Link};
 use object_store_wal::io::{object_key, parse_key};
-use object_store_wal::store::{persist, EpochState, PersistOutcome};
+use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{CountingStore, CreateFault, FaultStore, GetRecord};
 use object_store_wal::{
-    entry_id, AppendParts, Batch, Config, Durability, EpochEndReason, Error, ObjectStoreLogStore,
-    RecoveryReport, RegionIds, RetryPolicy, SealedObject,
+    entry_id, AppendParts, Config, Durability, EpochEndReason, Error, ObjectStoreLogStore,
+    RecoveryReport, RegionIds, RetryPolicy,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -128,11 +130,7 @@ fn key(sequence: u64) -> Path {
 /// The defaults, with tiny backoffs and 3 create attempts.
 fn config() -> Config {
     let mut c = Config::new(PREFIX);
-    c.retry = RetryPolicy {
-        max_attempts: 3,
-        initial_backoff: Duration::from_millis(1),
-        max_backoff: Duration::from_millis(2),
-    };
+    c.retry = RetryPolicy::new(3, Duration::from_millis(1), Duration::from_millis(2));
     c
 }
 
@@ -314,11 +312,7 @@ fn seal(state: &mut EpochState, p: &[(u64, &[&str])]) -> SealedObject {
 }
 
 fn one_attempt() -> RetryPolicy {
-    RetryPolicy {
-        max_attempts: 1,
-        initial_backoff: Duration::from_millis(1),
-        max_backoff: Duration::from_millis(1),
-    }
+    RetryPolicy::new(1, Duration::from_millis(1), Duration::from_millis(1))
 }
 
 fn as_dyn<T: ObjectStore>(s: &Arc<T>) -> Arc<dyn ObjectStore> {

@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures::Stream;
 use object_store::ObjectStore;
-use object_store_wal::store::{BootClock, CreateClock};
-use object_store_wal::{AppendParts, AppendReceipt, Config, Durability, Entry, Error, Result};
+use object_store_wal::{
+    AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Entry, Error, Result,
+};
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
 use tokio::task::JoinHandle;
@@ -57,7 +58,6 @@ pub async fn spawn_wal_with(
     parent: Option<ActorCell>,
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
     config.validate()?;
-    object_store_wal::io::validate_prefix(&config.prefix)?;
     let terminal = Arc::new(Mutex::new(None));
     let args = SupervisorArgs {
         store,

@@ -7,11 +7,11 @@
 //! - [`Supervisor`](supervisor::Supervisor): the root the node spawns ([`spawn_wal`],
 //!   [`spawn_wal_linked`]); runs recovery, starts the writer and the region readers,
 //!   replaces a failed writer with a new epoch, escalates `Fenced`.
-//! - [`Recovery`](recovery::Recovery): the open, off the supervisor's mailbox.
-//! - [`Writer`](writer::Writer): owns the batch and the sequence counter; seals, uploads
+//! - [`RecoveryActor`](recovery::RecoveryActor): the open, off the supervisor's mailbox.
+//! - [`WriterActor`](writer::WriterActor): owns the batch and the sequence counter; seals, uploads
 //!   up to `max_in_flight` objects at once, acknowledges in sequence order.
-//! - [`Reader`](reader::Reader): one per region; reads lazily through bounded channels.
-//! - [`Reclaimer`](reclaimer::Reclaimer): deletes the objects below the acknowledged
+//! - [`ReaderActor`](reader::ReaderActor): one per region; reads lazily through bounded channels.
+//! - [`ReclaimerActor`](reclaimer::ReclaimerActor): deletes the objects below the acknowledged
 //!   floor, `reclaim_grace` after it was acknowledged.
 //!
 //! Callers that are actors send [`WalMsg`]s with `RpcReplyPort`s; others use the

@@ -7,7 +7,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use object_store_wal::store::{Opened, PersistOutcome};
+use object_store_wal::open::Opened;
+use object_store_wal::persist::PersistOutcome;
 use object_store_wal::{AppendParts, AppendReceipt, Entry, Error, Result};
 use ractor::RpcReplyPort;
 
@@ -114,13 +115,11 @@ pub enum WalMsg {
 pub enum WriterMsg {
     /// An append forwarded by the supervisor.
     Append(AppendRequest),
-    /// `flush_interval` passed since the first entry of the batch with this generation.
-    FlushTick {
-        /// The batch generation the timer was armed for.
-        generation: u64,
-    },
-    /// `min_object_interval` passed: start what waits.
-    Pump,
+    /// `flush_interval` passed since the first entry of a batch: decide whether to seal.
+    FlushDue,
+    /// `min_object_interval` passed since the last upload started: decide whether to
+    /// seal, and start what waits.
+    IntervalPassed,
     /// Time to check whether the idle epoch needs an empty object to stay inside its
     /// link window.
     KeepAlive,
@@ -136,12 +135,12 @@ pub enum WriterMsg {
         /// Answered once every upload in flight finished.
         reply: RpcReplyPort<()>,
     },
-    /// A region's obsolete watermark rose (`None`: all its entries are obsolete).
+    /// A region's obsolete watermark rose.
     Obsolete {
         /// The region.
         region: u64,
-        /// The watermark, or `None` for all.
-        id: Option<u64>,
+        /// The watermark: entries with id `<= id` are obsolete.
+        id: u64,
     },
     /// Fault injection: panic.
     #[cfg(feature = "testing")]

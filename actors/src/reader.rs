@@ -8,10 +8,11 @@
 
 use std::sync::{Arc, RwLock};
 
-use futures::StreamExt;
+use futures::stream::{BoxStream, StreamExt};
+use object_store_wal::catalog::Catalog;
 use object_store_wal::io::WalIo;
-use object_store_wal::store::read_region;
-use object_store_wal::{Catalog, Config};
+use object_store_wal::read::{follow_region, read_region};
+use object_store_wal::{Config, Entry, Result};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info_span, Instrument};
 
@@ -33,9 +34,9 @@ pub struct ReaderArgs {
 }
 
 /// A region's reader actor.
-pub struct Reader;
+pub struct ReaderActor;
 
-impl Actor for Reader {
+impl Actor for ReaderActor {
     type Msg = ReaderMsg;
     type State = ReaderArgs;
     type Arguments = ReaderArgs;
@@ -44,7 +45,7 @@ impl Actor for Reader {
         &self,
         _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
-    ) -> Result<Self::State, ActorProcessingErr> {
+    ) -> std::result::Result<Self::State, ActorProcessingErr> {
         Ok(args)
     }
 
@@ -53,7 +54,7 @@ impl Actor for Reader {
         _myself: ActorRef<Self::Msg>,
         message: Self::Msg,
         state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
+    ) -> std::result::Result<(), ActorProcessingErr> {
         match message {
             ReaderMsg::Read { from, reply } => {
                 let entries = read_region(
@@ -77,10 +78,7 @@ impl Actor for Reader {
 /// Streams `entries` into a bounded channel from a spawned task, which stops fetching
 /// as soon as the consumer drops the receiver.
 pub fn forward(
-    mut entries: futures::stream::BoxStream<
-        'static,
-        object_store_wal::Result<object_store_wal::Entry>,
-    >,
+    mut entries: BoxStream<'static, Result<Entry>>,
     span: tracing::Span,
 ) -> EntryReceiver {
     let (tx, rx) = flume::bounded(READ_CHANNEL_ENTRIES);
@@ -99,47 +97,16 @@ pub fn forward(
 
 /// Follows `region` from `from`: what the catalog holds, then each object as it is
 /// acknowledged (`commits` is bumped with every acknowledged sequence, and after each
-/// recovery). Ends when the WAL stops or the consumer drops the receiver.
-pub fn follow_region(
+/// recovery), through a bounded channel. Ends when the WAL stops or the consumer drops
+/// the receiver.
+pub fn follow(
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
-    mut commits: tokio::sync::watch::Receiver<u64>,
+    commits: tokio::sync::watch::Receiver<u64>,
     region: u64,
     from: u64,
     config: &Config,
 ) -> EntryReceiver {
-    let (tx, rx) = flume::bounded(READ_CHANNEL_ENTRIES);
-    let (read_ahead, policy) = (config.read_ahead, config.corrupt_segment_policy);
-    let span = info_span!("follow", region, from);
-    tokio::spawn(
-        async move {
-            let mut next = from;
-            loop {
-                // Marks the current commit seen: any later one wakes `changed` below.
-                commits.borrow_and_update();
-                let mut entries = read_region(
-                    io.clone(),
-                    catalog.clone(),
-                    region,
-                    next,
-                    read_ahead,
-                    policy,
-                );
-                while let Some(item) = entries.next().await {
-                    let stop = item.is_err();
-                    if let Ok(e) = &item {
-                        next = e.id + 1;
-                    }
-                    if tx.send_async(item).await.is_err() || stop {
-                        return;
-                    }
-                }
-                if commits.changed().await.is_err() {
-                    return;
-                }
-            }
-        }
-        .instrument(span),
-    );
-    rx
+    let entries = follow_region(io, catalog, region, from, config, commits);
+    forward(entries, info_span!("follow", region, from))
 }

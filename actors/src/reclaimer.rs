@@ -63,7 +63,7 @@ pub struct ReclaimerState {
 }
 
 /// The reclaimer actor.
-pub struct Reclaimer;
+pub struct ReclaimerActor;
 
 impl ReclaimerState {
     fn start(&mut self, myself: &ActorRef<ReclaimerMsg>) {
@@ -105,7 +105,7 @@ async fn reclaim_below(io: &WalIo, floor: u64) -> Result<u64, String> {
     }
 }
 
-impl Actor for Reclaimer {
+impl Actor for ReclaimerActor {
     type Msg = ReclaimerMsg;
     type State = ReclaimerState;
     type Arguments = ReclaimerArgs;

@@ -2,8 +2,8 @@
 //! the supervisor's mailbox and reports the result to it, then stops.
 
 use object_store_wal::io::WalIo;
-use object_store_wal::store::{open_instance_with, CreateClock};
-use object_store_wal::{Config, Error};
+use object_store_wal::open::open_instance_with;
+use object_store_wal::{Config, CreateClock, Error};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info_span, Instrument};
 
@@ -22,9 +22,9 @@ pub struct RecoveryArgs {
 }
 
 /// The recovery actor.
-pub struct Recovery;
+pub struct RecoveryActor;
 
-impl Actor for Recovery {
+impl Actor for RecoveryActor {
     type Msg = ();
     type State = tokio::task::JoinHandle<()>;
     type Arguments = RecoveryArgs;
@@ -47,9 +47,8 @@ impl Actor for Recovery {
                     );
                 let result = match opening.await {
                     Ok(result) => result,
-                    Err(e) => Err(Error::OpenContended {
-                        attempts: 0,
-                        last: format!("the open panicked: {e}"),
+                    Err(e) => Err(Error::OpenPanicked {
+                        reason: e.to_string(),
                     }),
                 };
                 let _ = args.supervisor.cast(WalMsg::Recovered(Box::new(result)));
@@ -65,7 +64,9 @@ impl Actor for Recovery {
         _myself: ActorRef<Self::Msg>,
         task: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        // Stopped before it finished (the WAL is stopping): abandoning an open is safe.
+        // Stopped before it finished (the WAL is stopping). This aborts the outer task
+        // only: the open itself runs in a task of its own (to catch its panic), which
+        // goes on to its end and may still write claims and an opening object.
         task.abort();
         Ok(())
     }

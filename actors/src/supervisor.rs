@@ -8,28 +8,32 @@
 //! own supervisor (the node) sees, instead of looping. Restarts back off exponentially
 //! and are bounded per window.
 //!
-//! While recovery runs, appends and reads wait in the supervisor; every waiting append
-//! belongs to a caller blocked on its reply, so what waits is bounded by the callers.
+//! While an open runs (or a backoff before it), appends and reads wait in the
+//! supervisor's queue. That queue has no bound of its own: a caller that sends
+//! [`WalMsg`]s without waiting for their replies can grow it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use object_store::ObjectStore;
+use object_store_wal::catalog::Catalog;
 use object_store_wal::catalog::Retention;
 use object_store_wal::io::WalIo;
-use object_store_wal::store::replay_regions;
-use object_store_wal::store::{CreateClock, Opened};
-use object_store_wal::{Catalog, Config, Durability, Error};
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use object_store_wal::open::Opened;
+use object_store_wal::read::replay_regions;
+use object_store_wal::{Config, CreateClock, Durability, Error};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::time::Instant;
 use tracing::{error, info, info_span, warn};
 
-use crate::messages::{Counters, ReaderMsg, WalMsg, WalStats, WriterMsg};
-use crate::reader::{follow_region, forward, Reader, ReaderArgs};
-use crate::reclaimer::{Reclaimer, ReclaimerArgs, ReclaimerMsg};
-use crate::recovery::{Recovery, RecoveryArgs};
-use crate::writer::{Writer, WriterArgs};
+use crate::messages::{
+    AppendRequest, Counters, EntryReceiver, ReaderMsg, WalMsg, WalStats, WriterMsg,
+};
+use crate::reader::{follow, forward, ReaderActor, ReaderArgs};
+use crate::reclaimer::{ReclaimerActor, ReclaimerArgs, ReclaimerMsg};
+use crate::recovery::{RecoveryActor, RecoveryArgs};
+use crate::writer::{WriterActor, WriterArgs};
 
 /// How the supervisor restarts what fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,8 +73,13 @@ pub struct SupervisorArgs {
     pub clock: Arc<dyn CreateClock>,
 }
 
+/// Where the supervisor is in its cycle of opens.
 enum Phase {
+    /// The recovery actor runs the open.
     Recovering,
+    /// Waiting out a backoff before the next open ([`WalMsg::Restart`]).
+    BackingOff,
+    /// A writer owns the epoch.
     Running {
         writer: ActorRef<WriterMsg>,
         epoch: u64,
@@ -146,7 +155,8 @@ impl SupervisorState {
             supervisor: myself.clone(),
             clock: self.clock.clone(),
         };
-        let (recovery, _) = Actor::spawn_linked(None, Recovery, args, myself.get_cell()).await?;
+        let (recovery, _) =
+            Actor::spawn_linked(None, RecoveryActor, args, myself.get_cell()).await?;
         self.recovery = Some(recovery.get_cell());
         Ok(())
     }
@@ -203,7 +213,7 @@ impl SupervisorState {
             commits: self.commits.clone(),
             reclaimer: self.reclaimer.clone(),
         };
-        let (writer, _) = Actor::spawn_linked(None, Writer, args, myself.get_cell()).await?;
+        let (writer, _) = Actor::spawn_linked(None, WriterActor, args, myself.get_cell()).await?;
         info!(
             epoch = epoch.epoch,
             next_sequence = epoch.next_sequence,
@@ -232,7 +242,7 @@ impl SupervisorState {
             grace: self.config.reclaim_grace,
             counters: self.counters.clone(),
         };
-        let (r, _) = Actor::spawn_linked(None, Reclaimer, args, myself.get_cell()).await?;
+        let (r, _) = Actor::spawn_linked(None, ReclaimerActor, args, myself.get_cell()).await?;
         self.reclaimer = Some(r.clone());
         Ok(r)
     }
@@ -263,7 +273,7 @@ impl SupervisorState {
             .initial_backoff
             .saturating_mul(1 << (n - 1).min(16))
             .min(self.restarts.max_backoff);
-        self.phase = Phase::Recovering;
+        self.phase = Phase::BackingOff;
         myself.send_after(backoff, || WalMsg::Restart);
         Ok(())
     }
@@ -309,7 +319,7 @@ impl SupervisorState {
             config: self.config.clone(),
             catalog: self.catalog.clone(),
         };
-        let (reader, _) = Actor::spawn_linked(None, Reader, args, myself.get_cell()).await?;
+        let (reader, _) = Actor::spawn_linked(None, ReaderActor, args, myself.get_cell()).await?;
         self.readers.insert(region, reader.clone());
         Ok(reader)
     }
@@ -321,6 +331,176 @@ impl SupervisorState {
             Some(w) => from.max(w.saturating_add(1)),
             None => from,
         }
+    }
+
+    /// An append goes to the writer, or waits for it while an open runs.
+    fn on_append(&mut self, req: AppendRequest) {
+        match &self.phase {
+            Phase::Running { writer, .. } => {
+                // The writer is gone; its supervision event restarts it.
+                if let Err(ractor::MessagingErr::SendErr(WriterMsg::Append(req))) =
+                    writer.cast(WriterMsg::Append(req))
+                {
+                    self.queued.push_back(WalMsg::Append(req));
+                }
+            }
+            Phase::Recovering | Phase::BackingOff => self.queued.push_back(WalMsg::Append(req)),
+            Phase::Stopped => refuse(WalMsg::Append(req), &stopped()),
+        }
+    }
+
+    /// Reads, watermarks and positions need the recovered catalog: they wait for the
+    /// first recovery, and are refused once the WAL stopped.
+    async fn on_catalog_request(
+        &mut self,
+        myself: &ActorRef<WalMsg>,
+        message: WalMsg,
+    ) -> Result<(), ActorProcessingErr> {
+        if matches!(self.phase, Phase::Stopped) {
+            refuse(message, &stopped());
+            return Ok(());
+        }
+        if !self.recovered_once {
+            self.queued.push_back(message);
+            return Ok(());
+        }
+        match message {
+            WalMsg::Read {
+                region,
+                from,
+                reply,
+            } => self.on_read(myself, region, from, reply).await?,
+            WalMsg::Replay { regions, reply } => {
+                Counters::add(&self.counters.reads, 1);
+                let from: HashMap<u64, u64> = regions
+                    .into_iter()
+                    .map(|(region, from)| (region, self.visible_from(region, from)))
+                    .collect();
+                let entries = replay_regions(
+                    self.io.clone(),
+                    self.catalog.clone(),
+                    from,
+                    self.config.read_ahead,
+                );
+                let _ = reply.send(Ok(forward(entries, info_span!("replay"))));
+            }
+            WalMsg::Follow {
+                region,
+                from,
+                reply,
+            } => {
+                let from = self.visible_from(region, from);
+                Counters::add(&self.counters.reads, 1);
+                let rx = follow(
+                    self.io.clone(),
+                    self.catalog.clone(),
+                    self.commits.subscribe(),
+                    region,
+                    from,
+                    &self.config,
+                );
+                let _ = reply.send(Ok(rx));
+            }
+            WalMsg::Obsolete { region, id, reply } => {
+                self.on_obsolete(region, id);
+                let _ = reply.send(Ok(()));
+            }
+            WalMsg::LastEntryId { region, reply } => {
+                let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
+                let id = match region {
+                    Some(r) => catalog.last_entry_id(r),
+                    None => catalog.last_entry_id_overall(),
+                };
+                let _ = reply.send(id);
+            }
+            other => refuse(other, &stopped()),
+        }
+        Ok(())
+    }
+
+    /// A read goes to the region's reader, started on first use.
+    async fn on_read(
+        &mut self,
+        myself: &ActorRef<WalMsg>,
+        region: u64,
+        from: u64,
+        reply: RpcReplyPort<object_store_wal::Result<EntryReceiver>>,
+    ) -> Result<(), ActorProcessingErr> {
+        let from = self.visible_from(region, from);
+        Counters::add(&self.counters.reads, 1);
+        let reader = self.reader(myself, region).await?;
+        if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read { reply, .. })) =
+            reader.cast(ReaderMsg::Read { from, reply })
+        {
+            // The reader died before its supervision event arrived: start a fresh one
+            // and hand it the read.
+            self.readers.remove(&region);
+            let reader = self.reader(myself, region).await?;
+            if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read { reply, .. })) =
+                reader.cast(ReaderMsg::Read { from, reply })
+            {
+                let _ = reply.send(Err(stopped()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Raises the region's watermark; only ids on the chain can be obsolete
+    /// (`u64::MAX` means all of them).
+    fn on_obsolete(&mut self, region: u64, id: u64) {
+        let last = self
+            .catalog
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_entry_id(region);
+        if let Some(id) = last.map(|last| id.min(last)) {
+            let w = self.watermarks.entry(region).or_default();
+            *w = (*w).max(id);
+            if let Phase::Running { writer, .. } = &self.phase {
+                let _ = writer.cast(WriterMsg::Obsolete { region, id });
+            }
+        }
+    }
+
+    /// Stops gracefully: in-flight uploads finish and are acknowledged or failed, every
+    /// waiting message is refused, the children stop.
+    async fn on_stop(&mut self, myself: &ActorRef<WalMsg>, reply: RpcReplyPort<()>) {
+        if let Phase::Running { writer, .. } = &self.phase {
+            let _ = writer.call(|r| WriterMsg::Stop { reply: r }, None).await;
+        }
+        for msg in std::mem::take(&mut self.queued) {
+            refuse(msg, &stopped());
+        }
+        self.stop_children();
+        self.phase = Phase::Stopped;
+        let _ = reply.send(());
+        // Drain rather than stop: messages already in the mailbox are answered (refused
+        // with `Stopped`, not dropped, which a caller would read as a failed writer),
+        // and later sends fail at once.
+        let _ = myself.drain();
+    }
+
+    /// The current writer's epoch ended: a new open after a backoff, or the end of the
+    /// WAL when it was fenced.
+    fn on_writer_ended(
+        &mut self,
+        myself: &ActorRef<WalMsg>,
+        epoch: u64,
+        error: Error,
+    ) -> Result<(), ActorProcessingErr> {
+        let current = matches!(&self.phase, Phase::Running { epoch: e, .. } if *e == epoch);
+        if !current {
+            return Ok(());
+        }
+        if let Phase::Running { writer, .. } = &self.phase {
+            writer.stop(None);
+        }
+        self.phase = Phase::BackingOff;
+        if matches!(error, Error::Fenced { .. }) {
+            error!(error = %error, "fenced by a newer instance");
+            return self.escalate(error);
+        }
+        self.schedule_restart(myself, error)
     }
 
     fn stats(&self) -> WalStats {
@@ -398,156 +578,21 @@ impl Actor for Supervisor {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        // Reads and watermarks need the recovered catalog: they wait for the first
-        // recovery, and are refused once the WAL stopped.
-        let needs_catalog = matches!(
-            message,
-            WalMsg::Read { .. }
-                | WalMsg::Replay { .. }
-                | WalMsg::Follow { .. }
-                | WalMsg::Obsolete { .. }
-                | WalMsg::LastEntryId { .. }
-        );
-        if needs_catalog {
-            if matches!(state.phase, Phase::Stopped) {
-                refuse(message, &stopped());
-                return Ok(());
-            }
-            if !state.recovered_once {
-                state.queued.push_back(message);
-                return Ok(());
-            }
-        }
         match message {
-            WalMsg::Append(req) => match &state.phase {
-                Phase::Running { writer, .. } => {
-                    // The writer is gone; its supervision event restarts it.
-                    if let Err(ractor::MessagingErr::SendErr(WriterMsg::Append(req))) =
-                        writer.cast(WriterMsg::Append(req))
-                    {
-                        state.queued.push_back(WalMsg::Append(req));
-                    }
-                }
-                Phase::Recovering => state.queued.push_back(WalMsg::Append(req)),
-                Phase::Stopped => refuse(WalMsg::Append(req), &stopped()),
-            },
-            WalMsg::Read {
-                region,
-                from,
-                reply,
-            } => {
-                let from = state.visible_from(region, from);
-                Counters::add(&state.counters.reads, 1);
-                let reader = state.reader(&myself, region).await?;
-                if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read { reply, .. })) =
-                    reader.cast(ReaderMsg::Read { from, reply })
-                {
-                    // The reader died before its supervision event arrived: start a
-                    // fresh one and hand it the read.
-                    state.readers.remove(&region);
-                    let reader = state.reader(&myself, region).await?;
-                    if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read { reply, .. })) =
-                        reader.cast(ReaderMsg::Read { from, reply })
-                    {
-                        let _ = reply.send(Err(stopped()));
-                    }
-                }
-            }
-            WalMsg::Replay { regions, reply } => {
-                Counters::add(&state.counters.reads, 1);
-                let from: HashMap<u64, u64> = regions
-                    .into_iter()
-                    .map(|(region, from)| (region, state.visible_from(region, from)))
-                    .collect();
-                let entries = replay_regions(
-                    state.io.clone(),
-                    state.catalog.clone(),
-                    from,
-                    state.config.read_ahead,
-                );
-                let _ = reply.send(Ok(forward(entries, info_span!("replay"))));
-            }
-            WalMsg::Obsolete { region, id, reply } => {
-                // Only ids on the chain can be obsolete; u64::MAX means all of them.
-                let last = state
-                    .catalog
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .last_entry_id(region);
-                if let Some(id) = last.map(|last| id.min(last)) {
-                    let w = state.watermarks.entry(region).or_default();
-                    *w = (*w).max(id);
-                    if let Phase::Running { writer, .. } = &state.phase {
-                        let _ = writer.cast(WriterMsg::Obsolete {
-                            region,
-                            id: Some(id),
-                        });
-                    }
-                }
-                let _ = reply.send(Ok(()));
-            }
-            WalMsg::Follow {
-                region,
-                from,
-                reply,
-            } => {
-                let from = state.visible_from(region, from);
-                Counters::add(&state.counters.reads, 1);
-                let rx = follow_region(
-                    state.io.clone(),
-                    state.catalog.clone(),
-                    state.commits.subscribe(),
-                    region,
-                    from,
-                    &state.config,
-                );
-                let _ = reply.send(Ok(rx));
-            }
-            WalMsg::LastEntryId { region, reply } => {
-                let catalog = state.catalog.read().unwrap_or_else(|p| p.into_inner());
-                let id = match region {
-                    Some(r) => catalog.last_entry_id(r),
-                    None => catalog.last_entry_id_overall(),
-                };
-                let _ = reply.send(id);
-            }
+            WalMsg::Append(req) => state.on_append(req),
+            msg @ (WalMsg::Read { .. }
+            | WalMsg::Replay { .. }
+            | WalMsg::Follow { .. }
+            | WalMsg::Obsolete { .. }
+            | WalMsg::LastEntryId { .. }) => state.on_catalog_request(&myself, msg).await?,
             WalMsg::Stats { reply } => {
                 let _ = reply.send(state.stats());
             }
-            WalMsg::Stop { reply } => {
-                if let Phase::Running { writer, .. } = &state.phase {
-                    // In-flight uploads finish and are acknowledged or failed.
-                    let _ = writer.call(|r| WriterMsg::Stop { reply: r }, None).await;
-                }
-                for msg in std::mem::take(&mut state.queued) {
-                    refuse(msg, &stopped());
-                }
-                state.stop_children();
-                state.phase = Phase::Stopped;
-                let _ = reply.send(());
-                // Drain rather than stop: messages already in the mailbox are answered
-                // (refused with `Stopped`, not dropped, which a caller would read as a
-                // failed writer), and later sends fail at once.
-                let _ = myself.drain();
-            }
+            WalMsg::Stop { reply } => state.on_stop(&myself, reply).await,
             WalMsg::Recovered(result) => state.on_recovered(&myself, *result).await?,
-            WalMsg::WriterEnded { epoch, error } => {
-                let current =
-                    matches!(&state.phase, Phase::Running { epoch: e, .. } if *e == epoch);
-                if current {
-                    if let Phase::Running { writer, .. } = &state.phase {
-                        writer.stop(None);
-                    }
-                    state.phase = Phase::Recovering;
-                    if matches!(error, Error::Fenced { .. }) {
-                        error!(error = %error, "fenced by a newer instance");
-                        return state.escalate(error);
-                    }
-                    state.schedule_restart(&myself, error)?;
-                }
-            }
+            WalMsg::WriterEnded { epoch, error } => state.on_writer_ended(&myself, epoch, error)?,
             WalMsg::Restart => {
-                if matches!(state.phase, Phase::Recovering) && state.recovery.is_none() {
+                if matches!(state.phase, Phase::BackingOff) && state.recovery.is_none() {
                     state.start_recovery(&myself).await?;
                 }
             }
@@ -582,7 +627,7 @@ impl Actor for Supervisor {
             if writer.get_id() == id {
                 let why = failure.unwrap_or_else(|| "stopped".into());
                 error!(epoch, why = %why, "writer failed; opening a new epoch");
-                state.phase = Phase::Recovering;
+                state.phase = Phase::BackingOff;
                 let cause = Error::WriterFailed {
                     durability: Durability::MayBeDurable,
                 };
@@ -593,10 +638,7 @@ impl Actor for Supervisor {
             state.recovery = None;
             if let Some(why) = failure {
                 warn!(why = %why, "recovery failed");
-                let cause = Error::OpenContended {
-                    attempts: 0,
-                    last: why,
-                };
+                let cause = Error::OpenPanicked { reason: why };
                 return state.schedule_restart(&myself, cause);
             }
             return Ok(());

@@ -1,9 +1,12 @@
 //! The writer actor: owns the open batch and the sequence counter of one epoch.
 //!
-//! - **Sealing.** The batch is sealed when it would pass `max_batch_bytes` or a region
-//!   reaches 2^20 entries, when `flush_interval` has passed since its first entry (a
-//!   timer), and at once when no upload is in flight (a lone appender does not wait for
-//!   the timer), but objects never start more often than `min_object_interval`.
+//! - **Sealing.** One decision ([`WriterState::seal_reason`]) says when the open batch
+//!   becomes the next object: when it is full (`max_batch_bytes`, or a region at 2^20
+//!   entries), when `flush_interval` has passed since its first entry, and at once when
+//!   no upload is in flight (a lone appender does not wait for the timer), but objects
+//!   never start more often than `min_object_interval`; an idle epoch seals an empty
+//!   object to stay inside its link window. Every timer the writer arms, and every
+//!   admission, comes back to that decision.
 //! - **Uploading.** Up to `max_in_flight` objects are created at once, each in a spawned
 //!   task running the core's [`persist_within`]; completions come back as messages.
 //! - **Acknowledging.** Strictly in sequence order: an object is acknowledged only when it
@@ -17,12 +20,14 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use object_store_wal::batch::{Admit, Batch, SealedObject};
-use object_store_wal::catalog::Retention;
+use object_store_wal::catalog::{Catalog, Retention};
+use object_store_wal::epoch::{Epoch, EpochState};
 use object_store_wal::io::WalIo;
-use object_store_wal::store::{persist_within, CreateClock, EpochState, PersistOutcome};
-use object_store_wal::{AppendReceipt, Catalog, Config, Durability, EpochEndReason, Error, Result};
+use object_store_wal::persist::{persist_within, PersistOutcome};
+use object_store_wal::{AppendReceipt, Config, CreateClock, Durability, EpochEndReason, Error};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 use tracing::{debug, info_span, warn, Instrument};
@@ -53,11 +58,12 @@ pub struct WriterArgs {
     /// Told every floor acknowledged.
     pub reclaimer: Option<ActorRef<ReclaimerMsg>>,
     /// When the opening object's create started, on `clock`.
-    pub opening_started: std::time::Duration,
+    pub opening_started: Duration,
 }
 
-type Waiter = RpcReplyPort<Result<AppendReceipt>>;
+type Waiter = RpcReplyPort<Result<AppendReceipt, Error>>;
 
+/// A sealed object, from sealing to its acknowledgement.
 struct Flight {
     sealed: Arc<SealedObject>,
     waiters: Vec<Waiter>,
@@ -67,31 +73,55 @@ struct Flight {
     refused: Option<Error>,
 }
 
+/// What the writer is doing. Whether the epoch ended is the [`Epoch`]'s to say: a
+/// writer may be stopping with its epoch ended or not.
+enum Lifecycle {
+    /// Sealing and starting uploads.
+    Writing,
+    /// An object was refused before it was sent (the link window): nothing more
+    /// starts, and the epoch ends once the refused object reaches the head.
+    Refusing,
+    /// Stop was asked: nothing more is admitted, sealed or started; the ports are
+    /// answered once every started upload came back.
+    Stopping(Vec<RpcReplyPort<()>>),
+}
+
+/// Why the open batch is sealed now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SealReason {
+    /// It reached `max_batch_bytes`, or a region its 2^20 entries, or the next append
+    /// does not fit.
+    Full,
+    /// `flush_interval` passed since its first entry.
+    FlushInterval,
+    /// Nothing is uploading and `min_object_interval` passed since the last start.
+    Idle,
+    /// The epoch has been idle for half its link window: an empty object keeps it.
+    KeepAlive,
+}
+
 /// The writer's state.
 pub struct WriterState {
     args: WriterArgs,
-    epoch: EpochState,
+    epoch: Epoch,
+    lifecycle: Lifecycle,
     batch: Batch,
     batch_waiters: Vec<Waiter>,
-    batch_bytes: u64,
-    generation: u64,
+    /// When the open batch must be sealed at the latest (`flush_interval` after its
+    /// first entry).
+    flush_deadline: Option<Instant>,
     objects: BTreeMap<u64, Flight>,
     uploading: usize,
     pending_bytes: u64,
     waiting: VecDeque<AppendRequest>,
+    /// When the last upload started (the PUT-rate bound counts from it).
     last_start: Option<Instant>,
-    pump_armed: bool,
-    terminal: Option<Error>,
-    stopping: Vec<RpcReplyPort<()>>,
-    /// When the last create of the epoch started, on the create clock (the opening
-    /// object's at first): the next must start within `Config::link_window`.
-    link_started: std::time::Duration,
-    /// An object was refused: nothing more starts under this epoch.
-    halted: bool,
+    /// A wake-up for `min_object_interval` is on its way.
+    interval_wake_armed: bool,
 }
 
 /// The writer actor.
-pub struct Writer;
+pub struct WriterActor;
 
 fn payload_bytes(req: &AppendRequest) -> u64 {
     req.parts
@@ -113,11 +143,10 @@ impl WriterState {
     }
 
     fn on_append(&mut self, myself: &ActorRef<WriterMsg>, req: AppendRequest) {
-        if let Some(e) = &self.terminal {
-            let e = e.with_durability(Durability::NotWritten);
+        if let Err(e) = self.epoch.ensure_open() {
             return self.fail_append(req, e);
         }
-        if !self.stopping.is_empty() {
+        if let Lifecycle::Stopping(_) = self.lifecycle {
             return self.fail_append(
                 req,
                 Error::Stopped {
@@ -140,7 +169,7 @@ impl WriterState {
             return;
         }
         self.admit(myself, req, bytes);
-        self.progress(myself);
+        self.step(myself);
     }
 
     fn admit(&mut self, myself: &ActorRef<WriterMsg>, req: AppendRequest, bytes: u64) {
@@ -148,51 +177,74 @@ impl WriterState {
             parts, reply: port, ..
         } = req;
         let parts = match self.batch.admit(parts) {
-            Ok(_) => {
-                self.push_waiter(myself, port, bytes);
-                return;
-            }
+            Ok(_) => return self.admitted(myself, port, bytes),
             Err(Admit::Invalid(e)) => {
                 Counters::add(&self.args.counters.failed_appends, 1);
                 return reply(port, Err(e));
             }
             Err(Admit::Full(parts)) => parts,
         };
-        if let Err(e) = self.seal() {
+        if let Err(e) = self.seal(SealReason::Full) {
             Counters::add(&self.args.counters.failed_appends, 1);
             return reply(port, Err(e));
         }
         match self.batch.admit(parts) {
-            Ok(_) => self.push_waiter(myself, port, bytes),
+            Ok(_) => self.admitted(myself, port, bytes),
             // Validated alone, so an empty batch takes it; anything else is a bug.
             Err(Admit::Invalid(e)) => reply(port, Err(e)),
             Err(Admit::Full(_)) => reply(port, Err(Error::BatchFull)),
         }
     }
 
-    fn push_waiter(&mut self, myself: &ActorRef<WriterMsg>, port: Waiter, bytes: u64) {
+    fn admitted(&mut self, myself: &ActorRef<WriterMsg>, port: Waiter, bytes: u64) {
         if self.batch_waiters.is_empty() {
-            let generation = self.generation;
-            myself.send_after(self.args.config.flush_interval, move || {
-                WriterMsg::FlushTick { generation }
-            });
+            let interval = self.args.config.flush_interval;
+            self.flush_deadline = Some(Instant::now() + interval);
+            myself.send_after(interval, || WriterMsg::FlushDue);
         }
         self.batch_waiters.push(port);
-        self.batch_bytes += bytes;
         self.pending_bytes += bytes;
         Counters::set(&self.args.counters.pending_bytes, self.pending_bytes);
-        let full = self.batch.encoded_len() >= self.args.config.max_batch_bytes
-            || self.batch.region_full();
-        if full {
-            if let Err(e) = self.seal() {
-                warn!(error = %e, "cannot seal");
-            }
+        if self.seal_reason(Instant::now()) == Some(SealReason::Full) {
+            self.seal_logged(SealReason::Full);
         }
     }
 
-    /// Seals the open batch as the next object of the epoch (not yet started).
-    fn seal(&mut self) -> Result<()> {
+    /// The one sealing decision: whether the open batch (or, for a keep-alive, an empty
+    /// one) becomes the next object now, and why.
+    fn seal_reason(&self, now: Instant) -> Option<SealReason> {
+        if !matches!(self.lifecycle, Lifecycle::Writing) || self.epoch.ended().is_some() {
+            return None;
+        }
         if self.batch.is_empty() {
+            let half = self.args.config.link_window() / 2;
+            let idle = self.objects.is_empty();
+            let since = self.epoch.since_last_create(self.args.clock.now());
+            return (idle && since >= half).then_some(SealReason::KeepAlive);
+        }
+        if self.batch.encoded_len() >= self.args.config.max_batch_bytes || self.batch.region_full()
+        {
+            return Some(SealReason::Full);
+        }
+        if self.flush_deadline.is_some_and(|due| now >= due) {
+            return Some(SealReason::FlushInterval);
+        }
+        // A lone appender does not wait for the timer: with nothing uploading and nothing
+        // sealed, the batch goes once `min_object_interval` passed, still collecting
+        // until then. Under load, batches grow while uploads run.
+        let idle = self.uploading == 0 && self.objects.values().all(|f| f.started);
+        (idle && self.next_start_due(now).is_none()).then_some(SealReason::Idle)
+    }
+
+    /// When the next upload may start under `min_object_interval`; `None`: now.
+    fn next_start_due(&self, now: Instant) -> Option<Instant> {
+        let due = self.last_start? + self.args.config.min_object_interval;
+        (now < due).then_some(due)
+    }
+
+    /// Seals the open batch as the next object of the epoch (not yet started).
+    fn seal(&mut self, reason: SealReason) -> Result<(), Error> {
+        if self.batch.is_empty() && reason != SealReason::KeepAlive {
             return Ok(());
         }
         let lowest_uncommitted = self
@@ -200,23 +252,25 @@ impl WriterState {
             .keys()
             .next()
             .copied()
-            .unwrap_or(self.epoch.next_sequence);
-        self.epoch.floor = self.args.retention.floor_for(lowest_uncommitted);
-        let sealed = self.epoch.seal(&mut self.batch)?;
+            .unwrap_or(self.epoch.position().next_sequence);
+        let floor = self.args.retention.floor_for(lowest_uncommitted);
+        let sealed = self.epoch.seal(&mut self.batch, floor)?;
         let _span = info_span!(
             "seal",
             sequence = sealed.sequence(),
-            entries = sealed.entries
+            entries = sealed.entries,
+            reason = ?reason
         )
         .entered();
-        let waiters = std::mem::take(&mut self.batch_waiters);
-        self.batch_bytes = 0;
-        self.generation += 1;
+        if reason == SealReason::KeepAlive {
+            debug!("idle: writing an empty object to keep the epoch's link window");
+        }
+        self.flush_deadline = None;
         self.objects.insert(
             sealed.sequence(),
             Flight {
                 sealed: Arc::new(sealed),
-                waiters,
+                waiters: std::mem::take(&mut self.batch_waiters),
                 started: false,
                 outcome: None,
                 refused: None,
@@ -225,42 +279,48 @@ impl WriterState {
         Ok(())
     }
 
-    /// Seals at once when nothing is uploading, then starts what may start.
-    fn progress(&mut self, myself: &ActorRef<WriterMsg>) {
-        if self.terminal.is_some() {
+    fn seal_logged(&mut self, reason: SealReason) {
+        if let Err(e) = self.seal(reason) {
+            warn!(error = %e, ?reason, "cannot seal");
+        }
+    }
+
+    /// Seals if the decision says so, then starts what may start. Every admission,
+    /// completion and timer ends here.
+    fn step(&mut self, myself: &ActorRef<WriterMsg>) {
+        if self.epoch.ended().is_some() {
             return;
         }
-        // A lone appender does not wait for the timer: with nothing uploading and nothing
-        // sealed, the batch goes at once. Under load, batches grow while uploads run.
-        // It waits only for `min_object_interval` since the last start, still collecting.
-        let idle = self.uploading == 0 && self.objects.values().all(|f| f.started);
-        if idle && !self.batch.is_empty() {
-            let now = Instant::now();
-            let due = self
-                .last_start
-                .map(|last| last + self.args.config.min_object_interval);
-            match due {
-                Some(due) if now < due => {
-                    if !self.pump_armed {
-                        self.pump_armed = true;
-                        myself.send_after(due - now, || WriterMsg::Pump);
-                    }
-                }
-                _ => {
-                    if let Err(e) = self.seal() {
-                        warn!(error = %e, "cannot seal");
+        let now = Instant::now();
+        match self.seal_reason(now) {
+            Some(reason) => self.seal_logged(reason),
+            None => {
+                let idle = self.uploading == 0 && self.objects.values().all(|f| f.started);
+                if idle && !self.batch.is_empty() {
+                    if let Some(due) = self.next_start_due(now) {
+                        self.wake_at(myself, now, due);
                     }
                 }
             }
         }
-        self.pump(myself);
+        self.start_uploads(myself);
     }
 
-    fn pump(&mut self, myself: &ActorRef<WriterMsg>) {
-        if self.halted {
+    /// Arms the `min_object_interval` wake-up, once.
+    fn wake_at(&mut self, myself: &ActorRef<WriterMsg>, now: Instant, due: Instant) {
+        if !self.interval_wake_armed {
+            self.interval_wake_armed = true;
+            myself.send_after(due - now, || WriterMsg::IntervalPassed);
+        }
+    }
+
+    /// Starts the sealed objects, in sequence order, up to `max_in_flight` uploading and
+    /// no faster than `min_object_interval`; refuses one whose create would start outside
+    /// the epoch's link window.
+    fn start_uploads(&mut self, myself: &ActorRef<WriterMsg>) {
+        if !matches!(self.lifecycle, Lifecycle::Writing) {
             return;
         }
-        let interval = self.args.config.min_object_interval;
         let max_in_flight = self.args.config.max_in_flight;
         let next: Vec<u64> = self
             .objects
@@ -273,34 +333,18 @@ impl WriterState {
                 return;
             }
             let now = Instant::now();
-            if let Some(last) = self.last_start {
-                let due = last + interval;
-                if now < due {
-                    if !self.pump_armed {
-                        self.pump_armed = true;
-                        myself.send_after(due - now, || WriterMsg::Pump);
-                    }
-                    return;
-                }
+            if let Some(due) = self.next_start_due(now) {
+                return self.wake_at(myself, now, due);
             }
             let Some(flight) = self.objects.get_mut(&sequence) else {
                 return;
             };
-            let link_now = self.args.clock.now();
-            if link_now.saturating_sub(self.link_started) > self.args.config.link_window() {
-                // Our key may have been reclaimed by a newer instance since our last
-                // create: a create now could land unfenced. Never send it.
-                flight.refused = Some(Error::EpochEnded {
-                    epoch: self.epoch.epoch,
-                    sequence,
-                    reason: EpochEndReason::PredecessorTooOld,
-                    durability: Durability::NotWritten,
-                });
-                self.halted = true;
+            if let Err(refusal) = self.epoch.start_create(sequence, self.args.clock.now()) {
+                flight.refused = Some(refusal);
+                self.lifecycle = Lifecycle::Refusing;
                 self.acknowledge();
                 return;
             }
-            self.link_started = link_now;
             flight.started = true;
             self.uploading += 1;
             self.last_start = Some(now);
@@ -337,9 +381,9 @@ impl WriterState {
             f.outcome = Some(outcome);
         }
         self.acknowledge();
-        if self.terminal.is_none() {
+        if self.epoch.ended().is_none() {
             self.admit_waiting(myself);
-            self.progress(myself);
+            self.step(myself);
         }
         self.maybe_finish_stop(myself);
     }
@@ -363,9 +407,9 @@ impl WriterState {
                 continue;
             }
             let error = outcome
-                .error(&self.args.io, self.epoch.epoch, sequence)
+                .error(&self.args.io, self.epoch.number(), sequence)
                 .unwrap_or(Error::EpochEnded {
-                    epoch: self.epoch.epoch,
+                    epoch: self.epoch.number(),
                     sequence,
                     reason: EpochEndReason::UnknownOutcome,
                     durability: Durability::MayBeDurable,
@@ -381,18 +425,13 @@ impl WriterState {
     fn commit(&mut self, flight: Flight, attempts: u64) {
         let sealed = &flight.sealed;
         let encoded = &sealed.encoded;
-        let inserted = self
+        let committed = self
             .args
             .catalog
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(encoded.header(), encoded.records(), encoded.len());
-        if let Err(e) = inserted {
-            // Cannot happen: the writer extends its own chain. Fail rather than ack.
-            let error = Error::Poisoned {
-                reason: e.to_string(),
-                durability: Durability::MayBeDurable,
-            };
+            .commit(encoded);
+        if let Err(error) = committed {
             for w in flight.waiters {
                 reply(w, Err(error.clone()));
             }
@@ -428,10 +467,11 @@ impl WriterState {
     /// Ends the epoch: every waiter gets an error with its durability; nothing more is
     /// written; the supervisor is told.
     fn end_epoch(&mut self, error: Error) {
-        if self.terminal.is_some() {
+        if !self.epoch.end(error.clone()) {
             return;
         }
-        warn!(epoch = self.epoch.epoch, error = %error, "the epoch ends");
+        let epoch = self.epoch.number();
+        warn!(epoch, error = %error, "the epoch ends");
         let mut failed = 0u64;
         let mut first = true;
         for (_, flight) in std::mem::take(&mut self.objects) {
@@ -445,7 +485,7 @@ impl WriterState {
                         error.with_durability(Durability::MayBeDurable)
                     }
                     _ => Error::EpochEnded {
-                        epoch: self.epoch.epoch,
+                        epoch,
                         sequence: flight.sealed.sequence(),
                         reason: EpochEndReason::EarlierObjectFailed,
                         durability: Durability::MayBeDurable,
@@ -468,14 +508,14 @@ impl WriterState {
             reply(req.reply, Err(not_written.clone()));
         }
         self.batch = Batch::new(self.args.config.batch_limits());
+        self.flush_deadline = None;
         self.pending_bytes = 0;
         Counters::set(&self.args.counters.pending_bytes, 0);
         Counters::add(&self.args.counters.failed_appends, failed);
-        self.terminal = Some(error.clone());
-        let _ = self.args.supervisor.cast(WalMsg::WriterEnded {
-            epoch: self.epoch.epoch,
-            error,
-        });
+        let _ = self
+            .args
+            .supervisor
+            .cast(WalMsg::WriterEnded { epoch, error });
     }
 
     fn admit_waiting(&mut self, myself: &ActorRef<WriterMsg>) {
@@ -492,50 +532,29 @@ impl WriterState {
     }
 
     /// Keeps the epoch inside its link window while idle: half a window after the last
-    /// create, an idle writer writes an empty object (96 bytes; the only request an idle
-    /// WAL makes). Re-arms itself for what is left of the half window otherwise.
+    /// create, the sealing decision writes an empty object (96 bytes; the only request
+    /// an idle WAL makes). Re-arms itself for what is left of the half window.
     fn keep_alive(&mut self, myself: &ActorRef<WriterMsg>) {
-        if self.terminal.is_some() || self.halted || !self.stopping.is_empty() {
+        if self.epoch.ended().is_some() || !matches!(self.lifecycle, Lifecycle::Writing) {
             return;
         }
         let half = self.args.config.link_window() / 2;
-        let since = self.args.clock.now().saturating_sub(self.link_started);
-        let idle = self.batch.is_empty() && self.objects.is_empty();
-        if since >= half && idle {
-            let lowest_uncommitted = self.epoch.next_sequence;
-            self.epoch.floor = self.args.retention.floor_for(lowest_uncommitted);
-            match self.epoch.seal(&mut self.batch) {
-                Ok(sealed) => {
-                    debug!(
-                        sequence = sealed.sequence(),
-                        "idle: writing an empty object to keep the epoch's link window"
-                    );
-                    self.generation += 1;
-                    self.objects.insert(
-                        sealed.sequence(),
-                        Flight {
-                            sealed: Arc::new(sealed),
-                            waiters: Vec::new(),
-                            started: false,
-                            outcome: None,
-                            refused: None,
-                        },
-                    );
-                    self.pump(myself);
-                }
-                Err(e) => warn!(error = %e, "cannot seal an empty object"),
-            }
-            myself.send_after(half, || WriterMsg::KeepAlive);
+        let sealing = self.seal_reason(Instant::now()) == Some(SealReason::KeepAlive);
+        let since = self.epoch.since_last_create(self.args.clock.now());
+        self.step(myself);
+        let wait = if sealing || since >= half {
+            half
         } else {
-            let wait = if since >= half { half } else { half - since };
-            myself.send_after(wait.max(std::time::Duration::from_millis(1)), || {
-                WriterMsg::KeepAlive
-            });
-        }
+            half - since
+        };
+        myself.send_after(wait.max(Duration::from_millis(1)), || WriterMsg::KeepAlive);
     }
 
     fn on_stop(&mut self, myself: &ActorRef<WriterMsg>, port: RpcReplyPort<()>) {
-        self.stopping.push(port);
+        match &mut self.lifecycle {
+            Lifecycle::Stopping(ports) => ports.push(port),
+            _ => self.lifecycle = Lifecycle::Stopping(vec![port]),
+        }
         let stopped = Error::Stopped {
             durability: Durability::NotWritten,
         };
@@ -565,25 +584,32 @@ impl WriterState {
             }
         }
         self.batch = Batch::new(self.args.config.batch_limits());
+        self.flush_deadline = None;
         Counters::add(&self.args.counters.failed_appends, failed);
         self.maybe_finish_stop(myself);
     }
 
     fn maybe_finish_stop(&mut self, myself: &ActorRef<WriterMsg>) {
-        if self.stopping.is_empty() || self.uploading > 0 {
+        if self.uploading > 0 {
+            return;
+        }
+        let Lifecycle::Stopping(ports) = &mut self.lifecycle else {
+            return;
+        };
+        if ports.is_empty() {
             return;
         }
         // Every started upload came back: what was durable in order was acknowledged,
         // the rest failed in `acknowledge`.
-        for port in std::mem::take(&mut self.stopping) {
+        for port in std::mem::take(ports) {
             reply(port, ());
         }
-        debug!(epoch = self.epoch.epoch, "writer stopped");
+        debug!(epoch = self.epoch.number(), "writer stopped");
         myself.stop(Some("stopped".into()));
     }
 }
 
-impl Actor for Writer {
+impl Actor for WriterActor {
     type Msg = WriterMsg;
     type State = WriterState;
     type Arguments = WriterArgs;
@@ -594,21 +620,17 @@ impl Actor for Writer {
         args: Self::Arguments,
     ) -> std::result::Result<Self::State, ActorProcessingErr> {
         Ok(WriterState {
-            epoch: args.epoch,
+            epoch: Epoch::new(args.epoch, args.opening_started, args.config.link_window()),
+            lifecycle: Lifecycle::Writing,
             batch: Batch::new(args.config.batch_limits()),
             batch_waiters: Vec::new(),
-            batch_bytes: 0,
-            generation: 0,
+            flush_deadline: None,
             objects: BTreeMap::new(),
             uploading: 0,
             pending_bytes: 0,
             waiting: VecDeque::new(),
             last_start: None,
-            pump_armed: false,
-            terminal: None,
-            stopping: Vec::new(),
-            link_started: args.opening_started,
-            halted: false,
+            interval_wake_armed: false,
             args,
         })
     }
@@ -630,31 +652,19 @@ impl Actor for Writer {
     ) -> std::result::Result<(), ActorProcessingErr> {
         match message {
             WriterMsg::Append(req) => state.on_append(&myself, req),
-            WriterMsg::FlushTick { generation } => {
-                if generation == state.generation && state.terminal.is_none() {
-                    if let Err(e) = state.seal() {
-                        warn!(error = %e, "cannot seal");
-                    }
-                    state.pump(&myself);
-                }
+            WriterMsg::FlushDue => state.step(&myself),
+            WriterMsg::IntervalPassed => {
+                state.interval_wake_armed = false;
+                state.step(&myself);
             }
             WriterMsg::KeepAlive => state.keep_alive(&myself),
-            WriterMsg::Pump => {
-                state.pump_armed = false;
-                if state.terminal.is_none() {
-                    state.progress(&myself);
-                }
-            }
             WriterMsg::Uploaded { sequence, outcome } => {
                 state.on_uploaded(&myself, sequence, outcome)
             }
             WriterMsg::Stop { reply } => state.on_stop(&myself, reply),
             WriterMsg::Obsolete { region, id } => {
                 let catalog = state.args.catalog.read().unwrap_or_else(|p| p.into_inner());
-                match id {
-                    Some(id) => state.args.retention.obsolete(&catalog, region, id),
-                    None => state.args.retention.obsolete_all(&catalog, region),
-                }
+                state.args.retention.obsolete(&catalog, region, id);
             }
             #[cfg(feature = "testing")]
             WriterMsg::Panic => panic!("injected writer panic"),

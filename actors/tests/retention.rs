@@ -74,11 +74,7 @@ fn config() -> Config {
     c.min_object_interval = Duration::ZERO;
     c.max_create_duration = MAX_CREATE;
     c.reclaim_grace = GRACE;
-    c.retry = RetryPolicy {
-        max_attempts: 3,
-        initial_backoff: Duration::from_millis(1),
-        max_backoff: Duration::from_millis(2),
-    };
+    c.retry = RetryPolicy::new(3, Duration::from_millis(1), Duration::from_millis(2));
     c
 }
 

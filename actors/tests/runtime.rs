@@ -73,11 +73,7 @@ fn key(sequence: u64) -> Path {
 fn config() -> Config {
     let mut c = Config::new(PREFIX);
     c.flush_interval = Duration::from_millis(5);
-    c.retry = RetryPolicy {
-        max_attempts: 3,
-        initial_backoff: Duration::from_millis(1),
-        max_backoff: Duration::from_millis(2),
-    };
+    c.retry = RetryPolicy::new(3, Duration::from_millis(1), Duration::from_millis(2));
     c
 }
 

@@ -75,11 +75,7 @@ const BOUND: Duration = Duration::from_secs(60);
 fn config() -> Config {
     let mut c = Config::new("wal");
     c.flush_interval = Duration::from_millis(5);
-    c.retry = RetryPolicy {
-        max_attempts: 3,
-        initial_backoff: Duration::from_millis(5),
-        max_backoff: Duration::from_millis(20),
-    };
+    c.retry = RetryPolicy::new(3, Duration::from_millis(5), Duration::from_millis(20));
     c
 }
 

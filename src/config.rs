@@ -1,0 +1,211 @@
+//! Configuration: every knob of the WAL in one validated [`Config`].
+//!
+//! A node builds one `Config` per WAL prefix. [`Config::validate`] runs before anything
+//! touches the store (every open and every spawn), and its error names the bad field, so
+//! a bad value fails fast instead of misbehaving under load. The timing fields
+//! (`max_create_duration`, `reclaim_grace` and the [`link_window`](Config::link_window)
+//! they imply) are the assumption reclaiming rests on (DESIGN.md, "Reclaiming space").
+
+use std::time::Duration;
+
+use crate::batch::BatchLimits;
+use crate::error::{Error, Result};
+use crate::format;
+
+/// What a read does with a segment whose CRC or decoding fails twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CorruptSegmentPolicy {
+    /// The read yields the error and ends.
+    #[default]
+    Fail,
+    /// The read yields the error as a report of the hole and goes on with the next segment.
+    Skip,
+}
+
+/// Bounds on retrying a create whose outcome is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// Wait before the second attempt; doubles each time.
+    pub initial_backoff: Duration,
+    /// Longest wait between attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 8,
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// `max_attempts` in all, waiting `initial_backoff` before the second, doubling up
+    /// to `max_backoff`.
+    pub fn new(max_attempts: u32, initial_backoff: Duration, max_backoff: Duration) -> Self {
+        RetryPolicy {
+            max_attempts,
+            initial_backoff,
+            max_backoff,
+        }
+    }
+
+    /// The wait after failed attempt `attempt` (1-based).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(16);
+        self.initial_backoff
+            .saturating_mul(factor)
+            .min(self.max_backoff)
+    }
+}
+
+/// Configuration, validated by [`Config::validate`] (each bad value is an error naming
+/// its field).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// The WAL prefix: keys are `<prefix>/<20-digit sequence>.wal`.
+    pub prefix: String,
+    /// The longest an admitted entry waits for company before its batch is sealed.
+    pub flush_interval: Duration,
+    /// The shortest time between the starts of two objects' creates: the PUT-rate
+    /// bound, the cost control. Zero: no bound.
+    pub min_object_interval: Duration,
+    /// The largest object, header to trailer; a batch is sealed before it grows past it.
+    pub max_batch_bytes: u64,
+    /// The largest single entry.
+    pub max_entry_bytes: u64,
+    /// Objects uploaded at once.
+    pub max_in_flight: usize,
+    /// Payload bytes admitted but not yet acknowledged before appends wait.
+    pub max_pending_bytes: u64,
+    /// Objects whose header, footer and trailer recovery reads at once.
+    pub recovery_concurrency: usize,
+    /// Objects no larger than this are read with one GET during recovery.
+    pub whole_read_threshold: u64,
+    /// Segments a read fetches ahead of its consumer.
+    pub read_ahead: usize,
+    /// Retries of a create whose outcome is unknown.
+    pub retry: RetryPolicy,
+    /// Opens attempted (listing, claims, opening object) before giving up.
+    pub open_attempts: u32,
+    /// A create that takes longer than this is never acknowledged.
+    pub max_create_duration: Duration,
+    /// How long after the object carrying a floor is acknowledged objects below it are
+    /// deleted; well above `max_create_duration`.
+    pub reclaim_grace: Duration,
+    /// What a read does with a damaged segment.
+    pub corrupt_segment_policy: CorruptSegmentPolicy,
+}
+
+impl Config {
+    /// The defaults, for `prefix`.
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Config {
+            prefix: prefix.into(),
+            flush_interval: Duration::from_millis(100),
+            min_object_interval: Duration::from_millis(20),
+            max_batch_bytes: 8 * 1024 * 1024,
+            max_entry_bytes: 4 * 1024 * 1024,
+            max_in_flight: 4,
+            max_pending_bytes: 64 * 1024 * 1024,
+            recovery_concurrency: 32,
+            whole_read_threshold: 1024 * 1024,
+            read_ahead: 2,
+            retry: RetryPolicy::default(),
+            open_attempts: 8,
+            max_create_duration: Duration::from_secs(60),
+            reclaim_grace: Duration::from_secs(600),
+            corrupt_segment_policy: CorruptSegmentPolicy::Fail,
+        }
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        crate::io::validate_prefix(&self.prefix)?;
+        let bad = |field: &'static str, reason: &str| {
+            Err(Error::Config {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        let min_object = (format::EMPTY_OBJECT_LEN + format::FOOTER_RECORD_LEN + 4) as u64;
+        if self.max_batch_bytes < min_object {
+            return bad(
+                "max_batch_bytes",
+                "must hold at least one empty entry (108 bytes)",
+            );
+        }
+        if self.max_batch_bytes > u64::from(u32::MAX) {
+            return bad("max_batch_bytes", "must be below 4 GiB");
+        }
+        if self.max_entry_bytes == 0 {
+            return bad("max_entry_bytes", "must be at least 1");
+        }
+        if self.max_entry_bytes + min_object > self.max_batch_bytes {
+            return bad(
+                "max_entry_bytes",
+                "an entry this large would not fit an object of max_batch_bytes",
+            );
+        }
+        if self.max_in_flight == 0 {
+            return bad("max_in_flight", "must be at least 1");
+        }
+        if self.max_pending_bytes < self.max_entry_bytes {
+            return bad("max_pending_bytes", "must be at least max_entry_bytes");
+        }
+        if self.recovery_concurrency == 0 {
+            return bad("recovery_concurrency", "must be at least 1");
+        }
+        if self.read_ahead == 0 {
+            return bad("read_ahead", "must be at least 1");
+        }
+        if self.flush_interval.is_zero() {
+            return bad("flush_interval", "must be above zero");
+        }
+        if self.retry.max_attempts == 0 {
+            return bad("retry.max_attempts", "must be at least 1");
+        }
+        if self.retry.initial_backoff > self.retry.max_backoff {
+            return bad("retry.initial_backoff", "must not exceed retry.max_backoff");
+        }
+        if self.open_attempts == 0 {
+            return bad("open_attempts", "must be at least 1");
+        }
+        if self.max_create_duration.is_zero() {
+            return bad("max_create_duration", "must be above zero");
+        }
+        if self.reclaim_grace < self.max_create_duration.saturating_mul(2) {
+            return bad(
+                "reclaim_grace",
+                "must be at least twice max_create_duration, so a stalled create cannot land on a reclaimed key and be acknowledged",
+            );
+        }
+        Ok(())
+    }
+
+    /// The longest time from the start of one create of an epoch to the start of the
+    /// next: `reclaim_grace - max_create_duration`. Within it, the next object's key
+    /// cannot have been reclaimed by a newer instance (its floor-carrying object came
+    /// after our previous create landed, and deletion waits `reclaim_grace`), so the
+    /// next create collides with the newer instance's object there and we learn we are
+    /// fenced. Past it, the epoch ends (an idle writer writes an empty object at half the
+    /// window to stay inside it).
+    pub fn link_window(&self) -> Duration {
+        self.reclaim_grace.saturating_sub(self.max_create_duration)
+    }
+
+    /// The limits a batch enforces under this configuration.
+    pub fn batch_limits(&self) -> BatchLimits {
+        BatchLimits {
+            max_object_bytes: self.max_batch_bytes,
+            max_entry_bytes: self.max_entry_bytes,
+        }
+    }
+}

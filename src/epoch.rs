@@ -1,0 +1,141 @@
+//! An open epoch: its write position and the rules every one of its creates follows.
+//!
+//! Both writers of the crate, the sequential front end ([`ObjectStoreLogStore`]) and the
+//! actor runtime's writer, hold an [`Epoch`] and go through it for each object: the
+//! terminal check (an epoch that ended writes nothing more), sealing at the next
+//! sequence with the link of the previous object, and the link window (each create
+//! starts within `reclaim_grace - max_create_duration` of the previous one, DESIGN.md
+//! "Reclaiming space"). Pure: no I/O.
+//!
+//! [`ObjectStoreLogStore`]: crate::ObjectStoreLogStore
+
+use std::time::Duration;
+
+use crate::batch::{Batch, SealedObject};
+use crate::error::{Durability, EpochEndReason, Error, Result};
+use crate::format::Link;
+
+/// opening object even while several are in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochState {
+    /// This instance's epoch.
+    pub epoch: u64,
+    /// Sequence of the next object.
+    pub next_sequence: u64,
+    /// The link of the next object: the last object sealed in this epoch.
+    pub link: Link,
+    /// The floor the next object carries.
+    pub floor: u64,
+}
+
+impl EpochState {
+    /// Seals the batch as the next object of the epoch.
+    pub fn seal(&mut self, batch: &mut Batch) -> Result<SealedObject> {
+        let sequence = self.next_sequence;
+        let sealed = batch
+            .seal(sequence, self.epoch, self.link, self.floor)
+            .map_err(|e| Error::Poisoned {
+                reason: format!("cannot encode object {sequence}: {e}"),
+                durability: Durability::NotWritten,
+            })?;
+        self.link = Link {
+            sequence,
+            epoch: self.epoch,
+        };
+        self.next_sequence = sequence + 1;
+        Ok(sealed)
+    }
+}
+
+/// An open epoch: where it writes next, when its last create started and, once it
+/// ended, why.
+#[derive(Debug, Clone)]
+pub struct Epoch {
+    position: EpochState,
+    link_window: Duration,
+    /// When the last create of the epoch (the opening object's, at first) started, on
+    /// the creation clock.
+    last_create_started: Duration,
+    ended: Option<Error>,
+}
+
+impl Epoch {
+    /// An epoch that starts at `position`, whose opening object's create started at
+    /// `opening_started`; each create must start within `link_window` of the previous.
+    pub fn new(position: EpochState, opening_started: Duration, link_window: Duration) -> Self {
+        Epoch {
+            position,
+            link_window,
+            last_create_started: opening_started,
+            ended: None,
+        }
+    }
+
+    /// The write position.
+    pub fn position(&self) -> EpochState {
+        self.position
+    }
+
+    /// This epoch's number.
+    pub fn number(&self) -> u64 {
+        self.position.epoch
+    }
+
+    /// `Ok` while the epoch is open; once it ended, its error as the refusal of an
+    /// append that was never sent.
+    pub fn ensure_open(&self) -> Result<()> {
+        match &self.ended {
+            None => Ok(()),
+            Some(e) => Err(e.with_durability(Durability::NotWritten)),
+        }
+    }
+
+    /// Why the epoch ended, if it did.
+    pub fn ended(&self) -> Option<&Error> {
+        self.ended.as_ref()
+    }
+
+    /// Ends the epoch with `error`; `false` if it had already ended.
+    pub fn end(&mut self, error: Error) -> bool {
+        if self.ended.is_some() {
+            return false;
+        }
+        self.ended = Some(error);
+        true
+    }
+
+    /// Seals `batch` as the next object, carrying `floor`.
+    pub fn seal(&mut self, batch: &mut Batch, floor: u64) -> Result<SealedObject> {
+        self.position.floor = floor;
+        self.position.seal(batch)
+    }
+
+    /// Restarts the clock from `now` (a caller that measures creates on another clock
+    /// than the open did).
+    pub fn restart_clock(&mut self, now: Duration) {
+        self.last_create_started = now;
+    }
+
+    /// How long ago, at `now`, the last create started.
+    pub fn since_last_create(&self, now: Duration) -> Duration {
+        now.saturating_sub(self.last_create_started)
+    }
+
+    /// The link window: the create of `sequence` may start at `now` only within it of
+    /// the previous create; past it, our next key may have been reclaimed by a newer
+    /// instance and a create could land unfenced, so it is never sent and the epoch must
+    /// end with the returned error (`NotWritten`). Within it, `now` becomes the last
+    /// create's start.
+    pub fn start_create(&mut self, sequence: u64, now: Duration) -> Result<()> {
+        if self.since_last_create(now) > self.link_window {
+            return Err(Error::EpochEnded {
+                epoch: self.position.epoch,
+                sequence,
+                reason: EpochEndReason::PredecessorTooOld,
+                durability: Durability::NotWritten,
+            });
+        }
+        self.last_create_started = now;
+        Ok(())
+    }
+}

@@ -1,0 +1,310 @@
+//! The open: recovery (DESIGN.md "Opening an instance", steps 1 and 2) and, for a
+//! writer, claims and the opening object (steps 3 and 4).
+//!
+//! Recovery lists the prefix, reads every object's header, footer and trailer (never a
+//! segment), chooses the chain and indexes it in a [`Catalog`]. A writer then claims every
+//! hole above the chain end and, only once every claim is created, creates the opening
+//! object above everything present, in a new epoch: that fences every earlier instance.
+//! An `AlreadyExists` or an unknown outcome is never taken as success: the open starts
+//! over from a fresh listing, reusing the summaries it already read.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::catalog::{choose_chain, plan_opening, Catalog};
+use crate::clock::{BootClock, CreateClock};
+use crate::config::Config;
+use crate::epoch::EpochState;
+use crate::error::{Durability, Error, Result};
+use crate::format::{encode_object, EncodedObject, Header, Link, ObjectSummary};
+use crate::io::{CreateAttempt, ListedObject, WalIo};
+
+/// One object as recovery saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Its header.
+    pub header: Header,
+    /// Number of segments.
+    pub segments: usize,
+    /// Number of entries.
+    pub entries: u64,
+    /// Length in bytes.
+    pub bytes: u64,
+    /// Whether it is on the replayed chain.
+    pub on_chain: bool,
+}
+
+/// What recovery found under the prefix.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Every WAL object, ascending.
+    pub objects: Vec<ObjectInfo>,
+    /// Keys under the prefix that are not WAL objects (skipped).
+    pub foreign: Vec<String>,
+    /// The chain end, if any.
+    pub chain_end: Option<Header>,
+    /// The largest sequence present (orphans and claims included), 0 when empty.
+    pub max_sequence: u64,
+    /// Objects not on the chain: never replayed, never reused.
+    pub orphans: usize,
+}
+
+/// Recovery's result: the catalog of the chain and the report.
+#[derive(Debug, Clone)]
+pub struct Recovered {
+    /// The catalog of the chain.
+    pub catalog: Catalog,
+    /// What was found.
+    pub report: RecoveryReport,
+}
+
+/// Steps 1 and 2 of the open: list, read every object's header, footer and trailer
+/// (bounded concurrency, never a segment), choose the chain and index it.
+pub async fn recover(io: &WalIo, concurrency: usize) -> Result<Recovered> {
+    recover_cached(io, concurrency, &mut BTreeMap::new()).await
+}
+
+/// [`recover`], reusing the summaries in `cache` of objects listed again with the same
+/// size (objects are immutable), and leaving there the summaries of this listing. An
+/// open that starts over reads only what appeared since, which keeps its window short
+/// while an earlier instance is still writing.
+pub async fn recover_cached(
+    io: &WalIo,
+    concurrency: usize,
+    cache: &mut BTreeMap<u64, ObjectSummary>,
+) -> Result<Recovered> {
+    let listing = io.list().await?;
+    for key in &listing.foreign {
+        warn!(key = %key, "skipping a key under the WAL prefix that is not a WAL object");
+    }
+    let mut by_sequence: BTreeMap<u64, ObjectSummary> = BTreeMap::new();
+    let mut to_read: Vec<ListedObject> = Vec::new();
+    for listed in &listing.objects {
+        match cache.remove(&listed.sequence) {
+            Some(known) if known.length == listed.size => {
+                by_sequence.insert(listed.sequence, known);
+            }
+            _ => to_read.push(listed.clone()),
+        }
+    }
+    let summaries: Vec<Result<ObjectSummary>> = stream::iter(to_read)
+        .map(|listed: ListedObject| {
+            let io = io.clone();
+            async move { io.read_summary(&listed).await }
+        })
+        .buffered(concurrency.max(1))
+        .collect()
+        .await;
+    let mut failed = None;
+    for summary in summaries {
+        match summary {
+            Ok(summary) => {
+                by_sequence.insert(summary.header.sequence, summary);
+            }
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = failed {
+        // What was read stays known: an open that starts over reads only the rest.
+        cache.extend(by_sequence);
+        return Err(e);
+    }
+    let headers: BTreeMap<u64, Header> = by_sequence.iter().map(|(s, o)| (*s, o.header)).collect();
+    let chain = choose_chain(&headers);
+    let mut catalog = Catalog::new();
+    for sequence in &chain {
+        if let Some(o) = by_sequence.get(sequence) {
+            catalog.insert(&o.header, &o.footer.records, o.length)?;
+        }
+    }
+    let on_chain: HashSet<u64> = chain.iter().copied().collect();
+    let objects: Vec<ObjectInfo> = by_sequence
+        .values()
+        .map(|o| ObjectInfo {
+            header: o.header,
+            segments: o.footer.records.len(),
+            entries: o.footer.records.iter().map(|r| r.entry_count()).sum(),
+            bytes: o.length,
+            on_chain: on_chain.contains(&o.header.sequence),
+        })
+        .collect();
+    let report = RecoveryReport {
+        orphans: objects.iter().filter(|o| !o.on_chain).count(),
+        chain_end: chain.last().and_then(|s| headers.get(s)).copied(),
+        max_sequence: listing.objects.last().map_or(0, |o| o.sequence),
+        foreign: listing.foreign,
+        objects,
+    };
+    // What this listing showed, for an open that starts over.
+    *cache = by_sequence;
+    Ok(Recovered { catalog, report })
+}
+
+/// The write position of an open epoch: the next sequence, the link it extends and the
+/// floor it carries. Sealing advances it; objects of one epoch form a chain back to the
+/// An instance that finished opening: its recovered catalog and its epoch.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    /// The recovery (the catalog includes the opening object).
+    pub recovery: Recovered,
+    /// Where writing starts.
+    pub epoch: EpochState,
+    /// When the opening object's create started, on the open's [`CreateClock`].
+    pub opening_started: Duration,
+}
+
+/// The whole open (DESIGN.md "Opening an instance", steps 1 to 4): recover, claim every
+/// hole above the chain end, and only once every claim is created, create the opening
+/// object. An `AlreadyExists` or an unknown outcome is never taken as success: the open
+/// starts over from the listing, at most `config.open_attempts` times.
+pub async fn open_instance(io: &WalIo, config: &Config) -> Result<Opened> {
+    open_instance_with(io, config, &BootClock).await
+}
+
+/// [`open_instance`], noting on `clock` when the opening object's create started (the
+/// writer bounds the time from each create to the next: [`Config::link_window`]).
+pub async fn open_instance_with(
+    io: &WalIo,
+    config: &Config,
+    clock: &dyn CreateClock,
+) -> Result<Opened> {
+    let mut last = String::new();
+    let mut cache: BTreeMap<u64, ObjectSummary> = BTreeMap::new();
+    // The store error that ended the last attempt, returned if it was the last one.
+    let mut store_error: Option<Error> = None;
+    for attempt in 1..=config.open_attempts {
+        if attempt > 1 {
+            tokio::time::sleep(config.retry.backoff(attempt - 1)).await;
+        }
+        store_error = None;
+        let failed_read = &mut store_error;
+        let span = info_span!("open", prefix = %io.prefix(), attempt);
+        let step = async {
+            // The plan rests on this listing: see the age check before the opening.
+            let listed_at = clock.now();
+            let mut recovery =
+                match recover_cached(io, config.recovery_concurrency, &mut cache).await {
+                    Ok(recovery) => recovery,
+                    // A listing or a read that failed: start over, keeping the summaries
+                    // read (a large prefix under occasional read errors still opens).
+                    Err(e @ Error::Store { .. }) => {
+                        let why = format!("recovery failed: {e}");
+                        *failed_read = Some(e);
+                        return Ok(Err(why));
+                    }
+                    Err(e) => return Err(e),
+                };
+            let present: Vec<u64> = recovery
+                .report
+                .objects
+                .iter()
+                .map(|o| o.header.sequence)
+                .collect();
+            let plan = plan_opening(&present, recovery.report.chain_end.as_ref())?;
+            let claims: Vec<EncodedObject> = plan
+                .claims
+                .iter()
+                .map(|h| encode_object(h, std::iter::empty()))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| Error::Poisoned {
+                    reason: format!("cannot encode a claim: {e}"),
+                    durability: Durability::NotWritten,
+                })?;
+            let outcomes: Vec<CreateAttempt> = stream::iter(claims)
+                .map(|c| {
+                    let io = io.clone();
+                    async move { io.create(&c).await }
+                })
+                .buffer_unordered(config.recovery_concurrency.max(1))
+                .collect()
+                .await;
+            for outcome in outcomes {
+                match outcome {
+                    CreateAttempt::Created => {}
+                    CreateAttempt::Unsupported => return Err(io.unsupported()),
+                    CreateAttempt::AlreadyExists => {
+                        return Ok(Err("a claim found its sequence taken".to_string()))
+                    }
+                    CreateAttempt::Unknown(e) => {
+                        return Ok(Err(format!("a claim's outcome is unknown: {e}")))
+                    }
+                }
+            }
+            let opening =
+                encode_object(&plan.opening, std::iter::empty()).map_err(|e| Error::Poisoned {
+                    reason: format!("cannot encode the opening object: {e}"),
+                    durability: Durability::NotWritten,
+                })?;
+            let opening_started = clock.now();
+            // The same bound as between two creates of an epoch (`Config::link_window`):
+            // a newer instance that opened after the listing may have reclaimed keys
+            // since, and an opening object planned on an older listing could land on one
+            // of them unfenced, above objects that instance acknowledged.
+            let age = opening_started.saturating_sub(listed_at);
+            if age > config.link_window() {
+                return Ok(Err(format!(
+                    "the listing is {age:?} old, past the link window, before the opening object"
+                )));
+            }
+            match io.create(&opening).await {
+                CreateAttempt::Created => {
+                    // Like any create (`max_create_duration`): one that stalled may have
+                    // landed on a key reclaimed meanwhile.
+                    let took = clock.now().saturating_sub(opening_started);
+                    if took > config.max_create_duration {
+                        return Ok(Err(format!(
+                            "the opening object's create took {took:?}, past max_create_duration"
+                        )));
+                    }
+                }
+                CreateAttempt::Unsupported => return Err(io.unsupported()),
+                CreateAttempt::AlreadyExists => {
+                    return Ok(Err("the opening object's sequence was taken".to_string()))
+                }
+                CreateAttempt::Unknown(e) => {
+                    return Ok(Err(format!("the opening object's outcome is unknown: {e}")))
+                }
+            }
+            recovery.catalog.insert(&plan.opening, &[], opening.len())?;
+            info!(
+                epoch = plan.epoch,
+                sequence = plan.opening.sequence,
+                claims = plan.claims.len(),
+                orphans = recovery.report.orphans,
+                "opened"
+            );
+            Ok(Ok(Opened {
+                opening_started,
+                recovery,
+                epoch: EpochState {
+                    epoch: plan.epoch,
+                    next_sequence: plan.opening.sequence + 1,
+                    link: Link {
+                        sequence: plan.opening.sequence,
+                        epoch: plan.epoch,
+                    },
+                    floor: plan.opening.floor,
+                },
+            }))
+        };
+        match step.instrument(span).await? {
+            Ok(opened) => return Ok(opened),
+            Err(why) => {
+                debug!(attempt, why = %why, "open starts over");
+                last = why;
+            }
+        }
+    }
+    if let Some(e) = store_error {
+        return Err(e);
+    }
+    Err(Error::OpenContended {
+        attempts: config.open_attempts,
+        last,
+    })
+}

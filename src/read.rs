@@ -1,0 +1,454 @@
+//! Reads: a region's entries, many regions replayed at once, and followers.
+//!
+//! Every read is lazy and bounded: segments are looked up in the catalog one at a time
+//! (a read that starts after an append sees it), fetched with one ranged read of exactly
+//! their bytes, verified (CRC) before decoding and read once more if verification fails,
+//! at most `read_ahead` ahead of the consumer. A replay of many regions fetches each
+//! chain object once, with one ranged read over the segments it needs. A follower reads
+//! on as the chain grows; what tells it the chain grew is its [`ChainGrowth`]: the
+//! writer's acknowledgements in-process, or polling the prefix for a read-only open.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::{self, BoxStream, StreamExt};
+use tracing::{info_span, warn, Instrument};
+
+use crate::catalog::{next_on_chain, Catalog, SegmentLocation};
+use crate::config::{Config, CorruptSegmentPolicy};
+use crate::error::{Error, Result};
+use crate::format::{self, Header, Link, ObjectSummary};
+use crate::io::{read_again_once, WalIo};
+use crate::open::recover;
+
+/// One replayed entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Its region.
+    pub region: u64,
+    /// The id it was acknowledged with.
+    pub id: u64,
+    /// Its payload.
+    pub payload: Bytes,
+}
+
+/// Reads `region` from entry id `from` over a shared catalog, which may grow meanwhile:
+/// the segments are looked up one by one as the stream is polled.
+pub fn read_region(
+    io: WalIo,
+    catalog: Arc<RwLock<Catalog>>,
+    region: u64,
+    from: u64,
+    read_ahead: usize,
+    policy: CorruptSegmentPolicy,
+) -> BoxStream<'static, Result<Entry>> {
+    let locations = stream::unfold(from, move |next| {
+        let catalog = catalog.clone();
+        async move {
+            let location = catalog
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .segments_from(region, next)
+                .first()
+                .copied()?;
+            Some((location, location.record.last_entry_id + 1))
+        }
+    });
+    let entries = locations
+        .map(move |location| {
+            let io = io.clone();
+            async move { fetch_segment(&io, &location).await }
+        })
+        .buffered(read_ahead.max(1))
+        .scan(false, move |failed, result| {
+            let item = if *failed {
+                None
+            } else {
+                match result {
+                    Ok(entries) => Some(stream::iter(
+                        entries
+                            .into_iter()
+                            .filter(|e| e.id >= from)
+                            .map(Ok)
+                            .collect::<Vec<_>>(),
+                    )),
+                    Err(e) => {
+                        *failed = policy == CorruptSegmentPolicy::Fail;
+                        Some(stream::iter(vec![Err(e)]))
+                    }
+                }
+            };
+            futures::future::ready(item)
+        })
+        .flatten();
+    entries.boxed()
+}
+
+/// Fetches one segment with a ranged read of exactly its bytes and decodes it, verified
+/// (read again once if verification fails).
+pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec<Entry>> {
+    let record = &location.record;
+    let checked = read_again_once(|| async {
+        let bytes = io.read_range(location.sequence, record.range()).await?;
+        let decoded = format::decode_segment(bytes, record);
+        if let Err(e) = &decoded {
+            warn!(sequence = location.sequence, region = record.region, error = %e, "segment failed verification");
+        }
+        Ok(decoded)
+    })
+    .await?;
+    let payloads = checked.map_err(|source| Error::CorruptSegment {
+        key: io.key(location.sequence).to_string(),
+        region: record.region,
+        source,
+    })?;
+    Ok(entries_of(record, payloads, record.first_entry_id))
+}
+
+/// The entries of a decoded segment with ids `>= min`.
+fn entries_of(record: &format::SegmentRecord, payloads: Vec<Bytes>, min: u64) -> Vec<Entry> {
+    payloads
+        .into_iter()
+        .zip(record.first_entry_id..)
+        .filter(|(_, id)| *id >= min)
+        .map(|(payload, id)| Entry {
+            region: record.region,
+            id,
+            payload,
+        })
+        .collect()
+}
+
+/// Replays many regions at once, each from its own entry id: every chain object that
+/// holds a wanted entry is fetched once, with one ranged read spanning its needed
+/// segments, and each needed segment is verified (CRC) before it is decoded. Entries
+/// come object by object in sequence order, so each region's entries are in order. At
+/// most `read_ahead` objects are fetched ahead of the consumer.
+pub fn replay_regions(
+    io: WalIo,
+    catalog: Arc<RwLock<Catalog>>,
+    from: HashMap<u64, u64>,
+    read_ahead: usize,
+) -> BoxStream<'static, Result<Entry>> {
+    let from = Arc::new(from);
+    let wanted = from.clone();
+    // The chain objects to fetch, looked up one at a time so memory stays bounded.
+    let plans = stream::unfold(0u64, move |after| {
+        let catalog = catalog.clone();
+        let from = wanted.clone();
+        async move {
+            let catalog = catalog.read().unwrap_or_else(|p| p.into_inner());
+            let mut next = catalog
+                .objects_from(after.saturating_add(1))
+                .filter(|(_, o)| o.segments > 0)
+                .map(|(s, _)| s);
+            loop {
+                let sequence = next.next()?;
+                let mut records: Vec<SegmentLocation> = Vec::new();
+                for (&region, &first) in from.iter() {
+                    let start = first.max(format::entry_id(sequence, 0));
+                    if let Some(loc) = catalog
+                        .segments_from(region, start)
+                        .first()
+                        .filter(|l| l.sequence == sequence)
+                    {
+                        records.push(*loc);
+                    }
+                }
+                if !records.is_empty() {
+                    records.sort_by_key(|l| l.record.offset);
+                    return Some((records, sequence));
+                }
+            }
+        }
+    });
+    plans
+        .map(move |records| {
+            let io = io.clone();
+            let from = from.clone();
+            async move { fetch_segments(&io, records, &from).await }
+        })
+        .buffered(read_ahead.max(1))
+        .flat_map(|result| match result {
+            Ok(entries) => stream::iter(entries.into_iter().map(Ok).collect::<Vec<_>>()),
+            Err(e) => stream::iter(vec![Err(e)]),
+        })
+        .boxed()
+}
+
+/// Fetches the span of one object that covers `records` (sorted by offset) with one
+/// ranged read and decodes each segment, verified (the span is read again once if one
+/// fails verification).
+async fn fetch_segments(
+    io: &WalIo,
+    records: Vec<SegmentLocation>,
+    from: &HashMap<u64, u64>,
+) -> Result<Vec<Entry>> {
+    let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        return Ok(Vec::new());
+    };
+    let sequence = first.sequence;
+    let span = first.record.offset..last.record.range().end;
+    let checked = read_again_once(|| async {
+        let bytes = io.read_range(sequence, span.clone()).await?;
+        let mut entries = Vec::new();
+        for loc in &records {
+            let record = &loc.record;
+            let start = (record.offset - span.start) as usize;
+            let end = start + record.length as usize;
+            let Some(segment) = bytes.get(start..end) else {
+                return Err(Error::CorruptObject {
+                    key: io.key(sequence).to_string(),
+                    source: format::FormatError::Truncated {
+                        part: "segment",
+                        needed: end as u64,
+                        got: bytes.len() as u64,
+                    },
+                });
+            };
+            match format::decode_segment(bytes.slice_ref(segment), record) {
+                Ok(payloads) => {
+                    let min = from.get(&record.region).copied().unwrap_or(0);
+                    entries.extend(entries_of(record, payloads, min));
+                }
+                Err(source) => {
+                    return Ok(Err(Error::CorruptSegment {
+                        key: io.key(sequence).to_string(),
+                        region: record.region,
+                        source,
+                    }))
+                }
+            }
+        }
+        Ok(Ok(entries))
+    })
+    .await?;
+    checked
+}
+
+/// What tells a follower that the chain may have grown.
+pub trait ChainGrowth: Send + 'static {
+    /// Called before each pass over the catalog: growth after this call must wake
+    /// [`grown`](Self::grown).
+    fn mark(&mut self) {}
+
+    /// Waits until the chain may have grown (and, for a read-only follower, extends the
+    /// catalog); `Ok(false)` ends the follow (the WAL stopped).
+    fn grown(&mut self) -> BoxFuture<'_, Result<bool>>;
+}
+
+/// In-process growth: the writer bumps the watch with every acknowledged sequence (and
+/// after each recovery); the follow ends when the sender is dropped.
+impl ChainGrowth for tokio::sync::watch::Receiver<u64> {
+    fn mark(&mut self) {
+        self.borrow_and_update();
+    }
+
+    fn grown(&mut self) -> BoxFuture<'_, Result<bool>> {
+        Box::pin(async move { Ok(self.changed().await.is_ok()) })
+    }
+}
+
+/// Follows `region` from entry id `from` over `catalog`: what it holds, then, each time
+/// `growth` says the chain may have grown, what was added, in order, exactly once. Ends
+/// at the first error (after yielding it), when `growth` ends, or when the consumer
+/// drops the stream.
+pub fn follow_region(
+    io: WalIo,
+    catalog: Arc<RwLock<Catalog>>,
+    region: u64,
+    from: u64,
+    config: &Config,
+    growth: impl ChainGrowth,
+) -> BoxStream<'static, Result<Entry>> {
+    struct Following<G> {
+        io: WalIo,
+        catalog: Arc<RwLock<Catalog>>,
+        region: u64,
+        next: u64,
+        read_ahead: usize,
+        policy: CorruptSegmentPolicy,
+        growth: G,
+        pass: Option<BoxStream<'static, Result<Entry>>>,
+        ended: bool,
+    }
+    let state = Following {
+        io,
+        catalog,
+        region,
+        next: from,
+        read_ahead: config.read_ahead,
+        policy: config.corrupt_segment_policy,
+        growth,
+        pass: None,
+        ended: false,
+    };
+    stream::unfold(state, |mut s| async move {
+        loop {
+            if s.ended {
+                return None;
+            }
+            let pass = match &mut s.pass {
+                Some(pass) => pass,
+                None => {
+                    s.growth.mark();
+                    let pass = read_region(
+                        s.io.clone(),
+                        s.catalog.clone(),
+                        s.region,
+                        s.next,
+                        s.read_ahead,
+                        s.policy,
+                    );
+                    s.pass.insert(pass)
+                }
+            };
+            match pass.next().await {
+                Some(Ok(entry)) => {
+                    s.next = entry.id + 1;
+                    return Some((Ok(entry), s));
+                }
+                Some(Err(e)) => {
+                    s.ended = true;
+                    return Some((Err(e), s));
+                }
+                None => {
+                    s.pass = None;
+                    match s.growth.grown().await {
+                        Ok(true) => {}
+                        Ok(false) => return None,
+                        Err(e) => {
+                            s.ended = true;
+                            return Some((Err(e), s));
+                        }
+                    }
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+/// Growth of another node's prefix opened read-only, found by polling: one LIST per
+/// `poll_interval`, starting after the last chain object (a start offset, not a full
+/// listing). Objects that do not extend the chain yet (an orphan, a claim, an object
+/// whose predecessor has not landed) are kept and looked at again; each object's
+/// summary is read once.
+struct PolledGrowth {
+    io: WalIo,
+    catalog: Arc<RwLock<Catalog>>,
+    poll_interval: Duration,
+    last: Link,
+    pending: BTreeMap<u64, ObjectSummary>,
+}
+
+impl PolledGrowth {
+    async fn poll(&mut self) -> Result<bool> {
+        tokio::time::sleep(self.poll_interval).await;
+        let listing = self.io.list_after(self.last.sequence).await?;
+        for listed in listing.objects {
+            if let std::collections::btree_map::Entry::Vacant(slot) =
+                self.pending.entry(listed.sequence)
+            {
+                slot.insert(self.io.read_summary(&listed).await?);
+            }
+        }
+        let headers: BTreeMap<u64, Header> =
+            self.pending.iter().map(|(s, o)| (*s, o.header)).collect();
+        let mut at = self.last;
+        let mut extended = Vec::new();
+        while let Some(sequence) = next_on_chain(at, &headers) {
+            let epoch = headers.get(&sequence).map_or(0, |h| h.epoch);
+            extended.push(sequence);
+            at = Link { sequence, epoch };
+        }
+        if !extended.is_empty() {
+            let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
+            for sequence in &extended {
+                if let Some(o) = self.pending.get(sequence) {
+                    catalog.insert(&o.header, &o.footer.records, o.length)?;
+                }
+            }
+            self.last = at;
+        }
+        // What lies at or below the chain end can never extend it.
+        self.pending = self.pending.split_off(&(self.last.sequence + 1));
+        Ok(true)
+    }
+}
+
+impl ChainGrowth for PolledGrowth {
+    fn grown(&mut self) -> BoxFuture<'_, Result<bool>> {
+        Box::pin(self.poll())
+    }
+}
+
+/// Follows `region` of a prefix opened read-only (another node's log): recovers the
+/// chain, yields the entries with id `>= from` on it, then each object that extends it,
+/// found by polling every `poll_interval`. It never writes and never fences the owner.
+/// A spawned task polls and reads ahead into a bounded channel; it ends at the first
+/// error, or as soon as the consumer drops the stream.
+pub fn follow_read_only(
+    io: WalIo,
+    config: Config,
+    region: u64,
+    from: u64,
+    poll_interval: Duration,
+) -> BoxStream<'static, Result<Entry>> {
+    let span = info_span!("follow_read_only", prefix = %io.prefix(), region, from);
+    let mut entries = stream::once(async move {
+        let recovery = match recover(&io, config.recovery_concurrency).await {
+            Ok(recovery) => recovery,
+            Err(e) => return stream::iter([Err(e)]).boxed(),
+        };
+        let last = recovery
+            .catalog
+            .tip()
+            .map(|(sequence, o)| Link {
+                sequence,
+                epoch: o.epoch,
+            })
+            .unwrap_or(Link::NONE);
+        let catalog = Arc::new(RwLock::new(recovery.catalog));
+        let growth = PolledGrowth {
+            io: io.clone(),
+            catalog: catalog.clone(),
+            poll_interval,
+            last,
+            pending: BTreeMap::new(),
+        };
+        follow_region(io, catalog, region, from, &config, growth)
+    })
+    .flatten()
+    .boxed();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Entry>>(FOLLOW_CHANNEL_ENTRIES);
+    tokio::spawn(
+        async move {
+            loop {
+                let item = tokio::select! {
+                    item = entries.next() => item,
+                    _ = tx.closed() => return,
+                };
+                match item {
+                    Some(item) => {
+                        if tx.send(item).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => return,
+                }
+            }
+        }
+        .instrument(span),
+    );
+    stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
+    .boxed()
+}
+
+/// Entries a read-only follower reads ahead of its consumer.
+pub const FOLLOW_CHANNEL_ENTRIES: usize = 1024;
