@@ -583,12 +583,12 @@ impl Sim {
             store,
             dyn_store,
             config,
-            restarts: RestartPolicy {
-                max_restarts: 50,
-                window: Duration::from_secs(60),
-                initial_backoff: Duration::from_millis(1),
-                max_backoff: Duration::from_millis(20),
-            },
+            restarts: RestartPolicy::new(
+                50,
+                Duration::from_secs(60),
+                Duration::from_millis(1),
+                Duration::from_millis(20),
+            ),
             clock: Arc::new(VirtualClock { origin }),
             regions,
             instances: Vec::new(),

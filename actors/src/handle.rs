@@ -18,6 +18,7 @@ use crate::supervisor::{RestartPolicy, Supervisor, SupervisorArgs};
 
 /// Why the WAL could not be spawned.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SpawnError {
     /// The configuration is invalid.
     #[error(transparent)]

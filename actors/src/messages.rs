@@ -88,17 +88,9 @@ pub enum WalMsg {
         /// Answered once stopped.
         reply: RpcReplyPort<()>,
     },
-    /// From the recovery actor: the open finished.
-    Recovered(Box<Result<Opened>>),
-    /// From the writer: its epoch ended (or it was fenced or poisoned).
-    WriterEnded {
-        /// The writer's epoch.
-        epoch: u64,
-        /// Why.
-        error: Error,
-    },
-    /// Start a new recovery after a backoff.
-    Restart,
+    /// A message of the WAL's own actors (recovery, writer, timers). It cannot be built
+    /// outside this crate, so nobody holding the actor can forge one.
+    Internal(Internal),
     /// Fault injection (feature `testing`): the writer panics.
     #[cfg(feature = "testing")]
     PanicWriter,
@@ -108,6 +100,32 @@ pub enum WalMsg {
         /// The region.
         region: u64,
     },
+}
+
+/// A message the WAL's own actors send the supervisor; opaque outside this crate.
+#[derive(Debug)]
+pub struct Internal(pub(crate) InternalMsg);
+
+/// The messages behind [`Internal`].
+#[derive(Debug)]
+pub(crate) enum InternalMsg {
+    /// From the recovery actor: the open finished.
+    Recovered(Box<Result<Opened>>),
+    /// From the writer: its epoch ended (or it was fenced or poisoned).
+    WriterEnded {
+        /// The writer's epoch.
+        epoch: u64,
+        /// Why.
+        error: Error,
+    },
+    /// Start a new open after a backoff.
+    Restart,
+}
+
+impl From<InternalMsg> for WalMsg {
+    fn from(msg: InternalMsg) -> Self {
+        WalMsg::Internal(Internal(msg))
+    }
 }
 
 /// What the writer accepts.

@@ -7,7 +7,7 @@ use object_store_wal::{Config, CreateClock, Error};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info_span, Instrument};
 
-use crate::messages::WalMsg;
+use crate::messages::{InternalMsg, WalMsg};
 
 /// Everything recovery needs.
 pub struct RecoveryArgs {
@@ -15,7 +15,7 @@ pub struct RecoveryArgs {
     pub io: WalIo,
     /// Configuration.
     pub config: Config,
-    /// Gets [`WalMsg::Recovered`].
+    /// Told the open's result.
     pub supervisor: ActorRef<WalMsg>,
     /// The clock the writer measures creates on.
     pub clock: std::sync::Arc<dyn CreateClock>,
@@ -51,7 +51,9 @@ impl Actor for RecoveryActor {
                         reason: e.to_string(),
                     }),
                 };
-                let _ = args.supervisor.cast(WalMsg::Recovered(Box::new(result)));
+                let _ = args
+                    .supervisor
+                    .cast(InternalMsg::Recovered(Box::new(result)).into());
                 myself.stop(None);
             }
             .instrument(span),

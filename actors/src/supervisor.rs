@@ -28,7 +28,8 @@ use tokio::time::Instant;
 use tracing::{error, info, info_span, warn};
 
 use crate::messages::{
-    AppendRequest, Counters, EntryReceiver, ReaderMsg, WalMsg, WalStats, WriterMsg,
+    AppendRequest, Counters, EntryReceiver, Internal, InternalMsg, ReaderMsg, WalMsg, WalStats,
+    WriterMsg,
 };
 use crate::reader::{follow, forward, ReaderActor, ReaderArgs};
 use crate::reclaimer::{ReclaimerActor, ReclaimerArgs, ReclaimerMsg};
@@ -37,6 +38,7 @@ use crate::writer::{WriterActor, WriterArgs};
 
 /// How the supervisor restarts what fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RestartPolicy {
     /// Restarts allowed within `window` before the supervisor escalates.
     pub max_restarts: u32,
@@ -46,6 +48,24 @@ pub struct RestartPolicy {
     pub initial_backoff: Duration,
     /// Longest wait before a restart.
     pub max_backoff: Duration,
+}
+
+impl RestartPolicy {
+    /// At most `max_restarts` within `window`, waiting `initial_backoff` before the
+    /// first and doubling up to `max_backoff`.
+    pub fn new(
+        max_restarts: u32,
+        window: Duration,
+        initial_backoff: Duration,
+        max_backoff: Duration,
+    ) -> Self {
+        RestartPolicy {
+            max_restarts,
+            window,
+            initial_backoff,
+            max_backoff,
+        }
+    }
 }
 
 impl Default for RestartPolicy {
@@ -77,7 +97,7 @@ pub struct SupervisorArgs {
 enum Phase {
     /// The recovery actor runs the open.
     Recovering,
-    /// Waiting out a backoff before the next open ([`WalMsg::Restart`]).
+    /// Waiting out a backoff before the next open.
     BackingOff,
     /// A writer owns the epoch.
     Running {
@@ -274,7 +294,7 @@ impl SupervisorState {
             .saturating_mul(1 << (n - 1).min(16))
             .min(self.restarts.max_backoff);
         self.phase = Phase::BackingOff;
-        myself.send_after(backoff, || WalMsg::Restart);
+        myself.send_after(backoff, || InternalMsg::Restart.into());
         Ok(())
     }
 
@@ -589,13 +609,17 @@ impl Actor for Supervisor {
                 let _ = reply.send(state.stats());
             }
             WalMsg::Stop { reply } => state.on_stop(&myself, reply).await,
-            WalMsg::Recovered(result) => state.on_recovered(&myself, *result).await?,
-            WalMsg::WriterEnded { epoch, error } => state.on_writer_ended(&myself, epoch, error)?,
-            WalMsg::Restart => {
-                if matches!(state.phase, Phase::BackingOff) && state.recovery.is_none() {
-                    state.start_recovery(&myself).await?;
+            WalMsg::Internal(Internal(msg)) => match msg {
+                InternalMsg::Recovered(result) => state.on_recovered(&myself, *result).await?,
+                InternalMsg::WriterEnded { epoch, error } => {
+                    state.on_writer_ended(&myself, epoch, error)?
                 }
-            }
+                InternalMsg::Restart => {
+                    if matches!(state.phase, Phase::BackingOff) && state.recovery.is_none() {
+                        state.start_recovery(&myself).await?;
+                    }
+                }
+            },
             #[cfg(feature = "testing")]
             WalMsg::PanicWriter => {
                 if let Phase::Running { writer, .. } = &state.phase {

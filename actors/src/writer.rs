@@ -32,7 +32,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 use tracing::{debug, info_span, warn, Instrument};
 
-use crate::messages::{AppendRequest, Counters, WalMsg, WriterMsg};
+use crate::messages::{AppendRequest, Counters, InternalMsg, WalMsg, WriterMsg};
 use crate::reclaimer::ReclaimerMsg;
 
 /// Everything the writer starts with.
@@ -515,7 +515,7 @@ impl WriterState {
         let _ = self
             .args
             .supervisor
-            .cast(WalMsg::WriterEnded { epoch, error });
+            .cast(InternalMsg::WriterEnded { epoch, error }.into());
     }
 
     fn admit_waiting(&mut self, myself: &ActorRef<WriterMsg>) {

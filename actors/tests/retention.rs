@@ -87,12 +87,12 @@ fn config_no_reclaim() -> Config {
 }
 
 fn restart_policy() -> RestartPolicy {
-    RestartPolicy {
-        max_restarts: 8,
-        window: Duration::from_secs(60),
-        initial_backoff: Duration::from_millis(1),
-        max_backoff: Duration::from_millis(10),
-    }
+    RestartPolicy::new(
+        8,
+        Duration::from_secs(60),
+        Duration::from_millis(1),
+        Duration::from_millis(10),
+    )
 }
 
 async fn spawn(store: &Arc<dyn ObjectStore>, config: &Config) -> (WalHandle, JoinHandle<()>) {
@@ -892,10 +892,8 @@ async fn stalled_create_landing_on_a_reclaimed_key_is_never_acknowledged() {
     let faults = FaultStore::new(inner.clone());
     let store: Arc<dyn ObjectStore> = faults.clone();
     let config = config();
-    let no_restarts = RestartPolicy {
-        max_restarts: 0,
-        ..restart_policy()
-    };
+    let mut no_restarts = restart_policy();
+    no_restarts.max_restarts = 0;
     let clock_a = ManualClock::new();
     let (a, a_join) = spawn_wal_with(
         store.clone(),

@@ -99,12 +99,12 @@ fn small(tag: &str) -> Bytes {
 
 /// Fast restarts, plenty of them.
 fn restart_policy() -> RestartPolicy {
-    RestartPolicy {
-        max_restarts: 8,
-        window: Duration::from_secs(60),
-        initial_backoff: Duration::from_millis(1),
-        max_backoff: Duration::from_millis(10),
-    }
+    RestartPolicy::new(
+        8,
+        Duration::from_secs(60),
+        Duration::from_millis(1),
+        Duration::from_millis(10),
+    )
 }
 
 async fn spawn(store: &Arc<dyn ObjectStore>, config: &Config) -> (WalHandle, JoinHandle<()>) {

@@ -80,12 +80,12 @@ fn config() -> Config {
 }
 
 fn restart_policy() -> RestartPolicy {
-    RestartPolicy {
-        max_restarts: 8,
-        window: Duration::from_secs(60),
-        initial_backoff: Duration::from_millis(1),
-        max_backoff: Duration::from_millis(10),
-    }
+    RestartPolicy::new(
+        8,
+        Duration::from_secs(60),
+        Duration::from_millis(1),
+        Duration::from_millis(10),
+    )
 }
 
 async fn spawn(store: &Arc<dyn ObjectStore>) -> (WalHandle, JoinHandle<()>) {
