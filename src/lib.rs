@@ -67,7 +67,7 @@
 //! What a node uses is re-exported here at the root: [`ObjectStoreLogStore`] (the
 //! sequential front end; the actor runtime in `object-store-wal-actors` is the other),
 //! [`Config`], [`Error`] with its [`Durability`], [`Entry`], the receipts, and
-//! [`store_from_url`]. [`format`] restates the normative byte layout. The other modules
+//! [`store_from_url`]. [`format`](mod@format) restates the normative byte layout. The other modules
 //! are the steps both front ends are built from; they are public only so the actor
 //! crate can reach them, hidden from the documentation, and carry no stability promise.
 //!

@@ -1,6 +1,6 @@
 //! The writer actor: owns the open batch and the sequence counter of one epoch.
 //!
-//! - **Sealing.** One decision ([`WriterState::seal_reason`]) says when the open batch
+//! - **Sealing.** One decision (`WriterState::seal_reason`) says when the open batch
 //!   becomes the next object: when it is full (`max_batch_bytes`, or a region at 2^20
 //!   entries), when `flush_interval` has passed since its first entry, and at once when
 //!   no upload is in flight (a lone appender does not wait for the timer), but objects
