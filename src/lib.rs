@@ -61,6 +61,8 @@
 //! - Recovery reads every listed object's summary, including objects below the tip's
 //!   floor that the reclaimer has not deleted yet (within `reclaim_grace`).
 
+#![warn(missing_docs)]
+
 //!
 //! ## The public API and the internals
 //!

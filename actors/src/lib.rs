@@ -30,6 +30,8 @@
 //! - Input errors (`EmptyAppend`, `EntryTooLarge`, `AppendTooLarge`, `TooManyEntries`):
 //!   nothing was sent; fix the input.
 
+#![warn(missing_docs)]
+
 pub mod handle;
 pub mod messages;
 pub mod reader;
