@@ -58,6 +58,9 @@
 //! - A summary or a create conflict that fails verification is read once more before it
 //!   counts as damage, as a segment is; the object CRC is checked whenever recovery
 //!   reads a whole (small) object, so a damaged segment there fails recovery.
+//! - [`Config`], [`RetryPolicy`], [`Error`] and [`EpochEndReason`] are `#[non_exhaustive]`:
+//!   start from [`Config::new`] (or [`RetryPolicy::new`]) and set fields, and match errors
+//!   with a fallback arm, so new knobs and variants are not breaking changes.
 //! - Recovery reads every listed object's summary, including objects below the tip's
 //!   floor that the reclaimer has not deleted yet (within `reclaim_grace`).
 
