@@ -1,5 +1,8 @@
 //! The replay oracle the actor tests share: what callers were told, checked against
-//! what a fresh instance replays.
+//! what a fresh instance replays or a follower yields.
+
+// Each test binary that includes this module uses a part of it.
+#![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
 
@@ -19,31 +22,10 @@ pub struct Ledger {
 }
 
 impl Ledger {
+    /// Records what the caller of `parts` was told.
     pub fn record(&mut self, parts: AppendParts, result: &Result<AppendReceipt, Error>) {
         match result {
-            Ok(receipt) => {
-                assert_eq!(
-                    receipt.parts.len(),
-                    parts.len(),
-                    "one receipt part per part"
-                );
-                for ((region, entries), ids) in parts.into_iter().zip(&receipt.parts) {
-                    assert_eq!(ids.region, region);
-                    assert_eq!(ids.count as usize, entries.len());
-                    assert_eq!(
-                        entry_sequence(ids.first_id),
-                        receipt.sequence,
-                        "ids name the object holding the append"
-                    );
-                    for (i, payload) in entries.into_iter().enumerate() {
-                        self.acked.push(Entry {
-                            region,
-                            id: ids.first_id + i as u64,
-                            payload,
-                        });
-                    }
-                }
-            }
+            Ok(receipt) => self.acked.extend(acked_entries(&parts, receipt)),
             Err(e) => match e.durability() {
                 Durability::MayBeDurable => self.maybe.push(parts),
                 Durability::NotWritten => self.never.push(parts),
@@ -120,6 +102,7 @@ impl Ledger {
         outcomes
     }
 
+    /// Every region an append was made to.
     pub fn regions(&self) -> HashSet<u64> {
         let mut r: HashSet<u64> = self.acked.iter().map(|e| e.region).collect();
         for parts in self.maybe.iter().chain(&self.never) {
@@ -139,4 +122,86 @@ impl Ledger {
         v.sort_by_key(|(id, _)| *id);
         v
     }
+
+    /// Checks a follower's stream of `region`: every acknowledged entry exactly once, in
+    /// id order, with its id; anything else only from failed appends that may have
+    /// become durable, never from appends refused before any create.
+    pub fn check_follower(&self, region: u64, got: &[Entry]) {
+        for pair in got.windows(2) {
+            assert!(
+                pair[1].id > pair[0].id,
+                "not in id order, or twice: {:?} then {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+        let by_payload: HashMap<&Bytes, &Entry> = got.iter().map(|e| (&e.payload, e)).collect();
+        assert_eq!(by_payload.len(), got.len(), "a payload came twice");
+        let mut known: HashSet<&Bytes> = HashSet::new();
+        for a in self.acked.iter().filter(|e| e.region == region) {
+            let e = by_payload
+                .get(&a.payload)
+                .unwrap_or_else(|| panic!("acknowledged entry not followed: {a:?}"));
+            assert_eq!(e.id, a.id, "followed with another id");
+            known.insert(&a.payload);
+        }
+        let part_payloads = |parts: &AppendParts| -> Vec<Bytes> {
+            parts
+                .iter()
+                .filter(|(r, _)| *r == region)
+                .flat_map(|(_, es)| es.iter().cloned())
+                .collect()
+        };
+        let maybe: HashSet<Bytes> = self.maybe.iter().flat_map(part_payloads).collect();
+        let never: HashSet<Bytes> = self.never.iter().flat_map(part_payloads).collect();
+        for e in got {
+            assert_eq!(e.region, region);
+            assert!(
+                !never.contains(&e.payload),
+                "refused append followed: {e:?}"
+            );
+            assert!(
+                known.contains(&e.payload) || maybe.contains(&e.payload),
+                "followed an entry no caller was told about: {e:?}"
+            );
+        }
+    }
+
+    /// The id of the last acknowledged entry of `region`.
+    pub fn last_acked(&self, region: u64) -> u64 {
+        self.acked
+            .iter()
+            .filter(|e| e.region == region)
+            .map(|e| e.id)
+            .max()
+            .expect("an acknowledged entry")
+    }
+}
+
+/// The entries an acknowledged append got, with the ids of its receipt; checks that the
+/// receipt describes the append.
+pub fn acked_entries(parts: &AppendParts, receipt: &AppendReceipt) -> Vec<Entry> {
+    assert_eq!(
+        receipt.parts.len(),
+        parts.len(),
+        "one receipt part per part"
+    );
+    let mut out = Vec::new();
+    for ((region, entries), ids) in parts.iter().zip(&receipt.parts) {
+        assert_eq!(ids.region, *region);
+        assert_eq!(ids.count as usize, entries.len());
+        assert_eq!(
+            entry_sequence(ids.first_id),
+            receipt.sequence,
+            "ids name the object holding the append"
+        );
+        for (i, payload) in entries.iter().enumerate() {
+            out.push(Entry {
+                region: *region,
+                id: ids.first_id + i as u64,
+                payload: payload.clone(),
+            });
+        }
+    }
+    out
 }
