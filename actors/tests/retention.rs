@@ -14,24 +14,21 @@ mod support {
 }
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use futures::stream::{BoxStream, StreamExt};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{decode_header, decode_object_summary, entry_sequence};
 use object_store_wal::io::parse_key;
-use object_store_wal::testing::{CountingStore, FaultStore, ManualClock, TokioClock};
+use object_store_wal::testing::{
+    CountingStore, FaultStore, Hooks, ManualClock, TokioClock, Wrapper,
+};
 use object_store_wal::{
     AppendParts, Config, Durability, Entry, EpochEndReason, Error, ObjectStoreLogStore,
 };
@@ -126,56 +123,26 @@ impl Audit {
     }
 }
 
-/// Passes everything to `inner`, and has [`Audit::check`] look at each object before it
-/// is deleted.
+/// The hooks of a store that passes everything to the wrapped store, and has
+/// [`Audit::check`] look at each object before it is deleted.
 #[derive(Debug)]
-struct AuditedStore {
-    inner: Arc<dyn ObjectStore>,
+struct AuditHooks {
     audit: Arc<Audit>,
 }
 
-impl fmt::Display for AuditedStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "AuditedStore({})", self.inner)
-    }
-}
-
-#[async_trait]
-impl ObjectStore for AuditedStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
+impl Hooks for AuditHooks {
+    const NAME: &'static str = "AuditedStore";
 
     fn delete_stream(
         &self,
+        inner: &Arc<dyn ObjectStore>,
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
-        let inner = self.inner.clone();
+        let checked_on = inner.clone();
         let audit = self.audit.clone();
         let checked = locations
             .then(move |location| {
-                let inner = inner.clone();
+                let inner = checked_on.clone();
                 let audit = audit.clone();
                 async move {
                     if let Ok(path) = &location {
@@ -185,32 +152,7 @@ impl ObjectStore for AuditedStore {
                 }
             })
             .boxed();
-        self.inner.delete_stream(checked)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
+        inner.delete_stream(checked)
     }
 }
 
@@ -279,10 +221,12 @@ struct Run {
 impl Run {
     async fn new() -> Run {
         let audit = Arc::new(Audit::default());
-        let store: Arc<dyn ObjectStore> = Arc::new(AuditedStore {
-            inner: Arc::new(InMemory::new()),
-            audit: audit.clone(),
-        });
+        let store: Arc<dyn ObjectStore> = Wrapper::wrap(
+            Arc::new(InMemory::new()),
+            AuditHooks {
+                audit: audit.clone(),
+            },
+        );
         let config = config();
         let (wal, join) = spawn(&store, &config).await;
         Run {
