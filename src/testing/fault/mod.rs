@@ -183,6 +183,11 @@ impl FaultCounts {
     }
 }
 
+/// The listing of a LIST that failed.
+fn failed_list() -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+    futures::stream::once(async { Err(injected("list failed")) }).boxed()
+}
+
 /// The error an injected fault answers with.
 fn injected(what: &str) -> object_store::Error {
     object_store::Error::Generic {
@@ -198,6 +203,36 @@ fn flip_one_bit(bytes: Bytes) -> Bytes {
         *b ^= 0x10;
     }
     Bytes::from(v)
+}
+
+impl FaultHooks {
+    /// Whether this LIST fails, by script (`scripted`: plain LISTs only, which consume
+    /// [`FaultStore::fail_next_lists`]) or else by chance; counts it.
+    fn list_fails(&self, scripted: bool) -> bool {
+        let mut state = lock(&self.state);
+        let mut fail = scripted && state.fail_lists > 0;
+        if fail {
+            state.fail_lists -= 1;
+        }
+        fail = fail || state.random_list_fault();
+        if fail {
+            state.counts.failed_lists += 1;
+        }
+        fail
+    }
+
+    /// The listing `make` takes on `inner`, with this LIST's random latency around the
+    /// moment the store takes its snapshot.
+    fn listing_with_latency(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        make: impl FnOnce(&Arc<dyn ObjectStore>) -> BoxStream<'static, object_store::Result<ObjectMeta>>
+            + Send
+            + 'static,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let inner = inner.clone();
+        delayed_list(self.random_latency(Op::List), move || make(&inner))
+    }
 }
 
 #[async_trait]
@@ -350,26 +385,12 @@ impl Hooks for FaultHooks {
         inner: &Arc<dyn ObjectStore>,
         prefix: Option<&Path>,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let fail = {
-            let mut state = lock(&self.state);
-            let mut fail = state.fail_lists > 0;
-            if fail {
-                state.fail_lists -= 1;
-            }
-            fail = fail || state.random_list_fault();
-            if fail {
-                state.counts.failed_lists += 1;
-            }
-            fail
-        };
-        if fail {
-            return futures::stream::once(async { Err(injected("list failed")) }).boxed();
+        if self.list_fails(true) {
+            return failed_list();
         }
-        let latency = self.random_latency(Op::List);
-        let inner = inner.clone();
         let prefix = prefix.cloned();
         let log = self.log.clone();
-        delayed_list(latency, move || {
+        self.listing_with_latency(inner, move |inner| {
             log.push(format!(
                 "list {}",
                 prefix.as_ref().map_or("", |p| p.as_ref())
@@ -384,22 +405,12 @@ impl Hooks for FaultHooks {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        let fail = {
-            let mut state = lock(&self.state);
-            let fail = state.random_list_fault();
-            if fail {
-                state.counts.failed_lists += 1;
-            }
-            fail
-        };
-        if fail {
-            return futures::stream::once(async { Err(injected("list failed")) }).boxed();
+        if self.list_fails(false) {
+            return failed_list();
         }
-        let latency = self.random_latency(Op::List);
-        let inner = inner.clone();
         let prefix = prefix.cloned();
         let offset = offset.clone();
-        delayed_list(latency, move || {
+        self.listing_with_latency(inner, move |inner| {
             inner.list_with_offset(prefix.as_ref(), &offset)
         })
     }
