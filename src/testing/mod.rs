@@ -21,7 +21,7 @@
 //! like `object_store`'s `ThrottledStore` and `LimitStore`: latency over counting over
 //! memory is
 //!
-//! ```ignore
+//! ```text
 //! let counting = CountingStore::new(Arc::new(InMemory::new()));
 //! let store = with_latency(counting.clone(), put, get);
 //! ```
