@@ -1,26 +1,34 @@
-//! The object format (`shared/FORMAT.md`, normative) and the batch that feeds it.
+//! The object format (`shared/FORMAT.md`, normative); the batch that feeds it is in
+//! `tests/batch.rs`.
 //!
 //! - The three FORMAT.md test vectors, byte for byte, encoded and decoded by every decoder.
 //! - Every structural rule violated once, each rejected with its own [`FormatError`]
 //!   variant. A violating object is a valid encoding with bytes patched and the CRCs that
-//!   would otherwise catch the patch first recomputed, so the targeted rule is reached.
+//!   would otherwise catch the patch first recomputed (with the CRC repairs of
+//!   `object_store_wal::testing`), so the targeted rule is reached.
 //! - Properties: random batches round-trip with the ids of their receipts; damaged,
 //!   truncated and random bytes never panic a decoder, which answers `Ok` only for bytes
 //!   that are in fact a valid object (checked against an independent reading of the spec).
-//! - The batch's admission rules.
-
-use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use object_store_wal::batch::{object_len, Admit, AppendParts, Batch, BatchLimits};
+use object_store_wal::batch::Batch;
 use object_store_wal::format::{
     decode_footer, decode_header, decode_object, decode_object_summary, decode_segment,
     decode_summary, decode_trailer, encode_object, entry_id, entry_position, entry_sequence,
     DecodedObject, Footer, FormatError, Header, Link, ObjectSummary, SegmentRecord, Trailer,
     EMPTY_OBJECT_LEN, MAX_SEQUENCE,
 };
-use object_store_wal::Error;
+use object_store_wal::testing::{
+    repair_footer_crc, repair_header_crc, repair_object_crc, repair_segment_crc,
+};
 use proptest::prelude::*;
+
+#[path = "support/batches.rs"]
+mod batches;
+
+use batches::{
+    append, decoded_entries, expected_from_receipts, payload, region, seal, unlimited, SealAt,
+};
 
 // ---------------------------------------------------------------------------------------
 // The FORMAT.md test vectors.
@@ -142,41 +150,12 @@ fn wr64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-/// Header CRC: CRC32 of bytes 0..52, stored at 52..56.
-fn fix_header_crc(b: &mut [u8]) {
-    let crc = crc32fast::hash(&b[..52]);
-    wr32(b, 52, crc);
-}
-
-/// Footer CRC: CRC32 of the footer (located by the trailer), stored at trailer + 24.
-fn fix_footer_crc(b: &mut [u8]) {
-    let t = b.len() - 32;
-    let from = rd64(b, t + T_FOOTER_OFFSET) as usize;
-    let len = rd64(b, t + T_FOOTER_LENGTH) as usize;
-    let crc = crc32fast::hash(&b[from..from + len]);
-    wr32(b, t + 24, crc);
-}
-
-/// Object CRC: CRC32 of every byte but the last 4, stored in the last 4.
-fn fix_object_crc(b: &mut [u8]) {
-    let n = b.len();
-    let crc = crc32fast::hash(&b[..n - 4]);
-    wr32(b, n - 4, crc);
-}
-
-/// Segment CRC of the record at `rec`: CRC32 of the bytes it points at, at `rec + 40`.
-fn fix_segment_crc(b: &mut [u8], rec: usize) {
-    let from = rd64(b, rec + R_OFFSET) as usize;
-    let len = rd64(b, rec + R_LENGTH) as usize;
-    let crc = crc32fast::hash(&b[from..from + len]);
-    wr32(b, rec + R_CRC, crc);
-}
-
-/// Recomputes header, footer and object CRCs (in that order, each covers the previous).
+/// Recomputes header, footer and object CRCs (in that order, each covers the previous),
+/// leaving the segment CRCs as they are.
 fn reseal(b: &mut [u8]) {
-    fix_header_crc(b);
-    fix_footer_crc(b);
-    fix_object_crc(b);
+    repair_header_crc(b).expect("room for a header");
+    repair_footer_crc(b).expect("a footer the trailer places before it");
+    repair_object_crc(b).expect("room for an object CRC");
 }
 
 fn decode(b: &[u8]) -> Result<DecodedObject, FormatError> {
@@ -514,7 +493,7 @@ fn reject_bad_trailer_magic() {
     for at in [FULL_TRAILER, FULL_TRAILER + 7] {
         let mut b = encode_full();
         b[at] ^= 0x20;
-        fix_object_crc(&mut b);
+        repair_object_crc(&mut b).unwrap();
         assert_eq!(
             decode_trailer(&b, 212).unwrap_err(),
             FormatError::BadMagic { part: "trailer" }
@@ -666,7 +645,7 @@ fn reject_header_crc_mismatch() {
     for at in [H_EPOCH, 52] {
         let mut b = encode_full();
         b[at] ^= 0x01;
-        fix_object_crc(&mut b);
+        repair_object_crc(&mut b).unwrap();
         let err = decode_header(&b).unwrap_err();
         assert_eq!(
             err,
@@ -686,7 +665,7 @@ fn reject_footer_crc_mismatch() {
     for at in [FULL_REC0 + R_REGION, FULL_TRAILER + 24] {
         let mut b = encode_full();
         b[at] ^= 0x0f;
-        fix_object_crc(&mut b);
+        repair_object_crc(&mut b).unwrap();
         let header = decode_header(&b).unwrap();
         let trailer = decode_trailer(&b, 212).unwrap();
         let err = decode_footer(&b[FULL_FOOTER..FULL_TRAILER], &header, &trailer).unwrap_err();
@@ -726,7 +705,7 @@ fn reject_object_crc_mismatch() {
 fn reject_segment_crc_mismatch() {
     let mut b = encode_full();
     b[57] = b'y'; // region 7's "xxx" -> "yxx"
-    fix_object_crc(&mut b);
+    repair_object_crc(&mut b).unwrap();
     let err = segment_err(&b);
     let stored = rd32(&b, FULL_REC0 + R_CRC);
     let computed = crc32fast::hash(&b[56..63]);
@@ -791,7 +770,7 @@ fn reject_footer_length_not_matching_count() {
     let mut b = encode_full();
     wr64(&mut b, FULL_TRAILER + T_FOOTER_OFFSET, 75);
     wr64(&mut b, FULL_TRAILER + T_FOOTER_LENGTH, 105);
-    fix_object_crc(&mut b);
+    repair_object_crc(&mut b).unwrap();
     assert!(matches!(
         decode_trailer(&b, 212),
         Err(FormatError::FooterLength { length: 105, .. })
@@ -834,7 +813,7 @@ fn reject_footer_placement_not_matching_length() {
         let mut b = valid.clone();
         wr64(&mut b, FULL_TRAILER + T_FOOTER_OFFSET, offset);
         wr64(&mut b, FULL_TRAILER + T_FOOTER_LENGTH, length);
-        fix_object_crc(&mut b);
+        repair_object_crc(&mut b).unwrap();
         assert_eq!(
             decode_trailer(&b, 212).unwrap_err(),
             placement(offset, length, 212)
@@ -850,7 +829,7 @@ fn reject_footer_offset_inside_header() {
         let mut b = encode_empty();
         wr64(&mut b, 64 + T_FOOTER_OFFSET, offset);
         wr64(&mut b, 64 + T_FOOTER_LENGTH, length);
-        fix_object_crc(&mut b);
+        repair_object_crc(&mut b).unwrap();
         let err = FormatError::FooterPlacement {
             offset,
             length,
@@ -870,7 +849,7 @@ fn reject_footer_shorter_than_its_fixed_part() {
         let mut b = encode_empty();
         wr64(&mut b, 64 + T_FOOTER_OFFSET, offset);
         wr64(&mut b, 64 + T_FOOTER_LENGTH, length);
-        fix_object_crc(&mut b);
+        repair_object_crc(&mut b).unwrap();
         let err = FormatError::FooterPlacement {
             offset,
             length,
@@ -1120,7 +1099,7 @@ fn reject_entry_running_past_segment() {
     ] {
         let mut b = encode_full();
         wr32(&mut b, prefix_at, len);
-        fix_segment_crc(&mut b, rec);
+        repair_segment_crc(&mut b, rec).unwrap();
         reseal(&mut b);
         let err = segment_err(&b);
         assert!(
@@ -1256,29 +1235,6 @@ fn encode_refuses_what_decode_rejects() {
 // 3. Properties.
 // ---------------------------------------------------------------------------------------
 
-fn payload() -> impl Strategy<Value = Bytes> {
-    prop_oneof![
-        1 => Just(Bytes::new()),
-        4 => proptest::collection::vec(any::<u8>(), 0..40).prop_map(Bytes::from),
-    ]
-}
-
-fn region() -> impl Strategy<Value = u64> {
-    prop_oneof![4 => 0u64..6, 1 => any::<u64>()]
-}
-
-fn append() -> impl Strategy<Value = AppendParts> {
-    proptest::collection::vec((region(), proptest::collection::vec(payload(), 1..5)), 1..4)
-}
-
-#[derive(Debug, Clone, Copy)]
-struct SealAt {
-    sequence: u64,
-    epoch: u64,
-    link: Link,
-    floor: u64,
-}
-
 fn seal_at() -> impl Strategy<Value = SealAt> {
     prop_oneof![1u64..50, Just(MAX_SEQUENCE), 1..=MAX_SEQUENCE]
         .prop_flat_map(|sequence| {
@@ -1307,13 +1263,6 @@ fn seal_at() -> impl Strategy<Value = SealAt> {
         })
 }
 
-fn unlimited() -> BatchLimits {
-    BatchLimits {
-        max_object_bytes: u64::MAX,
-        max_entry_bytes: u64::from(u32::MAX),
-    }
-}
-
 /// A valid object (claims included), encoded directly.
 fn valid_object() -> impl Strategy<Value = Vec<u8>> {
     (
@@ -1334,52 +1283,6 @@ fn valid_object() -> impl Strategy<Value = Vec<u8>> {
                 .to_bytes()
                 .to_vec()
         })
-}
-
-/// Region -> (id, payload) in admission order, as the receipts promise.
-type Expected = BTreeMap<u64, Vec<(u64, Bytes)>>;
-
-fn expected_from_receipts(
-    appends: &[AppendParts],
-    receipts: &[object_store_wal::AppendReceipt],
-    sequence: u64,
-) -> Expected {
-    assert_eq!(appends.len(), receipts.len());
-    let mut expected = Expected::new();
-    for (parts, receipt) in appends.iter().zip(receipts) {
-        assert_eq!(receipt.sequence, sequence);
-        assert_eq!(receipt.parts.len(), parts.len());
-        for ((region, entries), ids) in parts.iter().zip(&receipt.parts) {
-            assert_eq!(ids.region, *region);
-            assert_eq!(ids.count as usize, entries.len());
-            assert_eq!(ids.ids().count(), entries.len());
-            assert_eq!(ids.last_id(), ids.first_id + entries.len() as u64 - 1);
-            let slot = expected.entry(*region).or_default();
-            slot.extend(ids.ids().zip(entries.iter().cloned()));
-        }
-    }
-    expected
-}
-
-fn decoded_entries(d: &DecodedObject) -> Expected {
-    let sequence = d.summary.header.sequence;
-    d.segments
-        .iter()
-        .map(|(region, entries)| {
-            let with_ids = entries
-                .iter()
-                .enumerate()
-                .map(|(p, e)| (entry_id(sequence, p as u64), e.clone()))
-                .collect();
-            (*region, with_ids)
-        })
-        .collect()
-}
-
-fn seal(batch: &mut Batch, at: SealAt) -> object_store_wal::batch::SealedObject {
-    batch
-        .seal(at.sequence, at.epoch, at.link, at.floor)
-        .expect("a valid header seals")
 }
 
 proptest! {
@@ -1442,82 +1345,6 @@ proptest! {
         prop_assert_eq!(resealed.receipts, sealed.receipts);
     }
 
-    #[test]
-    fn prop_full_batches_split_into_objects(
-        appends in proptest::collection::vec(append(), 1..16),
-        max_object_bytes in 150u64..600,
-        first in 1u64..1000,
-    ) {
-        let limits = BatchLimits { max_object_bytes, max_entry_bytes: 64 };
-        let mut batch = Batch::new(limits);
-        let mut sequence = first;
-        let mut admitted: Vec<AppendParts> = Vec::new();
-        let mut all = Expected::new();
-        let mut flush = |batch: &mut Batch, admitted: &mut Vec<AppendParts>, sequence: &mut u64| {
-            let at = SealAt { sequence: *sequence, epoch: 2, link: Link::NONE, floor: 0 };
-            let predicted = batch.encoded_len();
-            let sealed = seal(batch, at);
-            let bytes = sealed.encoded.to_bytes();
-            assert_eq!(bytes.len() as u64, predicted);
-            assert!(predicted <= max_object_bytes);
-            let decoded = decode_object(&bytes).unwrap();
-            let expected = expected_from_receipts(admitted, &sealed.receipts, *sequence);
-            assert_eq!(decoded_entries(&decoded), expected.clone());
-            for (region, entries) in expected {
-                all.entry(region).or_default().extend(entries);
-            }
-            admitted.clear();
-            *sequence += 1;
-        };
-        // A model of the open batch: its regions and framed entry bytes.
-        let mut model_regions: BTreeSet<u64> = BTreeSet::new();
-        let mut model_bytes = 0u64;
-        for parts in appends {
-            let regions: BTreeSet<u64> = parts.iter().map(|(r, _)| *r).collect();
-            let bytes = parts.iter().flat_map(|(_, e)| e).map(|e| 4 + e.len() as u64).sum::<u64>();
-            let alone = object_len(bytes, regions.len() as u64);
-            let with_batch = object_len(
-                model_bytes + bytes,
-                model_regions.union(&regions).count() as u64,
-            );
-            match batch.admit(parts.clone()) {
-                Ok(i) => {
-                    prop_assert!(with_batch <= max_object_bytes);
-                    prop_assert_eq!(i, admitted.len());
-                    admitted.push(parts);
-                }
-                Err(Admit::Full(back)) => {
-                    prop_assert!(alone <= max_object_bytes);
-                    prop_assert!(with_batch > max_object_bytes);
-                    prop_assert!(!admitted.is_empty());
-                    prop_assert_eq!(&back, &parts);
-                    flush(&mut batch, &mut admitted, &mut sequence);
-                    model_regions.clear();
-                    model_bytes = 0;
-                    prop_assert!(matches!(batch.admit(back), Ok(0)));
-                    admitted.push(parts);
-                }
-                Err(Admit::Invalid(Error::AppendTooLarge { bytes, max })) => {
-                    prop_assert_eq!(bytes, alone);
-                    prop_assert_eq!(max, max_object_bytes);
-                    prop_assert!(alone > max_object_bytes);
-                    continue;
-                }
-                Err(Admit::Invalid(e)) => prop_assert!(false, "unexpected {e:?}"),
-            }
-            model_regions.extend(regions);
-            model_bytes += bytes;
-            prop_assert_eq!(batch.encoded_len(), object_len(model_bytes, model_regions.len() as u64));
-            prop_assert!(batch.encoded_len() <= max_object_bytes);
-        }
-        if !batch.is_empty() {
-            flush(&mut batch, &mut admitted, &mut sequence);
-        }
-        // Across objects, each region's ids keep increasing.
-        for entries in all.values() {
-            prop_assert!(entries.windows(2).all(|w| w[0].0 < w[1].0));
-        }
-    }
 }
 
 proptest! {
@@ -1589,7 +1416,7 @@ proptest! {
         let t = n - 32;
         let footer_offset = rd64(&bytes, t + T_FOOTER_OFFSET) as usize;
         let records = rd32(&bytes, footer_offset) as usize;
-        fix_header_crc(&mut b);
+        repair_header_crc(&mut b).unwrap();
         if fix_segments {
             for k in 0..records {
                 let rec = footer_offset + 8 + 48 * k;
@@ -1601,7 +1428,7 @@ proptest! {
         }
         let footer_crc = crc32fast::hash(&b[footer_offset..t]);
         wr32(&mut b, t + 24, footer_crc);
-        fix_object_crc(&mut b);
+        repair_object_crc(&mut b).unwrap();
         probe_all(&b);
     }
 
@@ -1619,8 +1446,8 @@ proptest! {
             let t = b.len() - 32;
             b[t..t + 8].copy_from_slice(b"GTWALTRL");
             probe_all(&b);
-            fix_header_crc(&mut b);
-            fix_object_crc(&mut b);
+            repair_header_crc(&mut b).unwrap();
+            repair_object_crc(&mut b).unwrap();
             probe_all(&b);
         }
         // Arbitrary head, tail and length for the ranged-read decoders.
@@ -1653,318 +1480,4 @@ proptest! {
             prop_assert_eq!(&again[..], tail);
         }
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// 4. Batch rules.
-// ---------------------------------------------------------------------------------------
-
-fn bs(s: &'static str) -> Bytes {
-    Bytes::from_static(s.as_bytes())
-}
-
-fn limits(max_object_bytes: u64, max_entry_bytes: u64) -> BatchLimits {
-    BatchLimits {
-        max_object_bytes,
-        max_entry_bytes,
-    }
-}
-
-#[test]
-fn batch_rejects_empty_appends() {
-    let mut batch = Batch::new(unlimited());
-    let empties: [AppendParts; 3] = [
-        vec![],
-        vec![(1, vec![])],
-        vec![(1, vec![bs("a")]), (2, vec![])],
-    ];
-    for parts in empties {
-        assert!(matches!(
-            Batch::validate(&batch.limits(), &parts),
-            Err(Error::EmptyAppend)
-        ));
-        assert!(matches!(
-            batch.admit(parts),
-            Err(Admit::Invalid(Error::EmptyAppend))
-        ));
-    }
-    assert!(batch.is_empty());
-    assert_eq!(batch.encoded_len(), EMPTY_OBJECT_LEN as u64);
-    // An empty payload is an entry, not an empty append.
-    assert!(matches!(batch.admit(vec![(1, vec![Bytes::new()])]), Ok(0)));
-}
-
-#[test]
-fn batch_rejects_entry_above_max_entry_bytes() {
-    let mut batch = Batch::new(limits(10_000, 10));
-    let at_limit = Bytes::from(vec![1u8; 10]);
-    let above = Bytes::from(vec![2u8; 11]);
-    assert!(matches!(batch.admit(vec![(3, vec![at_limit])]), Ok(0)));
-    let err = batch.admit(vec![(4, vec![bs("ok")]), (5, vec![bs("a"), above])]);
-    assert!(matches!(
-        err,
-        Err(Admit::Invalid(Error::EntryTooLarge {
-            region: 5,
-            len: 11,
-            max: 10,
-        }))
-    ));
-    assert_eq!(batch.append_count(), 1);
-    assert_eq!(batch.entry_count(), 1);
-}
-
-#[test]
-fn batch_rejects_append_too_large_alone() {
-    // One 100-byte entry in one region: 96 + 48 + 4 + 100 = 248 bytes.
-    let exact = object_len(104, 1);
-    assert_eq!(exact, 248);
-    let entry = Bytes::from(vec![7u8; 100]);
-    let mut batch = Batch::new(limits(exact, 1000));
-    assert!(matches!(batch.admit(vec![(1, vec![entry.clone()])]), Ok(0)));
-    let sealed = seal(
-        &mut batch,
-        SealAt {
-            sequence: 1,
-            epoch: 1,
-            link: Link::NONE,
-            floor: 0,
-        },
-    );
-    assert_eq!(sealed.encoded.len(), exact);
-
-    let mut batch = Batch::new(limits(exact - 1, 1000));
-    assert!(matches!(
-        batch.admit(vec![(1, vec![entry.clone()])]),
-        Err(Admit::Invalid(Error::AppendTooLarge {
-            bytes: 248,
-            max: 247
-        }))
-    ));
-    // Splitting it across two regions costs a footer record more.
-    let mut batch = Batch::new(limits(exact, 1000));
-    let split = vec![
-        (1, vec![Bytes::from(vec![7u8; 50])]),
-        (2, vec![Bytes::from(vec![7u8; 46])]),
-    ];
-    assert!(matches!(
-        batch.admit(split),
-        Err(Admit::Invalid(Error::AppendTooLarge {
-            bytes: 296,
-            max: 248
-        }))
-    ));
-    assert!(batch.is_empty());
-}
-
-#[test]
-fn batch_full_returns_the_parts_untouched() {
-    // Room for two 50-byte entries of one region, exactly.
-    let max = object_len(2 * 54, 1);
-    let mut batch = Batch::new(limits(max, 1000));
-    let entry = |v: u8| Bytes::from(vec![v; 50]);
-    assert!(matches!(batch.admit(vec![(1, vec![entry(1)])]), Ok(0)));
-    assert!(matches!(batch.admit(vec![(1, vec![entry(2)])]), Ok(1)));
-    assert_eq!(batch.encoded_len(), max);
-
-    let third: AppendParts = vec![(1, vec![entry(3)])];
-    let Err(Admit::Full(back)) = batch.admit(third.clone()) else {
-        panic!("a full batch takes no more")
-    };
-    assert_eq!(back, third);
-    // Even a zero-byte entry of a new region needs a footer record and a length prefix.
-    let small: AppendParts = vec![(2, vec![Bytes::new()])];
-    let Err(Admit::Full(back_small)) = batch.admit(small.clone()) else {
-        panic!("a full batch takes no more")
-    };
-    assert_eq!(back_small, small);
-    assert_eq!(batch.append_count(), 2);
-    assert_eq!(batch.encoded_len(), max);
-
-    let sealed = seal(
-        &mut batch,
-        SealAt {
-            sequence: 5,
-            epoch: 1,
-            link: Link::NONE,
-            floor: 0,
-        },
-    );
-    assert_eq!(sealed.receipts.len(), 2);
-    assert_eq!(sealed.receipts[1].parts[0].first_id, entry_id(5, 1));
-    // The returned parts go into the next object.
-    assert!(matches!(batch.admit(back), Ok(0)));
-    let next = seal(
-        &mut batch,
-        SealAt {
-            sequence: 6,
-            epoch: 1,
-            link: Link {
-                sequence: 5,
-                epoch: 1,
-            },
-            floor: 0,
-        },
-    );
-    assert_eq!(next.receipts[0].parts[0].first_id, entry_id(6, 0));
-    let decoded = decode_object(&next.encoded.to_bytes()).unwrap();
-    assert_eq!(decoded.segments, vec![(1, vec![entry(3)])]);
-}
-
-#[test]
-fn batch_region_full_at_2_pow_20_entries() {
-    const N: usize = 1 << 20;
-    let mut batch = Batch::new(limits(u64::MAX, 1 << 20));
-    assert!(matches!(
-        batch.admit(vec![(5, vec![Bytes::new(); N])]),
-        Ok(0)
-    ));
-    assert!(batch.region_full());
-    assert_eq!(batch.encoded_len(), object_len(4 * N as u64, 1));
-
-    let one: AppendParts = vec![(5, vec![bs("z")])];
-    let Err(Admit::Full(back)) = batch.admit(one.clone()) else {
-        panic!("region 5 holds 2^20 entries")
-    };
-    assert_eq!(back, one);
-    // Part of an append across regions: the whole append waits.
-    let across: AppendParts = vec![(6, vec![bs("w")]), (5, vec![bs("z")])];
-    let Err(Admit::Full(back_across)) = batch.admit(across.clone()) else {
-        panic!("region 5 holds 2^20 entries")
-    };
-    assert_eq!(back_across, across);
-    // Another region still fits.
-    assert!(matches!(batch.admit(vec![(6, vec![bs("y")])]), Ok(1)));
-
-    let sealed = seal(
-        &mut batch,
-        SealAt {
-            sequence: 3,
-            epoch: 1,
-            link: Link::NONE,
-            floor: 0,
-        },
-    );
-    let ids = sealed.receipts[0].parts[0];
-    assert_eq!(ids.region, 5);
-    assert_eq!(ids.first_id, entry_id(3, 0));
-    assert_eq!(ids.count as usize, N);
-    assert_eq!(ids.last_id(), entry_id(3, N as u64 - 1));
-    assert_eq!(entry_sequence(ids.last_id()), 3);
-    let records = sealed.records();
-    assert_eq!(records[0].last_entry_id, entry_id(3, N as u64 - 1));
-    assert_eq!(records[0].entry_count(), N as u64);
-
-    let decoded = decode_object(&sealed.encoded.to_bytes()).unwrap();
-    assert_eq!(decoded.segments.len(), 2);
-    assert_eq!(decoded.segments[0].0, 5);
-    assert_eq!(decoded.segments[0].1.len(), N);
-    assert!(decoded.segments[0].1.iter().all(Bytes::is_empty));
-    assert_eq!(decoded.segments[1], (6, vec![bs("y")]));
-
-    assert!(matches!(batch.admit(back), Ok(0)));
-    assert!(!batch.region_full());
-}
-
-#[test]
-fn batch_rejects_more_than_2_pow_20_entries_of_one_region() {
-    const N: usize = 1 << 20;
-    let mut batch = Batch::new(limits(u64::MAX, 16));
-    assert!(matches!(
-        batch.admit(vec![(9, vec![Bytes::new(); N + 1])]),
-        Err(Admit::Invalid(Error::TooManyEntries {
-            region: 9,
-            count,
-        })) if count == N as u64 + 1
-    ));
-    // Two parts of one region count together.
-    assert!(matches!(
-        batch.admit(vec![
-            (9, vec![Bytes::new(); N]),
-            (1, vec![bs("a")]),
-            (9, vec![bs("b")]),
-        ]),
-        Err(Admit::Invalid(Error::TooManyEntries {
-            region: 9,
-            count,
-        })) if count == N as u64 + 1
-    ));
-    assert!(batch.is_empty());
-    // 2^20 of one region and one of another is fine.
-    assert!(matches!(
-        batch.admit(vec![(9, vec![Bytes::new(); N]), (1, vec![bs("a")])]),
-        Ok(0)
-    ));
-}
-
-#[test]
-fn batch_append_across_regions_lands_whole() {
-    let mut batch = Batch::new(unlimited());
-    assert!(matches!(batch.admit(vec![(42, vec![bs("p0")])]), Ok(0)));
-    let parts: AppendParts = vec![
-        (42, vec![bs("a"), bs("b")]),
-        (7, vec![bs("c")]),
-        (42, vec![Bytes::new()]),
-        (1, vec![bs("d"), bs("e"), bs("f")]),
-    ];
-    assert!(matches!(batch.admit(parts.clone()), Ok(1)));
-    assert!(matches!(batch.admit(vec![(7, vec![bs("q0")])]), Ok(2)));
-    let sealed = seal(
-        &mut batch,
-        SealAt {
-            sequence: 11,
-            epoch: 4,
-            link: Link {
-                sequence: 10,
-                epoch: 3,
-            },
-            floor: 2,
-        },
-    );
-    let receipt = &sealed.receipts[1];
-    assert_eq!(receipt.sequence, 11);
-    let got: Vec<(u64, u64, u32)> = receipt
-        .parts
-        .iter()
-        .map(|p| (p.region, p.first_id, p.count))
-        .collect();
-    assert_eq!(
-        got,
-        vec![
-            (42, entry_id(11, 1), 2),
-            (7, entry_id(11, 0), 1),
-            (42, entry_id(11, 3), 1),
-            (1, entry_id(11, 0), 3),
-        ]
-    );
-    let decoded = decode_object(&sealed.encoded.to_bytes()).unwrap();
-    assert_eq!(
-        decoded.segments,
-        vec![
-            (1, vec![bs("d"), bs("e"), bs("f")]),
-            (7, vec![bs("c"), bs("q0")]),
-            (42, vec![bs("p0"), bs("a"), bs("b"), Bytes::new()]),
-        ]
-    );
-    let all = [vec![(42, vec![bs("p0")])], parts, vec![(7, vec![bs("q0")])]];
-    assert_eq!(
-        decoded_entries(&decoded),
-        expected_from_receipts(&all, &sealed.receipts, 11)
-    );
-}
-
-#[test]
-fn batch_seal_with_invalid_header_keeps_the_batch() {
-    let mut batch = Batch::new(unlimited());
-    assert!(matches!(batch.admit(vec![(1, vec![bs("a")])]), Ok(0)));
-    assert_eq!(
-        batch.seal(0, 1, Link::NONE, 0).unwrap_err(),
-        FormatError::SequenceOutOfRange(0)
-    );
-    assert_eq!(batch.append_count(), 1);
-    let sealed = batch.seal(1, 1, Link::NONE, 0).unwrap();
-    assert_eq!(sealed.receipts[0].parts[0].first_id, entry_id(1, 0));
-    assert_eq!(
-        decode_object(&sealed.encoded.to_bytes()).unwrap().segments,
-        vec![(1, vec![bs("a")])]
-    );
 }

@@ -11,7 +11,8 @@
 //! In a quarter of the seeds `max_create_duration` and `reclaim_grace` are short, so
 //! slow creates go unacknowledged, idle writers write empty objects to stay inside
 //! their link window and empty objects below the floor are reclaimed (no region
-//! reports obsolete entries, so no entry is). After every restart, an oracle replays
+//! reports obsolete entries, so no entry is). After every restart, an oracle (the
+//! ledger of `actors/tests/support/ledger.rs`, shared with the actor tests) replays
 //! every region from 0 through the new instance and checks what the callers were told:
 //!
 //! - every append acknowledged before the instance was spawned is replayed, exactly
@@ -44,7 +45,7 @@
 //! what each seed does).
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once};
@@ -56,12 +57,17 @@ use object_store::ObjectStore;
 use object_store_wal::io::object_key;
 use object_store_wal::testing::{FaultCounts, FaultRates, FaultStore, SplitMix64};
 use object_store_wal::{
-    AppendParts, AppendReceipt, Config, CreateClock, Durability, Entry, Error, ObjectStoreLogStore,
-    RetryPolicy,
+    AppendParts, Config, CreateClock, Durability, Entry, Error, ObjectStoreLogStore, RetryPolicy,
 };
 use object_store_wal_actors::handle::spawn_wal_with;
 use object_store_wal_actors::{RestartPolicy, WalHandle};
 use tokio::task::{JoinHandle, JoinSet};
+
+// The replay oracle the actor tests use too.
+#[path = "../actors/tests/support/ledger.rs"]
+mod ledger;
+
+use ledger::{Ledger, Outcome};
 
 const PREFIX: &str = "sim";
 const DEFAULT_SEEDS: u64 = 500;
@@ -414,48 +420,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-#[derive(Debug, Clone)]
-enum Outcome {
-    Pending,
-    Acked(AppendReceipt),
-    Failed(Error),
-}
-
-#[derive(Debug)]
-struct AppendRecord {
-    instance: usize,
-    parts: AppendParts,
-    /// Logical time it was issued.
-    issued: u64,
-    /// Logical time its answer arrived.
-    answered: Option<u64>,
-    outcome: Outcome,
-}
-
-impl AppendRecord {
-    fn entries(&self) -> usize {
-        self.parts.iter().map(|(_, e)| e.len()).sum()
-    }
-}
-
-/// Everything the callers were told, and what replays showed.
-#[derive(Debug, Default)]
-struct Ledger {
-    clock: u64,
-    appends: Vec<AppendRecord>,
-    /// Payload -> (append, part, position).
-    by_payload: HashMap<Bytes, (usize, usize, usize)>,
-    /// Payload -> the id it was first replayed with.
-    replayed: HashMap<Bytes, u64>,
-}
-
-impl Ledger {
-    fn tick(&mut self) -> u64 {
-        self.clock += 1;
-        self.clock
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // The simulation of one seed
 // ---------------------------------------------------------------------------------------
@@ -782,20 +746,11 @@ impl Sim {
             for k in 0..count {
                 let pad = self.rng.below(60) as usize;
                 let payload = format!("s{}a{index}p{p}e{k}:{}", self.seed, "x".repeat(pad));
-                let payload = Bytes::from(payload);
-                ledger.by_payload.insert(payload.clone(), (index, p, k));
-                entries.push(payload);
+                entries.push(Bytes::from(payload));
             }
             parts.push((region, entries));
         }
-        let issued = ledger.tick();
-        ledger.appends.push(AppendRecord {
-            instance: target,
-            parts: parts.clone(),
-            issued,
-            answered: None,
-            outcome: Outcome::Pending,
-        });
+        ledger.issue(target, parts.clone());
         drop(ledger);
         self.note(format!(
             "append a{index} -> #{target}: {:?}",
@@ -807,9 +762,6 @@ impl Sim {
         self.tasks.spawn(async move {
             let result = handle.append_many(parts).await;
             let mut ledger = ledger.lock().unwrap_or_else(|p| p.into_inner());
-            let answered = ledger.tick();
-            let record = &mut ledger.appends[index];
-            record.answered = Some(answered);
             trace.push(format!(
                 "a{index} answered: {}",
                 match &result {
@@ -817,10 +769,7 @@ impl Sim {
                     Err(e) => format!("{:?}: {e}", e.durability()),
                 }
             ));
-            record.outcome = match result {
-                Ok(r) => Outcome::Acked(r),
-                Err(e) => Outcome::Failed(e),
-            };
+            ledger.answer(index, result);
         });
     }
 
@@ -993,35 +942,6 @@ impl Sim {
     /// The checks; `required` None skips completeness, `stable` false skips the
     /// comparison with earlier replays (a chain damaged behind the WAL's back).
     fn verify_inner(&self, entries: &[Entry], required: Option<u64>, stable: bool) -> Vec<String> {
-        let mut errors = Vec::new();
-        let mut ledger = lock(&self.ledger);
-        // Where each replayed entry belongs; at most once; ids increase per region.
-        let mut present: HashMap<(usize, usize, usize), u64> = HashMap::new();
-        let mut last_id: HashMap<u64, u64> = HashMap::new();
-        for e in entries {
-            let Some(&(a, p, k)) = ledger.by_payload.get(&e.payload) else {
-                errors.push(format!("replayed an entry nobody appended: {e:?}"));
-                continue;
-            };
-            let region = ledger.appends[a].parts[p].0;
-            if e.region != region {
-                errors.push(format!(
-                    "a{a} part {p} entry {k} replayed in region {} instead of {region}",
-                    e.region
-                ));
-            }
-            if present.insert((a, p, k), e.id).is_some() {
-                errors.push(format!("a{a} part {p} entry {k} replayed twice"));
-            }
-            if let Some(prev) = last_id.insert(e.region, e.id) {
-                if e.id <= prev {
-                    errors.push(format!(
-                        "region {}: id {:#x} replayed after {prev:#x} (a{a} part {p} entry {k})",
-                        e.region, e.id
-                    ));
-                }
-            }
-        }
         let instance_note = |i: usize| -> String {
             let inst = &self.instances[i];
             match inst.handle.terminal_error() {
@@ -1035,133 +955,11 @@ impl Sim {
                 None => format!("instance #{i} (epochs {:?})", inst.epochs),
             }
         };
-        for (a, record) in ledger.appends.iter().enumerate() {
-            let total = record.entries();
-            let ids: Vec<Option<u64>> = record
-                .parts
-                .iter()
-                .enumerate()
-                .flat_map(|(p, (_, es))| (0..es.len()).map(move |k| (p, k)))
-                .map(|(p, k)| present.get(&(a, p, k)).copied())
-                .collect();
-            let found = ids.iter().filter(|i| i.is_some()).count();
-            if found > 0 && found < total {
-                errors.push(format!(
-                    "a{a} replayed in part: {found} of {total} entries ({:?}), outcome {:?}",
-                    record.outcome, ids
-                ));
-            }
-            if found > 0 {
-                // One object; consecutive ids within each part.
-                let mut seqs = HashSet::new();
-                for (p, (_, es)) in record.parts.iter().enumerate() {
-                    let first = present.get(&(a, p, 0)).copied();
-                    for k in 0..es.len() {
-                        if let (Some(first), Some(id)) = (first, present.get(&(a, p, k))) {
-                            seqs.insert(id >> 20);
-                            if *id != first + k as u64 {
-                                errors.push(format!(
-                                    "a{a} part {p}: entry {k} has id {id:#x}, the part starts at {first:#x}"
-                                ));
-                            }
-                        }
-                    }
-                }
-                if seqs.len() > 1 {
-                    errors.push(format!("a{a} replayed from several objects {seqs:?}"));
-                }
-            }
-            match &record.outcome {
-                Outcome::Acked(receipt) => {
-                    let must = required.is_some_and(|t| record.answered.is_some_and(|x| x < t));
-                    if found == 0 && must {
-                        errors.push(format!(
-                            "a{a} acknowledged (seq {}, {:?}) by {} is not replayed",
-                            receipt.sequence,
-                            receipt.parts,
-                            instance_note(record.instance)
-                        ));
-                    }
-                    if found > 0 {
-                        for (p, (region, es)) in record.parts.iter().enumerate() {
-                            let Some(r) = receipt.parts.get(p) else {
-                                errors.push(format!("a{a}: receipt lacks part {p}"));
-                                continue;
-                            };
-                            if r.region != *region || r.count as usize != es.len() {
-                                errors.push(format!(
-                                    "a{a}: receipt part {p} is {r:?}, the append was region {region} x{}",
-                                    es.len()
-                                ));
-                            }
-                            for k in 0..es.len() {
-                                let want = r.first_id + k as u64;
-                                match present.get(&(a, p, k)) {
-                                    Some(&got) if got != want => errors.push(format!(
-                                        "a{a} part {p} entry {k} acknowledged as {want:#x}, replayed as {got:#x} (acknowledged by {})",
-                                        instance_note(record.instance)
-                                    )),
-                                    _ => {}
-                                }
-                            }
-                        }
-                    }
-                }
-                Outcome::Failed(e) if e.durability() == Durability::NotWritten && found > 0 => {
-                    errors.push(format!(
-                        "a{a} failed as not written ({e:?}) but is replayed (sent to {})",
-                        instance_note(record.instance)
-                    ));
-                }
-                _ => {}
-            }
-        }
-        // Real-time order: acknowledged before another append was issued means smaller
-        // ids in the regions they share.
-        for (a, ra) in ledger.appends.iter().enumerate() {
-            let (Outcome::Acked(_), Some(done)) = (&ra.outcome, ra.answered) else {
-                continue;
-            };
-            for (b, rb) in ledger.appends.iter().enumerate() {
-                if rb.issued <= done {
-                    continue;
-                }
-                for (pa, (region_a, ea)) in ra.parts.iter().enumerate() {
-                    for (pb, (region_b, _)) in rb.parts.iter().enumerate() {
-                        if region_a != region_b {
-                            continue;
-                        }
-                        let last_a = present.get(&(a, pa, ea.len() - 1));
-                        let first_b = present.get(&(b, pb, 0));
-                        if let (Some(x), Some(y)) = (last_a, first_b) {
-                            if y <= x {
-                                errors.push(format!(
-                                    "region {region_a}: a{b} (issued after a{a} was acknowledged) has id {y:#x} <= a{a}'s {x:#x}"
-                                ));
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        let mut ledger = lock(&self.ledger);
+        let mut judged = ledger.judge(entries, required, &instance_note);
+        let mut errors = std::mem::take(&mut judged.errors);
         if stable {
-            // Nothing once replayed is forgotten or renumbered.
-            for (payload, &id) in &ledger.replayed {
-                let (a, p, k) = ledger.by_payload[payload];
-                match present.get(&(a, p, k)) {
-                    None => errors.push(format!(
-                        "a{a} part {p} entry {k} was replayed before (id {id:#x}) and is not now (outcome {:?})",
-                        ledger.appends[a].outcome
-                    )),
-                    Some(&now) if now != id => errors.push(format!(
-                        "a{a} part {p} entry {k} was replayed as {id:#x} before, as {now:#x} now"
-                    )),
-                    _ => {}
-                }
-            }
-            for e in entries {
-                ledger.replayed.entry(e.payload.clone()).or_insert(e.id);
-            }
+            errors.extend(ledger.remember(&judged));
         }
         errors
     }
@@ -1281,7 +1079,7 @@ impl Sim {
         let ledger = lock(&self.ledger);
         Totals::add(&totals.seeds, 1);
         Totals::add(&totals.appends, ledger.appends.len() as u64);
-        for r in &ledger.appends {
+        for (a, r) in ledger.appends.iter().enumerate() {
             if let Outcome::Failed(e) = &r.outcome {
                 let kind = match e {
                     Error::EpochEnded { reason, .. } => {
@@ -1307,8 +1105,7 @@ impl Sim {
                 }
                 Outcome::Failed(_) => {
                     Totals::add(&totals.failed_may_be, 1);
-                    let first = r.parts[0].1[0].clone();
-                    if ledger.replayed.contains_key(&first) {
+                    if ledger.ever_replayed(a) {
                         Totals::add(&totals.failed_replayed, 1);
                     }
                 }

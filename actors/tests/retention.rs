@@ -1,63 +1,46 @@
 //! Retention and takeover through the actors: floors from obsolete watermarks, the
 //! reclaimer, recovery after reclaiming, stalled creates of an earlier instance that land
-//! on a reclaimed key, read-only opens by a second process, and followers (in-process and
-//! read-only) across writer restarts. One test, ignored, states what must hold in a case
-//! the design's two timing bounds do not cover (an idle earlier instance whose next create
-//! starts after its key was reclaimed) and fails today.
+//! on a reclaimed key, and read-only opens by a second process (followers are in
+//! `tests/followers.rs`). One test, ignored, states what must hold in a case the design's
+//! two timing bounds do not cover (an idle earlier instance whose next create starts
+//! after its key was reclaimed) and fails today.
 //!
-//! Tests that need the reclaimer run on a current-thread runtime with tokio's clock
-//! paused: `reclaim_grace` passes in virtual time, and waits poll a condition while
-//! letting virtual time move (timers fire only when every task is idle). Real-time tests
-//! poll with `yield_now`. Every wait has a safety bound that only a hang reaches.
+//! The harness (`support/harness.rs`) says how the tests wait: in virtual time where the
+//! reclaimer runs, in real time elsewhere, every wait with a safety bound.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt;
-use std::future::Future;
+mod support {
+    pub mod harness;
+    pub mod ledger;
+}
+
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{decode_header, decode_object_summary, entry_sequence};
-use object_store_wal::io::{object_key, parse_key};
-use object_store_wal::testing::{CountingStore, CreateFault, FaultStore, ManualClock, TokioClock};
+use object_store_wal::io::parse_key;
+use object_store_wal::testing::{
+    CountingStore, FaultStore, Hooks, ManualClock, TokioClock, Wrapper,
+};
 use object_store_wal::{
-    AppendParts, AppendReceipt, Config, Durability, Entry, EpochEndReason, Error,
-    ObjectStoreLogStore, RetryPolicy,
+    AppendParts, Config, Durability, Entry, EpochEndReason, Error, ObjectStoreLogStore,
 };
-use object_store_wal_actors::{
-    spawn_wal, spawn_wal_with, EntryReceiver, RestartPolicy, WalHandle, WalStats,
-};
+use object_store_wal_actors::{spawn_wal, spawn_wal_with, WalHandle};
 use proptest::prelude::*;
+use support::harness::*;
+use support::ledger::acked_entries;
 use tokio::task::JoinHandle;
 
 // ---------------------------------------------------------------------------------------
-// Harness
+// Harness (the rest is in support/harness.rs)
 // ---------------------------------------------------------------------------------------
-
-const PREFIX: &str = "wal";
-
-/// A real-time safety bound on every wait: only a hang reaches it.
-const BOUND: Duration = Duration::from_secs(30);
-
-/// `max_create_duration` of the tests that reclaim (virtual time).
-const MAX_CREATE: Duration = Duration::from_secs(5);
-/// `reclaim_grace` of the tests that reclaim (virtual time): twice `MAX_CREATE`.
-const GRACE: Duration = Duration::from_secs(10);
-
-fn key(sequence: u64) -> Path {
-    object_key(&Path::from(PREFIX), sequence)
-}
 
 fn local_store(dir: &tempfile::TempDir) -> Arc<dyn ObjectStore> {
     Arc::new(
@@ -67,182 +50,11 @@ fn local_store(dir: &tempfile::TempDir) -> Arc<dyn ObjectStore> {
     )
 }
 
-/// Short flushes, no PUT-rate bound, tiny create-retry backoffs, a short grace.
-fn config() -> Config {
-    let mut c = Config::new(PREFIX);
-    c.flush_interval = Duration::from_millis(5);
-    c.min_object_interval = Duration::ZERO;
-    c.max_create_duration = MAX_CREATE;
-    c.reclaim_grace = GRACE;
-    c.retry = RetryPolicy::new(3, Duration::from_millis(1), Duration::from_millis(2));
-    c
-}
-
-/// [`config`] with the default (long) grace: nothing is reclaimed during a real-time test.
-fn config_no_reclaim() -> Config {
-    let mut c = config();
-    c.max_create_duration = Duration::from_secs(60);
-    c.reclaim_grace = Duration::from_secs(600);
-    c
-}
-
-fn restart_policy() -> RestartPolicy {
-    RestartPolicy::new(
-        8,
-        Duration::from_secs(60),
-        Duration::from_millis(1),
-        Duration::from_millis(10),
-    )
-}
-
-async fn spawn(store: &Arc<dyn ObjectStore>, config: &Config) -> (WalHandle, JoinHandle<()>) {
-    let (wal, join) = spawn_wal(store.clone(), config.clone(), restart_policy())
-        .await
-        .expect("spawn the WAL");
-    // Queued until the first recovery is done: the WAL is open when this returns.
-    wal.last_entry_id_overall().await.expect("recovered");
-    (wal, join)
-}
-
-async fn stop(wal: WalHandle, join: JoinHandle<()>) {
-    wal.stop().await.expect("stop");
-    bounded("the WAL to end", join)
-        .await
-        .expect("join the supervisor");
-}
-
-fn payload(tag: impl fmt::Display) -> Bytes {
-    Bytes::from(tag.to_string())
-}
-
-/// A real-time bound on `f` (use only where tokio's clock is not paused).
-async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(BOUND, f).await {
-        Ok(v) => v,
-        Err(_) => panic!("timed out waiting for {what}"),
-    }
-}
-
-async fn stats(wal: &WalHandle) -> WalStats {
-    wal.stats().await.expect("stats")
-}
-
-/// Polls the stats until `done` holds, letting `step` of tokio time pass between
-/// samples: under a paused clock that is virtual time (timers such as the reclaimer's
-/// grace fire), so this waits on the condition, not on the clock. A real-time deadline
-/// catches a hang.
-async fn stats_until_virtual(
-    wal: &WalHandle,
-    what: &str,
-    step: Duration,
-    done: impl Fn(&WalStats) -> bool,
-) -> WalStats {
-    let deadline = std::time::Instant::now() + BOUND;
-    loop {
-        let s = stats(wal).await;
-        if done(&s) {
-            return s;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}: {s:?}"
-        );
-        tokio::time::sleep(step).await;
-    }
-}
-
-/// Polls the stats, yielding between samples (real-time tests).
-async fn stats_until(wal: &WalHandle, what: &str, done: impl Fn(&WalStats) -> bool) -> WalStats {
-    bounded(what, async {
-        loop {
-            let s = stats(wal).await;
-            if done(&s) {
-                return s;
-            }
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-}
-
-/// Everything a receiver yields until it ends; every item must be an entry.
-async fn collect(rx: EntryReceiver) -> Vec<Entry> {
-    let deadline = std::time::Instant::now() + BOUND;
-    let mut entries = Vec::new();
-    while let Ok(item) = rx.recv_async().await {
-        assert!(std::time::Instant::now() < deadline, "a read did not end");
-        entries.push(item.expect("a read entry"));
-    }
-    entries
-}
-
-async fn read(wal: &WalHandle, region: u64, from: u64) -> Vec<Entry> {
-    collect(wal.read(region, from).await.expect("read")).await
-}
-
 async fn read_only_region(store: &ObjectStoreLogStore, region: u64) -> Vec<Entry> {
     let mut stream = store.read(region, 0);
     let mut out = Vec::new();
     while let Some(item) = stream.next().await {
         out.push(item.expect("a read-only entry"));
-    }
-    out
-}
-
-/// The bytes at `sequence`, if present (read on the store given, not counted).
-async fn object_at(store: &Arc<dyn ObjectStore>, sequence: u64) -> Option<Bytes> {
-    match store.get(&key(sequence)).await {
-        Ok(r) => Some(r.bytes().await.expect("read an object")),
-        Err(object_store::Error::NotFound { .. }) => None,
-        Err(e) => panic!("cannot read {}: {e}", key(sequence)),
-    }
-}
-
-/// Every WAL sequence present, ascending, and every foreign key under the prefix.
-async fn listing(store: &Arc<dyn ObjectStore>) -> (Vec<u64>, Vec<String>) {
-    let prefix = Path::from(PREFIX);
-    let metas: Vec<ObjectMeta> = store
-        .list(Some(&prefix))
-        .map(|m| m.expect("list"))
-        .collect()
-        .await;
-    let mut wal = Vec::new();
-    let mut foreign = Vec::new();
-    for m in metas {
-        match parse_key(&prefix, &m.location) {
-            Some(s) => wal.push(s),
-            None => foreign.push(m.location.to_string()),
-        }
-    }
-    wal.sort_unstable();
-    foreign.sort();
-    (wal, foreign)
-}
-
-/// `(id, payload)` of each entry, for comparisons that print well.
-fn ids(entries: &[Entry]) -> Vec<(u64, Bytes)> {
-    entries.iter().map(|e| (e.id, e.payload.clone())).collect()
-}
-
-/// The entries an acknowledged append got, with the ids of its receipt.
-fn acked_entries(parts: &AppendParts, receipt: &AppendReceipt) -> Vec<Entry> {
-    assert_eq!(
-        receipt.parts.len(),
-        parts.len(),
-        "one receipt part per part"
-    );
-    let mut out = Vec::new();
-    for ((region, entries), ids) in parts.iter().zip(&receipt.parts) {
-        assert_eq!(ids.region, *region);
-        assert_eq!(ids.count as usize, entries.len());
-        assert_eq!(entry_sequence(ids.first_id), receipt.sequence);
-        for (i, payload) in entries.iter().enumerate() {
-            out.push(Entry {
-                region: *region,
-                id: ids.first_id + i as u64,
-                payload: payload.clone(),
-            });
-        }
     }
     out
 }
@@ -311,56 +123,26 @@ impl Audit {
     }
 }
 
-/// Passes everything to `inner`, and has [`Audit::check`] look at each object before it
-/// is deleted.
+/// The hooks of a store that passes everything to the wrapped store, and has
+/// [`Audit::check`] look at each object before it is deleted.
 #[derive(Debug)]
-struct AuditedStore {
-    inner: Arc<dyn ObjectStore>,
+struct AuditHooks {
     audit: Arc<Audit>,
 }
 
-impl fmt::Display for AuditedStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "AuditedStore({})", self.inner)
-    }
-}
-
-#[async_trait]
-impl ObjectStore for AuditedStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
+impl Hooks for AuditHooks {
+    const NAME: &'static str = "AuditedStore";
 
     fn delete_stream(
         &self,
+        inner: &Arc<dyn ObjectStore>,
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
-        let inner = self.inner.clone();
+        let checked_on = inner.clone();
         let audit = self.audit.clone();
         let checked = locations
             .then(move |location| {
-                let inner = inner.clone();
+                let inner = checked_on.clone();
                 let audit = audit.clone();
                 async move {
                     if let Ok(path) = &location {
@@ -370,32 +152,7 @@ impl ObjectStore for AuditedStore {
                 }
             })
             .boxed();
-        self.inner.delete_stream(checked)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
+        inner.delete_stream(checked)
     }
 }
 
@@ -464,10 +221,12 @@ struct Run {
 impl Run {
     async fn new() -> Run {
         let audit = Arc::new(Audit::default());
-        let store: Arc<dyn ObjectStore> = Arc::new(AuditedStore {
-            inner: Arc::new(InMemory::new()),
-            audit: audit.clone(),
-        });
+        let store: Arc<dyn ObjectStore> = Wrapper::wrap(
+            Arc::new(InMemory::new()),
+            AuditHooks {
+                audit: audit.clone(),
+            },
+        );
         let config = config();
         let (wal, join) = spawn(&store, &config).await;
         Run {
@@ -1288,365 +1047,5 @@ async fn read_only_open_sees_a_prefix_of_the_acknowledged_and_writes_nothing() {
         .append(1, vec![payload("after")])
         .await
         .expect("the owner still writes");
-    stop(owner, join).await;
-}
-
-// ---------------------------------------------------------------------------------------
-// 5. Followers
-// ---------------------------------------------------------------------------------------
-
-/// What appenders were told.
-#[derive(Debug, Default)]
-struct Ledger {
-    acked: Vec<Entry>,
-    maybe: Vec<AppendParts>,
-    never: Vec<AppendParts>,
-}
-
-impl Ledger {
-    fn record(&mut self, parts: AppendParts, result: &Result<AppendReceipt, Error>) {
-        match result {
-            Ok(receipt) => self.acked.extend(acked_entries(&parts, receipt)),
-            Err(e) => match e.durability() {
-                Durability::MayBeDurable => self.maybe.push(parts),
-                Durability::NotWritten => self.never.push(parts),
-            },
-        }
-    }
-
-    /// Checks a follower's stream of `region`: every acknowledged entry exactly once, in
-    /// id order, with its id; anything else only from failed appends that may have
-    /// become durable, never from appends refused before any create.
-    fn check_follower(&self, region: u64, got: &[Entry]) {
-        for pair in got.windows(2) {
-            assert!(
-                pair[1].id > pair[0].id,
-                "not in id order, or twice: {:?} then {:?}",
-                pair[0],
-                pair[1]
-            );
-        }
-        let by_payload: HashMap<&Bytes, &Entry> = got.iter().map(|e| (&e.payload, e)).collect();
-        assert_eq!(by_payload.len(), got.len(), "a payload came twice");
-        let mut known: HashSet<&Bytes> = HashSet::new();
-        for a in self.acked.iter().filter(|e| e.region == region) {
-            let e = by_payload
-                .get(&a.payload)
-                .unwrap_or_else(|| panic!("acknowledged entry not followed: {a:?}"));
-            assert_eq!(e.id, a.id, "followed with another id");
-            known.insert(&a.payload);
-        }
-        let part_payloads = |parts: &AppendParts| -> Vec<Bytes> {
-            parts
-                .iter()
-                .filter(|(r, _)| *r == region)
-                .flat_map(|(_, es)| es.iter().cloned())
-                .collect()
-        };
-        let maybe: HashSet<Bytes> = self.maybe.iter().flat_map(part_payloads).collect();
-        let never: HashSet<Bytes> = self.never.iter().flat_map(part_payloads).collect();
-        for e in got {
-            assert_eq!(e.region, region);
-            assert!(
-                !never.contains(&e.payload),
-                "refused append followed: {e:?}"
-            );
-            assert!(
-                known.contains(&e.payload) || maybe.contains(&e.payload),
-                "followed an entry no caller was told about: {e:?}"
-            );
-        }
-    }
-
-    fn last_acked(&self, region: u64) -> u64 {
-        self.acked
-            .iter()
-            .filter(|e| e.region == region)
-            .map(|e| e.id)
-            .max()
-            .expect("an acknowledged entry")
-    }
-}
-
-/// Receives from a follower until it has yielded `last`.
-async fn follow_until(rx: &EntryReceiver, last: u64, got: &mut Vec<Entry>) {
-    bounded("the follower to catch up", async {
-        while got.last().is_none_or(|e| e.id < last) {
-            let item = rx.recv_async().await.expect("the follower ended early");
-            got.push(item.expect("a followed entry"));
-        }
-    })
-    .await
-}
-
-async fn append_logged(wal: &WalHandle, ledger: &Mutex<Ledger>, parts: AppendParts) -> bool {
-    let result = wal.append_many(parts.clone()).await;
-    let ok = result.is_ok();
-    ledger.lock().unwrap().record(parts, &result);
-    ok
-}
-
-/// An in-process follower across a writer panic in the middle of concurrent appends.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn follower_sees_each_acknowledged_entry_once_across_a_writer_panic() {
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let config = config_no_reclaim();
-    let (wal, join) = spawn(&store, &config).await;
-    let rx = wal.follow(1, 0).await.expect("follow");
-    let ledger = Arc::new(Mutex::new(Ledger::default()));
-
-    for i in 0..10 {
-        let parts = vec![
-            (1, vec![payload(format!("a{i}"))]),
-            (2, vec![payload(format!("noise-a{i}"))]),
-        ];
-        assert!(append_logged(&wal, &ledger, parts).await);
-    }
-    let epoch = stats(&wal).await.epoch;
-
-    // Concurrent appenders; the writer panics once some of them were acknowledged.
-    let acks = Arc::new(AtomicUsize::new(0));
-    let burst: Vec<JoinHandle<()>> = (0..3)
-        .map(|t| {
-            let (wal, ledger, acks) = (wal.clone(), ledger.clone(), acks.clone());
-            tokio::spawn(async move {
-                for i in 0..12 {
-                    let parts = vec![(1, vec![payload(format!("b{t}-{i}"))])];
-                    if append_logged(&wal, &ledger, parts).await {
-                        acks.fetch_add(1, Ordering::SeqCst);
-                    }
-                }
-            })
-        })
-        .collect();
-    bounded("some burst acknowledgements", async {
-        while acks.load(Ordering::SeqCst) < 6 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-    wal.panic_writer();
-    for h in burst {
-        bounded("the burst", h).await.expect("appender");
-    }
-    let s = stats_until(&wal, "a new epoch", |s| s.restarts >= 1 && s.epoch > epoch).await;
-    assert_eq!(s.restarts, 1);
-
-    for i in 0..10 {
-        let parts = vec![(1, vec![payload(format!("c{i}"))])];
-        assert!(
-            append_logged(&wal, &ledger, parts).await,
-            "appends in the new epoch succeed"
-        );
-    }
-    let ledger = Arc::try_unwrap(ledger).unwrap().into_inner().unwrap();
-    let mut got = Vec::new();
-    follow_until(&rx, ledger.last_acked(1), &mut got).await;
-    ledger.check_follower(1, &got);
-
-    // The stream ends with the WAL, with nothing more; and it held exactly the chain.
-    stop(wal, join).await;
-    let rest = collect(rx).await;
-    assert!(rest.is_empty(), "entries after the last commit: {rest:?}");
-    let (fresh, fresh_join) = spawn(&store, &config).await;
-    assert_eq!(ids(&read(&fresh, 1, 0).await), ids(&got));
-    stop(fresh, fresh_join).await;
-}
-
-/// An epoch that ends on an unknown create outcome whose object did land: the new epoch
-/// replays it, and the follower sees its entry once, between the acknowledged ones.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn follower_sees_a_landed_failed_append_once_across_an_epoch_end() {
-    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let faults = FaultStore::new(inner.clone());
-    let store: Arc<dyn ObjectStore> = faults.clone();
-    let config = config_no_reclaim();
-    let (wal, join) = spawn(&store, &config).await;
-    let rx = wal.follow(1, 0).await.expect("follow");
-    let ledger = Mutex::new(Ledger::default());
-    let mut last_sequence = 1;
-    for i in 0..5 {
-        let parts = vec![(1, vec![payload(format!("a{i}"))])];
-        let receipt = wal.append_many(parts.clone()).await.expect("append");
-        last_sequence = receipt.sequence;
-        ledger.lock().unwrap().record(parts, &Ok(receipt));
-    }
-    // The next object's create reports an error but lands at the next store operation;
-    // the two retries report errors too: the outcome stays unknown, the epoch ends.
-    let epoch = stats(&wal).await.epoch;
-    faults.fail_create_of(
-        &key(last_sequence + 1),
-        [
-            CreateFault::LandLate(0),
-            CreateFault::ErrorUnapplied,
-            CreateFault::ErrorUnapplied,
-        ],
-    );
-    let failed = vec![(1, vec![payload("landed-late")])];
-    let result = wal.append_many(failed.clone()).await;
-    match &result {
-        Err(Error::EpochEnded {
-            reason: EpochEndReason::UnknownOutcome,
-            durability: Durability::MayBeDurable,
-            ..
-        }) => {}
-        other => panic!("expected an unknown outcome: {other:?}"),
-    }
-    ledger.lock().unwrap().record(failed, &result);
-    assert!(
-        object_at(&inner, last_sequence + 1).await.is_some(),
-        "it landed"
-    );
-    // Appends sent before the supervisor took the writer's end in may be refused
-    // (`NotWritten`): wait for the new epoch.
-    stats_until(&wal, "a new epoch", |s| s.epoch > epoch).await;
-    for i in 0..5 {
-        let parts = vec![(1, vec![payload(format!("c{i}"))])];
-        assert!(append_logged(&wal, &ledger, parts).await);
-    }
-    assert!(stats(&wal).await.epoch > epoch);
-    let ledger = ledger.into_inner().unwrap();
-    let mut got = Vec::new();
-    follow_until(&rx, ledger.last_acked(1), &mut got).await;
-    ledger.check_follower(1, &got);
-    assert_eq!(
-        got.iter()
-            .filter(|e| e.payload == payload("landed-late"))
-            .count(),
-        1,
-        "the landed entry is followed once"
-    );
-    assert_eq!(got.len(), 11);
-    stop(wal, join).await;
-}
-
-/// A read-only follower on a second store handle while the owner writes, restarts its
-/// writer and is replaced by a fresh instance: each acknowledged entry once, in order;
-/// one LIST per poll, from an offset; each object's summary and segment read once.
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn read_only_follower_polls_with_one_offset_list_per_interval() {
-    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let config = config_no_reclaim();
-    let (mut owner, mut join) = spawn(&inner, &config).await;
-    let mut acked: Vec<Entry> = Vec::new();
-    let mut tag = 0;
-    let mut append = async |owner: &WalHandle, region: u64| {
-        tag += 1;
-        let parts = vec![(region, vec![payload(format!("r{region}-{tag}"))])];
-        let receipt = owner.append_many(parts.clone()).await.expect("append");
-        acked_entries(&parts, &receipt)
-    };
-    for _ in 0..4 {
-        acked.extend(append(&owner, 1).await);
-        append(&owner, 2).await;
-    }
-
-    let counting = CountingStore::new(inner.clone());
-    let interval = Duration::from_millis(10);
-    let started = tokio::time::Instant::now();
-    let follower = ObjectStoreLogStore::open_read_only(counting.clone(), config.clone())
-        .await
-        .expect("read-only open");
-    // The follower recovers by itself: count from here.
-    counting.reset();
-    let mut stream = follower.follow(1, 0, interval);
-    let mut got: Vec<Entry> = Vec::new();
-    let mut catch_up = async |got: &mut Vec<Entry>, last: u64| {
-        // Virtual time: the follower's polls move the clock; this bound only catches a
-        // follower that stopped making progress.
-        tokio::time::timeout(Duration::from_secs(60), async {
-            while got.last().is_none_or(|e| e.id < last) {
-                let item = stream.next().await.expect("the follower ended early");
-                got.push(item.expect("a followed entry"));
-            }
-        })
-        .await
-        .expect("the follower to catch up");
-    };
-    catch_up(&mut got, acked.last().unwrap().id).await;
-
-    for round in 0..6 {
-        match round {
-            2 => {
-                // A new epoch in the same process.
-                let epoch = stats(&owner).await.epoch;
-                owner.panic_writer();
-                stats_until_virtual(&owner, "a new epoch", Duration::from_millis(1), |s| {
-                    s.epoch > epoch
-                })
-                .await;
-            }
-            4 => {
-                // A new process.
-                let (o, j) = spawn(&inner, &config).await;
-                stop(
-                    std::mem::replace(&mut owner, o),
-                    std::mem::replace(&mut join, j),
-                )
-                .await;
-            }
-            _ => {}
-        }
-        for _ in 0..3 {
-            acked.extend(append(&owner, 1).await);
-            append(&owner, 2).await;
-        }
-        catch_up(&mut got, acked.last().unwrap().id).await;
-    }
-    assert_eq!(
-        ids(&got),
-        ids(&acked),
-        "each acknowledged entry once, in order"
-    );
-    let elapsed = started.elapsed();
-
-    let counts = counting.counts();
-    let (keys, _) = listing(&inner).await;
-    let lists = counts.lists.load(Ordering::Relaxed);
-    let polls = (elapsed.as_nanos() / interval.as_nanos()) as u64;
-    assert!(
-        lists <= polls + 2,
-        "{lists} LISTs in {polls} poll intervals: more than one per poll"
-    );
-    assert_eq!(
-        counts.listed_keys.load(Ordering::Relaxed),
-        keys.len() as u64,
-        "each key listed once: polls list from the chain end, not the whole prefix"
-    );
-    // Each object's summary is read once (whole: small objects), and each region-1
-    // segment once.
-    let mut summaries: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut segments: BTreeMap<u64, usize> = BTreeMap::new();
-    for g in counting.get_log() {
-        let s = parse_key(&Path::from(PREFIX), &Path::from(g.key.as_str())).expect("a WAL key");
-        *if g.range.is_none() {
-            summaries.entry(s)
-        } else {
-            segments.entry(s)
-        }
-        .or_default() += 1;
-    }
-    assert_eq!(summaries.keys().copied().collect::<Vec<_>>(), keys);
-    assert!(summaries.values().all(|n| *n == 1), "{summaries:?}");
-    let region1: BTreeMap<u64, usize> = acked.iter().map(|e| (entry_sequence(e.id), 1)).collect();
-    assert_eq!(segments, region1);
-
-    // Idle: each poll is one LIST that returns nothing, and reads nothing.
-    let (l0, k0, g0) = (
-        counts.lists.load(Ordering::Relaxed),
-        counts.listed_keys.load(Ordering::Relaxed),
-        counts.gets.load(Ordering::Relaxed),
-    );
-    tokio::time::sleep(interval * 10).await;
-    let l1 = counts.lists.load(Ordering::Relaxed);
-    assert!(
-        (9..=11).contains(&(l1 - l0)),
-        "{} LISTs in 10 idle poll intervals",
-        l1 - l0
-    );
-    assert_eq!(counts.listed_keys.load(Ordering::Relaxed), k0);
-    assert_eq!(counts.gets.load(Ordering::Relaxed), g0);
-    assert_eq!(counts.puts.load(Ordering::Relaxed), 0);
-    drop(stream);
     stop(owner, join).await;
 }

@@ -580,7 +580,7 @@ async fn second_node_fences_the_first(store: Arc<dyn ObjectStore>) {
     let (b, b_join) = spawn(&store, &config).await;
     // Waits for B's open (recovery, claims, opening object).
     let b_last = b.last_entry_id_overall().await.expect("B's recovery");
-    assert_eq!(b_last, ledger.acked.iter().map(|e| e.id).max());
+    assert_eq!(b_last, ledger.acked().iter().map(|e| e.id).max());
     let b_epoch = stats(&b).await.epoch;
     assert!(b_epoch > a_epoch);
 
@@ -741,7 +741,7 @@ async fn fencing_under_concurrent_appends(store: Arc<dyn ObjectStore>) {
 
     let replayed = replay_fresh(&store, &config, ledger.regions()).await;
     ledger.check(&replayed);
-    assert!(ledger.acked.len() >= 80);
+    assert!(ledger.acked().len() >= 80);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1032,10 +1032,9 @@ async fn failed_reader_is_restarted() {
     }
     let expected = |ledger: &Ledger, region: u64| -> Vec<Entry> {
         ledger
-            .acked
-            .iter()
+            .acked()
+            .into_iter()
             .filter(|e| e.region == region)
-            .cloned()
             .collect()
     };
     assert_eq!(

@@ -177,9 +177,9 @@ async fn many_regions_stop_and_replay(store: Arc<dyn ObjectStore>) {
 
     let ledger = std::mem::take(&mut *ledger.lock().unwrap());
     let appended = REGIONS * (2 * APPENDS + APPENDS / 4);
-    assert_eq!(ledger.acked.len() as u64, appended);
+    assert_eq!(ledger.acked().len() as u64, appended);
     assert_eq!(stats.entries, appended);
-    assert!(ledger.maybe.is_empty() && ledger.never.is_empty());
+    assert!(ledger.maybe().is_empty() && ledger.never().is_empty());
 
     let regions: Vec<u64> = (1..=REGIONS).collect();
     let replayed = replay_fresh(&store, &regions).await;
@@ -239,9 +239,9 @@ async fn abort_while_appending_then_replay(store: Arc<dyn ObjectStore>) {
     let _ = bounded("the aborted WAL to end", join).await;
 
     let ledger = std::mem::take(&mut *ledger.lock().unwrap());
-    assert!(ledger.acked.len() >= ACKED_BEFORE_ABORT);
+    assert!(ledger.acked().len() >= ACKED_BEFORE_ABORT);
     assert_eq!(
-        ledger.maybe.len() + ledger.never.len(),
+        ledger.maybe().len() + ledger.never().len(),
         REGIONS as usize,
         "each region's last append failed"
     );

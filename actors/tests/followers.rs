@@ -1,0 +1,314 @@
+//! Followers through the actors across writer restarts: an in-process follower
+//! ([`WalHandle::follow`]) sees each acknowledged entry once across a writer panic and
+//! across an epoch that ended on an unknown outcome whose object landed; a read-only
+//! follower on a second store handle sees each acknowledged entry once while the owner
+//! writes, restarts its writer and is replaced, with one offset LIST per poll. Each
+//! stream is checked against the [`Ledger`] of what the appenders were told.
+
+mod support {
+    pub mod harness;
+    pub mod ledger;
+}
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::stream::StreamExt;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::ObjectStore;
+use object_store_wal::format::entry_sequence;
+use object_store_wal::io::parse_key;
+use object_store_wal::testing::{CountingStore, CreateFault, FaultStore};
+use object_store_wal::{
+    AppendParts, Durability, Entry, EpochEndReason, Error, ObjectStoreLogStore,
+};
+use object_store_wal_actors::{EntryReceiver, WalHandle};
+use support::harness::*;
+use support::ledger::{acked_entries, Ledger};
+use tokio::task::JoinHandle;
+
+/// Receives from a follower until it has yielded `last`.
+async fn follow_until(rx: &EntryReceiver, last: u64, got: &mut Vec<Entry>) {
+    bounded("the follower to catch up", async {
+        while got.last().is_none_or(|e| e.id < last) {
+            let item = rx.recv_async().await.expect("the follower ended early");
+            got.push(item.expect("a followed entry"));
+        }
+    })
+    .await
+}
+
+async fn append_logged(wal: &WalHandle, ledger: &Mutex<Ledger>, parts: AppendParts) -> bool {
+    let result = wal.append_many(parts.clone()).await;
+    let ok = result.is_ok();
+    ledger.lock().unwrap().record(parts, &result);
+    ok
+}
+
+/// An in-process follower across a writer panic in the middle of concurrent appends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_sees_each_acknowledged_entry_once_across_a_writer_panic() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let config = config_no_reclaim();
+    let (wal, join) = spawn(&store, &config).await;
+    let rx = wal.follow(1, 0).await.expect("follow");
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+
+    for i in 0..10 {
+        let parts = vec![
+            (1, vec![payload(format!("a{i}"))]),
+            (2, vec![payload(format!("noise-a{i}"))]),
+        ];
+        assert!(append_logged(&wal, &ledger, parts).await);
+    }
+    let epoch = stats(&wal).await.epoch;
+
+    // Concurrent appenders; the writer panics once some of them were acknowledged.
+    let acks = Arc::new(AtomicUsize::new(0));
+    let burst: Vec<JoinHandle<()>> = (0..3)
+        .map(|t| {
+            let (wal, ledger, acks) = (wal.clone(), ledger.clone(), acks.clone());
+            tokio::spawn(async move {
+                for i in 0..12 {
+                    let parts = vec![(1, vec![payload(format!("b{t}-{i}"))])];
+                    if append_logged(&wal, &ledger, parts).await {
+                        acks.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    bounded("some burst acknowledgements", async {
+        while acks.load(Ordering::SeqCst) < 6 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    wal.panic_writer();
+    for h in burst {
+        bounded("the burst", h).await.expect("appender");
+    }
+    let s = stats_until(&wal, "a new epoch", |s| s.restarts >= 1 && s.epoch > epoch).await;
+    assert_eq!(s.restarts, 1);
+
+    for i in 0..10 {
+        let parts = vec![(1, vec![payload(format!("c{i}"))])];
+        assert!(
+            append_logged(&wal, &ledger, parts).await,
+            "appends in the new epoch succeed"
+        );
+    }
+    let ledger = Arc::try_unwrap(ledger).unwrap().into_inner().unwrap();
+    let mut got = Vec::new();
+    follow_until(&rx, ledger.last_acked(1), &mut got).await;
+    ledger.check_follower(1, &got);
+
+    // The stream ends with the WAL, with nothing more; and it held exactly the chain.
+    stop(wal, join).await;
+    let rest = collect(rx).await;
+    assert!(rest.is_empty(), "entries after the last commit: {rest:?}");
+    let (fresh, fresh_join) = spawn(&store, &config).await;
+    assert_eq!(ids(&read(&fresh, 1, 0).await), ids(&got));
+    stop(fresh, fresh_join).await;
+}
+
+/// An epoch that ends on an unknown create outcome whose object did land: the new epoch
+/// replays it, and the follower sees its entry once, between the acknowledged ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_sees_a_landed_failed_append_once_across_an_epoch_end() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let faults = FaultStore::new(inner.clone());
+    let store: Arc<dyn ObjectStore> = faults.clone();
+    let config = config_no_reclaim();
+    let (wal, join) = spawn(&store, &config).await;
+    let rx = wal.follow(1, 0).await.expect("follow");
+    let ledger = Mutex::new(Ledger::default());
+    let mut last_sequence = 1;
+    for i in 0..5 {
+        let parts = vec![(1, vec![payload(format!("a{i}"))])];
+        let receipt = wal.append_many(parts.clone()).await.expect("append");
+        last_sequence = receipt.sequence;
+        ledger.lock().unwrap().record(parts, &Ok(receipt));
+    }
+    // The next object's create reports an error but lands at the next store operation;
+    // the two retries report errors too: the outcome stays unknown, the epoch ends.
+    let epoch = stats(&wal).await.epoch;
+    faults.fail_create_of(
+        &key(last_sequence + 1),
+        [
+            CreateFault::LandLate(0),
+            CreateFault::ErrorUnapplied,
+            CreateFault::ErrorUnapplied,
+        ],
+    );
+    let failed = vec![(1, vec![payload("landed-late")])];
+    let result = wal.append_many(failed.clone()).await;
+    match &result {
+        Err(Error::EpochEnded {
+            reason: EpochEndReason::UnknownOutcome,
+            durability: Durability::MayBeDurable,
+            ..
+        }) => {}
+        other => panic!("expected an unknown outcome: {other:?}"),
+    }
+    ledger.lock().unwrap().record(failed, &result);
+    assert!(
+        object_at(&inner, last_sequence + 1).await.is_some(),
+        "it landed"
+    );
+    // Appends sent before the supervisor took the writer's end in may be refused
+    // (`NotWritten`): wait for the new epoch.
+    stats_until(&wal, "a new epoch", |s| s.epoch > epoch).await;
+    for i in 0..5 {
+        let parts = vec![(1, vec![payload(format!("c{i}"))])];
+        assert!(append_logged(&wal, &ledger, parts).await);
+    }
+    assert!(stats(&wal).await.epoch > epoch);
+    let ledger = ledger.into_inner().unwrap();
+    let mut got = Vec::new();
+    follow_until(&rx, ledger.last_acked(1), &mut got).await;
+    ledger.check_follower(1, &got);
+    assert_eq!(
+        got.iter()
+            .filter(|e| e.payload == payload("landed-late"))
+            .count(),
+        1,
+        "the landed entry is followed once"
+    );
+    assert_eq!(got.len(), 11);
+    stop(wal, join).await;
+}
+
+/// A read-only follower on a second store handle while the owner writes, restarts its
+/// writer and is replaced by a fresh instance: each acknowledged entry once, in order;
+/// one LIST per poll, from an offset; each object's summary and segment read once.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn read_only_follower_polls_with_one_offset_list_per_interval() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let config = config_no_reclaim();
+    let (mut owner, mut join) = spawn(&inner, &config).await;
+    let mut acked: Vec<Entry> = Vec::new();
+    let mut tag = 0;
+    let mut append = async |owner: &WalHandle, region: u64| {
+        tag += 1;
+        let parts = vec![(region, vec![payload(format!("r{region}-{tag}"))])];
+        let receipt = owner.append_many(parts.clone()).await.expect("append");
+        acked_entries(&parts, &receipt)
+    };
+    for _ in 0..4 {
+        acked.extend(append(&owner, 1).await);
+        append(&owner, 2).await;
+    }
+
+    let counting = CountingStore::new(inner.clone());
+    let interval = Duration::from_millis(10);
+    let started = tokio::time::Instant::now();
+    let follower = ObjectStoreLogStore::open_read_only(counting.clone(), config.clone())
+        .await
+        .expect("read-only open");
+    // The follower recovers by itself: count from here.
+    counting.reset();
+    let mut stream = follower.follow(1, 0, interval);
+    let mut got: Vec<Entry> = Vec::new();
+    let mut catch_up = async |got: &mut Vec<Entry>, last: u64| {
+        // Virtual time: the follower's polls move the clock; this bound only catches a
+        // follower that stopped making progress.
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while got.last().is_none_or(|e| e.id < last) {
+                let item = stream.next().await.expect("the follower ended early");
+                got.push(item.expect("a followed entry"));
+            }
+        })
+        .await
+        .expect("the follower to catch up");
+    };
+    catch_up(&mut got, acked.last().unwrap().id).await;
+
+    for round in 0..6 {
+        match round {
+            2 => {
+                // A new epoch in the same process.
+                let epoch = stats(&owner).await.epoch;
+                owner.panic_writer();
+                stats_until_virtual(&owner, "a new epoch", Duration::from_millis(1), |s| {
+                    s.epoch > epoch
+                })
+                .await;
+            }
+            4 => {
+                // A new process.
+                let (o, j) = spawn(&inner, &config).await;
+                stop(
+                    std::mem::replace(&mut owner, o),
+                    std::mem::replace(&mut join, j),
+                )
+                .await;
+            }
+            _ => {}
+        }
+        for _ in 0..3 {
+            acked.extend(append(&owner, 1).await);
+            append(&owner, 2).await;
+        }
+        catch_up(&mut got, acked.last().unwrap().id).await;
+    }
+    assert_eq!(
+        ids(&got),
+        ids(&acked),
+        "each acknowledged entry once, in order"
+    );
+    let elapsed = started.elapsed();
+
+    let counts = counting.counts();
+    let (keys, _) = listing(&inner).await;
+    let lists = counts.lists.load(Ordering::Relaxed);
+    let polls = (elapsed.as_nanos() / interval.as_nanos()) as u64;
+    assert!(
+        lists <= polls + 2,
+        "{lists} LISTs in {polls} poll intervals: more than one per poll"
+    );
+    assert_eq!(
+        counts.listed_keys.load(Ordering::Relaxed),
+        keys.len() as u64,
+        "each key listed once: polls list from the chain end, not the whole prefix"
+    );
+    // Each object's summary is read once (whole: small objects), and each region-1
+    // segment once.
+    let mut summaries: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut segments: BTreeMap<u64, usize> = BTreeMap::new();
+    for g in counting.get_log() {
+        let s = parse_key(&Path::from(PREFIX), &Path::from(g.key.as_str())).expect("a WAL key");
+        *if g.range.is_none() {
+            summaries.entry(s)
+        } else {
+            segments.entry(s)
+        }
+        .or_default() += 1;
+    }
+    assert_eq!(summaries.keys().copied().collect::<Vec<_>>(), keys);
+    assert!(summaries.values().all(|n| *n == 1), "{summaries:?}");
+    let region1: BTreeMap<u64, usize> = acked.iter().map(|e| (entry_sequence(e.id), 1)).collect();
+    assert_eq!(segments, region1);
+
+    // Idle: each poll is one LIST that returns nothing, and reads nothing.
+    let (l0, k0, g0) = (
+        counts.lists.load(Ordering::Relaxed),
+        counts.listed_keys.load(Ordering::Relaxed),
+        counts.gets.load(Ordering::Relaxed),
+    );
+    tokio::time::sleep(interval * 10).await;
+    let l1 = counts.lists.load(Ordering::Relaxed);
+    assert!(
+        (9..=11).contains(&(l1 - l0)),
+        "{} LISTs in 10 idle poll intervals",
+        l1 - l0
+    );
+    assert_eq!(counts.listed_keys.load(Ordering::Relaxed), k0);
+    assert_eq!(counts.gets.load(Ordering::Relaxed), g0);
+    assert_eq!(counts.puts.load(Ordering::Relaxed), 0);
+    drop(stream);
+    stop(owner, join).await;
+}

@@ -1,0 +1,143 @@
+//! The decoder exercise the fuzz target and the corpus test share
+//! ([`exercise_decoders`]), and the CRC repairs that let damaged bytes reach the
+//! structural rules behind the CRCs ([`repair_crcs`] and one function per CRC, which
+//! the format tests use to patch a field and recompute what would catch it first).
+//!
+//! Every repair reads only what `data` holds: bytes too short for a CRC, or a trailer
+//! or record that places its part outside `data`, leave it unchanged (`None`).
+
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use crate::format::{self, FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN, TRAILER_LEN};
+
+/// Runs every decoder of the object format on `data`, as the fuzz target does and the
+/// corpus test replays: whole-object decoding, summary, header, trailer and each segment.
+/// Panics if an accepted object does not encode back to exactly the same bytes (a
+/// decoder that accepts what the encoder would not write); never panics otherwise.
+pub fn exercise_decoders(data: &[u8]) {
+    decode_everything(data);
+    // Random bytes rarely pass a CRC: decode a copy with its CRCs repaired too, so the
+    // structural rules behind them are exercised.
+    if let Some(repaired) = repair_crcs(data) {
+        decode_everything(&repaired);
+    }
+}
+
+/// `data` with its header CRC, the segment CRC of each footer record, its footer CRC
+/// and its object CRC recomputed, in that order (each covers the ones before), where
+/// the trailer places the footer inside it (else only the header and object CRCs);
+/// `None` when too short to hold a header and a trailer.
+pub fn repair_crcs(data: &[u8]) -> Option<Vec<u8>> {
+    if data.len() < HEADER_LEN + TRAILER_LEN {
+        return None;
+    }
+    let mut v = data.to_vec();
+    repair_header_crc(&mut v)?;
+    if let Some(footer) = footer_range(&v) {
+        let records = footer.start + FOOTER_FIXED_LEN..footer.end;
+        for record in records.step_by(FOOTER_RECORD_LEN) {
+            // A record that places its segment outside the data keeps its CRC.
+            let _ = repair_segment_crc(&mut v, record);
+        }
+        // The footer where the trailer placed it before the records were repaired.
+        write_footer_crc(&mut v, footer)?;
+    }
+    repair_object_crc(&mut v)?;
+    Some(v)
+}
+
+/// Recomputes the header CRC: CRC32 of bytes `0..52`, stored at `52..56`.
+pub fn repair_header_crc(data: &mut [u8]) -> Option<()> {
+    let crc = crc32fast::hash(data.get(..HEADER_LEN - 4)?);
+    data.get_mut(HEADER_LEN - 4..HEADER_LEN)?
+        .copy_from_slice(&crc.to_le_bytes());
+    Some(())
+}
+
+/// Recomputes the segment CRC of the footer record that starts at byte `record`: CRC32
+/// of the bytes its offset and length place, stored at `record + 40`.
+pub fn repair_segment_crc(data: &mut [u8], record: usize) -> Option<()> {
+    let offset = word(data, record.checked_add(24)?)?;
+    let length = word(data, record.checked_add(32)?)?;
+    let crc = crc32fast::hash(data.get(placed(offset, length, data.len())?)?);
+    let slot = record.checked_add(40)?;
+    data.get_mut(slot..slot.checked_add(4)?)?
+        .copy_from_slice(&crc.to_le_bytes());
+    Some(())
+}
+
+/// Recomputes the footer CRC: CRC32 of the footer the trailer places (before the
+/// trailer), stored at trailer + 24.
+pub fn repair_footer_crc(data: &mut [u8]) -> Option<()> {
+    let footer = footer_range(data)?;
+    write_footer_crc(data, footer)
+}
+
+/// Recomputes the object CRC: CRC32 of every byte but the last 4, stored in the last 4.
+pub fn repair_object_crc(data: &mut [u8]) -> Option<()> {
+    let end = data.len().checked_sub(4)?;
+    let crc = crc32fast::hash(data.get(..end)?);
+    data.get_mut(end..)?.copy_from_slice(&crc.to_le_bytes());
+    Some(())
+}
+
+/// Stores the CRC32 of `footer` in the trailer's footer CRC field.
+fn write_footer_crc(data: &mut [u8], footer: Range<usize>) -> Option<()> {
+    let trailer = data.len().checked_sub(TRAILER_LEN)?;
+    let crc = crc32fast::hash(data.get(footer)?);
+    data.get_mut(trailer + 24..trailer + 28)?
+        .copy_from_slice(&crc.to_le_bytes());
+    Some(())
+}
+
+/// Where the trailer places the footer, when that is before the trailer.
+fn footer_range(data: &[u8]) -> Option<Range<usize>> {
+    let trailer = data.len().checked_sub(TRAILER_LEN)?;
+    let (offset, length) = (word(data, trailer + 8)?, word(data, trailer + 16)?);
+    placed(offset, length, trailer)
+}
+
+/// The little-endian `u64` at `at`, if `data` holds it.
+fn word(data: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        data.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+/// `offset..offset + length` as indices, when it ends at or before `end`.
+fn placed(offset: u64, length: u64, end: usize) -> Option<Range<usize>> {
+    let from = usize::try_from(offset).ok()?;
+    let to = from.checked_add(usize::try_from(length).ok()?)?;
+    (to <= end).then_some(from..to)
+}
+
+fn decode_everything(data: &[u8]) {
+    let len = data.len() as u64;
+    let _ = format::decode_header(data);
+    let _ = format::decode_trailer(data, len);
+    let _ = format::decode_summary(data, data, len);
+    if let Ok(summary) = format::decode_object_summary(data) {
+        let bytes = Bytes::copy_from_slice(data);
+        for record in &summary.footer.records {
+            if let Some(range) = placed(record.offset, record.length, bytes.len()) {
+                let _ = format::decode_segment(bytes.slice(range), record);
+            }
+        }
+    }
+    let bytes = Bytes::copy_from_slice(data);
+    if let Ok(decoded) = format::decode_object(&bytes) {
+        let segments: Vec<(u64, &[Bytes])> = decoded
+            .segments
+            .iter()
+            .map(|(region, entries)| (*region, entries.as_slice()))
+            .collect();
+        let again = format::encode_object(&decoded.summary.header, segments).map(|e| e.to_bytes());
+        assert_eq!(
+            again.as_ref().map(|b| &b[..]),
+            Ok(data),
+            "an accepted object must encode back to the same bytes"
+        );
+    }
+}
