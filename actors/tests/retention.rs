@@ -1,9 +1,8 @@
 //! Retention and takeover through the actors: floors from obsolete watermarks, the
 //! reclaimer, recovery after reclaiming, stalled creates of an earlier instance that land
 //! on a reclaimed key, and read-only opens by a second process (followers are in
-//! `tests/followers.rs`). One test, ignored, states what must hold in a case the design's
-//! two timing bounds do not cover (an idle earlier instance whose next create starts
-//! after its key was reclaimed) and fails today.
+//! `tests/followers.rs`), and the case the link window closes: an idle earlier instance
+//! whose next create would start after its key was reclaimed.
 //!
 //! The harness (`support/harness.rs`) says how the tests wait: in virtual time where the
 //! reclaimer runs, in real time elsewhere, every wait with a safety bound.
@@ -760,11 +759,11 @@ async fn stalled_create_landing_on_a_reclaimed_key_is_never_acknowledged() {
     stop(fresh, fresh_join).await;
 }
 
-/// The case the two bounds do not cover: instance A is idle (no create in flight, so
-/// nothing to measure) while B takes over, writes, raises its floor and reclaims A's next
-/// key. A's next append then creates that key afresh, quickly, and nothing collides.
-/// DESIGN.md's "Reclaiming space" bounds only creates that stalled; this test states what
-/// must hold (an acknowledged entry is replayed) and fails today: see the report.
+/// The case the two create bounds alone do not cover: instance A is idle (no create in
+/// flight, so nothing to measure) while B takes over, writes, raises its floor and
+/// reclaims A's next key. Without the link window A's next append would create that key
+/// afresh, quickly, and nothing would collide; with it, A never acknowledges it, and
+/// every acknowledged entry is replayed.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn idle_earlier_instance_never_acknowledges_onto_a_reclaimed_key() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
