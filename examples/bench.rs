@@ -83,9 +83,6 @@ struct Common {
     /// Appends to run instead of a duration.
     #[arg(long)]
     appends: Option<u64>,
-    /// `flush_interval`, ms.
-    #[arg(long, default_value_t = 100)]
-    flush_interval_ms: u64,
     /// `min_object_interval`, ms.
     #[arg(long)]
     min_object_interval_ms: Option<u64>,
@@ -159,7 +156,6 @@ fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
 
 fn config(c: &Common) -> Config {
     let mut config = Config::new(c.prefix.clone());
-    config.flush_interval = Duration::from_millis(c.flush_interval_ms.max(1));
     if let Some(v) = c.min_object_interval_ms {
         config.min_object_interval = Duration::from_millis(v);
     }
@@ -312,7 +308,6 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
         "entry_bytes": c.entry_bytes,
         "entries_per_append": c.entries_per_append,
         "appenders": c.appenders,
-        "flush_interval_ms": cfg.flush_interval.as_millis() as u64,
         "min_object_interval_ms": cfg.min_object_interval.as_millis() as u64,
         "max_in_flight": cfg.max_in_flight,
         "max_batch_bytes": cfg.max_batch_bytes,

@@ -145,7 +145,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
                 "--entry-bytes",
                 "64",
             ])
-            .args(["--flush-interval-ms", "20"])
+            .args(["--min-object-interval-ms", "20"])
             .arg("--ack-log")
             .arg(&ack_log)
             .stdout(Stdio::null())

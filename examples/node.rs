@@ -41,9 +41,9 @@ struct Args {
     /// Payload bytes per entry (at least 16).
     #[arg(long, default_value_t = 256)]
     entry_bytes: usize,
-    /// Flush interval, milliseconds.
-    #[arg(long, default_value_t = 100)]
-    flush_interval_ms: u64,
+    /// `min_object_interval`, milliseconds (the PUT-rate bound; 0: none).
+    #[arg(long, default_value_t = 20)]
+    min_object_interval_ms: u64,
     /// Uploads in flight.
     #[arg(long, default_value_t = 4)]
     max_in_flight: usize,
@@ -213,7 +213,7 @@ fn spawn_ack_log(
 
 fn config(args: &Args) -> Config {
     let mut c = Config::new(args.prefix.clone());
-    c.flush_interval = Duration::from_millis(args.flush_interval_ms);
+    c.min_object_interval = Duration::from_millis(args.min_object_interval_ms);
     c.max_in_flight = args.max_in_flight;
     c.max_batch_bytes = args.max_batch_bytes;
     c.max_entry_bytes = c.max_entry_bytes.min(args.max_batch_bytes / 2);

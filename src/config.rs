@@ -72,8 +72,6 @@ impl RetryPolicy {
 pub struct Config {
     /// The WAL prefix: keys are `<prefix>/<20-digit sequence>.wal`.
     pub prefix: String,
-    /// The longest an admitted entry waits for company before its batch is sealed.
-    pub flush_interval: Duration,
     /// The shortest time between the starts of two objects' creates: the PUT-rate
     /// bound, the cost control. Zero: no bound.
     pub min_object_interval: Duration,
@@ -102,6 +100,45 @@ pub struct Config {
     pub reclaim_grace: Duration,
     /// What a read does with a damaged segment.
     pub corrupt_segment_policy: CorruptSegmentPolicy,
+    /// When a create, or a summary or segment GET, that has not answered is sent again
+    /// alongside the first (a hedged request).
+    pub hedge_after: HedgeAfter,
+    /// The longest any single request may take; one that has not answered by then is an
+    /// unknown outcome (a create) or a failed read, and follows the usual rules.
+    pub request_timeout: Duration,
+    /// Objects a replay of many regions fetches at once.
+    pub replay_concurrency: usize,
+    /// Bytes a replay of many regions may hold at once: fetched and not yet consumed.
+    pub replay_budget_bytes: u64,
+}
+
+/// When a request that has not answered is hedged: sent again, identical, with the first
+/// left running; the first definite answer decides (DESIGN.md, "Hedging").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HedgeAfter {
+    /// Never hedge.
+    Off,
+    /// After this long.
+    Fixed(Duration),
+    /// After one and a half times the `percentile` of the recent latencies of the same
+    /// kind of request (creates apart from GETs), never sooner than `floor`: only the
+    /// slow tail is hedged, whatever the store's usual latency.
+    Adaptive {
+        /// The percentile of recent latencies, 1 to 99.
+        percentile: u8,
+        /// The shortest hedge delay.
+        floor: Duration,
+    },
+}
+
+impl Default for HedgeAfter {
+    fn default() -> Self {
+        HedgeAfter::Adaptive {
+            percentile: 90,
+            floor: Duration::from_millis(10),
+        }
+    }
 }
 
 impl Config {
@@ -109,7 +146,6 @@ impl Config {
     pub fn new(prefix: impl Into<String>) -> Self {
         Config {
             prefix: prefix.into(),
-            flush_interval: Duration::from_millis(100),
             min_object_interval: Duration::from_millis(20),
             max_batch_bytes: 8 * 1024 * 1024,
             max_entry_bytes: 4 * 1024 * 1024,
@@ -123,6 +159,10 @@ impl Config {
             max_create_duration: Duration::from_secs(60),
             reclaim_grace: Duration::from_secs(600),
             corrupt_segment_policy: CorruptSegmentPolicy::Fail,
+            hedge_after: HedgeAfter::default(),
+            request_timeout: Duration::from_secs(30),
+            replay_concurrency: 32,
+            replay_budget_bytes: 64 * 1024 * 1024,
         }
     }
 
@@ -166,8 +206,26 @@ impl Config {
         if self.read_ahead == 0 {
             return bad("read_ahead", "must be at least 1");
         }
-        if self.flush_interval.is_zero() {
-            return bad("flush_interval", "must be above zero");
+        if self.replay_concurrency == 0 {
+            return bad("replay_concurrency", "must be at least 1");
+        }
+        if self.replay_budget_bytes < self.max_batch_bytes {
+            return bad(
+                "replay_budget_bytes",
+                "must hold at least one object of max_batch_bytes",
+            );
+        }
+        if self.request_timeout.is_zero() {
+            return bad("request_timeout", "must be above zero");
+        }
+        match self.hedge_after {
+            HedgeAfter::Fixed(d) if d.is_zero() => {
+                return bad("hedge_after", "a fixed hedge delay must be above zero")
+            }
+            HedgeAfter::Adaptive { percentile, .. } if !(1..=99).contains(&percentile) => {
+                return bad("hedge_after", "the percentile must be from 1 to 99")
+            }
+            _ => {}
         }
         if self.retry.max_attempts == 0 {
             return bad("retry.max_attempts", "must be at least 1");

@@ -17,7 +17,6 @@ fn invalid_configs() -> Vec<(&'static str, Config)> {
         f(&mut c);
         cases.push((field, c));
     };
-    push("flush_interval", &|c| c.flush_interval = Duration::ZERO);
     push("max_batch_bytes", &|c| c.max_batch_bytes = 100);
     push("max_batch_bytes", &|c| c.max_batch_bytes = 5 << 30);
     push("max_entry_bytes", &|c| c.max_entry_bytes = 0);

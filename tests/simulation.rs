@@ -485,7 +485,6 @@ fn draw_rates(rng: &mut SplitMix64) -> FaultRates {
 
 fn draw_config(rng: &mut SplitMix64) -> Config {
     let mut c = Config::new(PREFIX);
-    c.flush_interval = Duration::from_millis(rng.range_inclusive(1, 10));
     c.min_object_interval = Duration::from_millis(rng.below(6));
     c.max_entry_bytes = 128;
     // Small objects: appends spread over many objects, several in flight.

@@ -133,11 +133,9 @@ impl From<InternalMsg> for WalMsg {
 pub enum WriterMsg {
     /// An append forwarded by the supervisor.
     Append(AppendRequest),
-    /// `flush_interval` passed since the first entry of a batch: decide whether to seal.
-    FlushDue,
-    /// `min_object_interval` passed since the last upload started: decide whether to
-    /// seal, and start what waits.
-    IntervalPassed,
+    /// A time the sealing decision waits for (the end of `min_object_interval`, or of
+    /// a batch's gathering) has come: decide again, and start what may start.
+    Wake,
     /// Time to check whether the idle epoch needs an empty object to stay inside its
     /// link window.
     KeepAlive,
@@ -275,6 +273,13 @@ pub struct WalStats {
     pub reclaimed_below: u64,
     /// Objects deleted by the reclaimer.
     pub deleted: u64,
+    /// Requests (creates and GETs) sent again beside a first attempt that had not
+    /// answered within `hedge_after`.
+    pub hedged: u64,
+    /// Hedged requests whose second attempt answered first.
+    pub hedge_wins: u64,
+    /// Requests that had not answered within `request_timeout`.
+    pub timeouts: u64,
 }
 
 impl WalStats {

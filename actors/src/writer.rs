@@ -2,11 +2,17 @@
 //!
 //! - **Sealing.** One decision (`WriterState::seal_reason`) says when the open batch
 //!   becomes the next object: when it is full (`max_batch_bytes`, or a region at 2^20
-//!   entries), when `flush_interval` has passed since its first entry, and at once when
-//!   no upload is in flight (a lone appender does not wait for the timer), but objects
-//!   never start more often than `min_object_interval`; an idle epoch seals an empty
-//!   object to stay inside its link window. Every timer the writer arms, and every
-//!   admission, comes back to that decision.
+//!   entries), and as soon as it holds entries while an upload slot is free
+//!   (fewer than `max_in_flight` uploading, nothing sealed waiting) and
+//!   `min_object_interval` has passed since the last create started. An admitted entry
+//!   thus never waits for another object's upload while a slot is free, and the PUT rate
+//!   stays at most one per `min_object_interval`. A batch that becomes sealable by its
+//!   first entry gathers for a moment (a quarter of `min_object_interval`, at most
+//!   1 ms) first: in a closed loop the acknowledged callers append again within a
+//!   fraction of a millisecond, and sealing on the first arrival would ship one entry
+//!   and make the rest wait a whole interval. An idle epoch seals an empty object to
+//!   stay inside its link window. Every admission, completion and timer comes back to
+//!   this decision.
 //! - **Uploading.** Up to `max_in_flight` objects are created at once, each in a spawned
 //!   task running the core's [`persist_within`]; completions come back as messages.
 //! - **Acknowledging.** Strictly in sequence order: an object is acknowledged only when it
@@ -92,13 +98,15 @@ enum SealReason {
     /// It reached `max_batch_bytes`, or a region its 2^20 entries, or the next append
     /// does not fit.
     Full,
-    /// `flush_interval` passed since its first entry.
-    FlushInterval,
-    /// Nothing is uploading and `min_object_interval` passed since the last start.
-    Idle,
+    /// An upload slot is free, `min_object_interval` passed since the last start and
+    /// the batch has gathered.
+    SlotFree,
     /// The epoch has been idle for half its link window: an empty object keeps it.
     KeepAlive,
 }
+
+/// The longest a batch that could be sealed at once gathers first (see the module doc).
+const MAX_GATHER: Duration = Duration::from_millis(1);
 
 /// The writer's state.
 pub struct WriterState {
@@ -107,17 +115,18 @@ pub struct WriterState {
     lifecycle: Lifecycle,
     batch: Batch,
     batch_waiters: Vec<Waiter>,
-    /// When the open batch must be sealed at the latest (`flush_interval` after its
-    /// first entry).
-    flush_deadline: Option<Instant>,
+    /// When the open batch took its first entry.
+    batch_opened: Option<Instant>,
     objects: BTreeMap<u64, Flight>,
     uploading: usize,
     pending_bytes: u64,
     waiting: VecDeque<AppendRequest>,
     /// When the last upload started (the PUT-rate bound counts from it).
     last_start: Option<Instant>,
-    /// A wake-up for `min_object_interval` is on its way.
-    interval_wake_armed: bool,
+    /// A wake-up for the sealing decision is on its way.
+    wake_armed: bool,
+    /// How long a batch that could be sealed at once gathers first.
+    gather: Duration,
 }
 
 /// The writer actor.
@@ -168,16 +177,16 @@ impl WriterState {
             self.waiting.push_back(req);
             return;
         }
-        self.admit(myself, req, bytes);
+        self.admit(req, bytes);
         self.step(myself);
     }
 
-    fn admit(&mut self, myself: &ActorRef<WriterMsg>, req: AppendRequest, bytes: u64) {
+    fn admit(&mut self, req: AppendRequest, bytes: u64) {
         let AppendRequest {
             parts, reply: port, ..
         } = req;
         let parts = match self.batch.admit(parts) {
-            Ok(_) => return self.admitted(myself, port, bytes),
+            Ok(_) => return self.admitted(port, bytes),
             Err(Admit::Invalid(e)) => {
                 Counters::add(&self.args.counters.failed_appends, 1);
                 return reply(port, Err(e));
@@ -189,18 +198,16 @@ impl WriterState {
             return reply(port, Err(e));
         }
         match self.batch.admit(parts) {
-            Ok(_) => self.admitted(myself, port, bytes),
+            Ok(_) => self.admitted(port, bytes),
             // Validated alone, so an empty batch takes it; anything else is a bug.
             Err(Admit::Invalid(e)) => reply(port, Err(e)),
             Err(Admit::Full(_)) => reply(port, Err(Error::BatchFull)),
         }
     }
 
-    fn admitted(&mut self, myself: &ActorRef<WriterMsg>, port: Waiter, bytes: u64) {
-        if self.batch_waiters.is_empty() {
-            let interval = self.args.config.flush_interval;
-            self.flush_deadline = Some(Instant::now() + interval);
-            myself.send_after(interval, || WriterMsg::FlushDue);
+    fn admitted(&mut self, port: Waiter, bytes: u64) {
+        if self.batch_opened.is_none() {
+            self.batch_opened = Some(Instant::now());
         }
         self.batch_waiters.push(port);
         self.pending_bytes += bytes;
@@ -226,20 +233,32 @@ impl WriterState {
         {
             return Some(SealReason::Full);
         }
-        if self.flush_deadline.is_some_and(|due| now >= due) {
-            return Some(SealReason::FlushInterval);
-        }
-        // A lone appender does not wait for the timer: with nothing uploading and nothing
-        // sealed, the batch goes once `min_object_interval` passed, still collecting
-        // until then. Under load, batches grow while uploads run.
-        let idle = self.uploading == 0 && self.objects.values().all(|f| f.started);
-        (idle && self.next_start_due(now).is_none()).then_some(SealReason::Idle)
+        (self.slot_free() && self.seal_due(now).is_none()).then_some(SealReason::SlotFree)
     }
 
-    /// When the next upload may start under `min_object_interval`; `None`: now.
+    /// Whether an object sealed now could start uploading: fewer than `max_in_flight`
+    /// uploading and no sealed object waiting to start. While every slot is busy the
+    /// batch keeps growing.
+    fn slot_free(&self) -> bool {
+        self.uploading < self.args.config.max_in_flight && self.objects.values().all(|f| f.started)
+    }
+
+    /// When the open batch may be sealed for a free slot: once `min_object_interval`
+    /// passed since the last start and the batch gathered; `None`: now.
+    fn seal_due(&self, now: Instant) -> Option<Instant> {
+        let gathered = self.batch_opened.map(|opened| opened + self.gather);
+        let due = gathered.max(self.start_due());
+        due.filter(|due| now < *due)
+    }
+
+    /// When the next upload may start under `min_object_interval`.
+    fn start_due(&self) -> Option<Instant> {
+        Some(self.last_start? + self.args.config.min_object_interval)
+    }
+
+    /// When the next upload may start; `None`: now.
     fn next_start_due(&self, now: Instant) -> Option<Instant> {
-        let due = self.last_start? + self.args.config.min_object_interval;
-        (now < due).then_some(due)
+        self.start_due().filter(|due| now < *due)
     }
 
     /// Seals the open batch as the next object of the epoch (not yet started).
@@ -265,7 +284,7 @@ impl WriterState {
         if reason == SealReason::KeepAlive {
             debug!("idle: writing an empty object to keep the epoch's link window");
         }
-        self.flush_deadline = None;
+        self.batch_opened = None;
         self.objects.insert(
             sealed.sequence(),
             Flight {
@@ -294,23 +313,23 @@ impl WriterState {
         let now = Instant::now();
         match self.seal_reason(now) {
             Some(reason) => self.seal_logged(reason),
-            None => {
-                let idle = self.uploading == 0 && self.objects.values().all(|f| f.started);
-                if idle && !self.batch.is_empty() {
-                    if let Some(due) = self.next_start_due(now) {
-                        self.wake_at(myself, now, due);
-                    }
+            None if !self.batch.is_empty() && self.slot_free() => {
+                if let Some(due) = self.seal_due(now) {
+                    self.wake_at(myself, now, due);
                 }
             }
+            None => {}
         }
         self.start_uploads(myself);
     }
 
-    /// Arms the `min_object_interval` wake-up, once.
+    /// Arms a wake-up for the sealing decision, once: dues only move later (the last
+    /// start only advances, a new batch opens after the old one), so the armed one is
+    /// never late, and the step it triggers arms the next.
     fn wake_at(&mut self, myself: &ActorRef<WriterMsg>, now: Instant, due: Instant) {
-        if !self.interval_wake_armed {
-            self.interval_wake_armed = true;
-            myself.send_after(due - now, || WriterMsg::IntervalPassed);
+        if !self.wake_armed {
+            self.wake_armed = true;
+            myself.send_after(due - now, || WriterMsg::Wake);
         }
     }
 
@@ -382,7 +401,7 @@ impl WriterState {
         }
         self.acknowledge();
         if self.epoch.ended().is_none() {
-            self.admit_waiting(myself);
+            self.admit_waiting();
             self.step(myself);
         }
         self.maybe_finish_stop(myself);
@@ -508,7 +527,7 @@ impl WriterState {
             reply(req.reply, Err(not_written.clone()));
         }
         self.batch = Batch::new(self.args.config.batch_limits());
-        self.flush_deadline = None;
+        self.batch_opened = None;
         self.pending_bytes = 0;
         Counters::set(&self.args.counters.pending_bytes, 0);
         Counters::add(&self.args.counters.failed_appends, failed);
@@ -518,7 +537,7 @@ impl WriterState {
             .cast(InternalMsg::WriterEnded { epoch, error }.into());
     }
 
-    fn admit_waiting(&mut self, myself: &ActorRef<WriterMsg>) {
+    fn admit_waiting(&mut self) {
         let max = self.args.config.max_pending_bytes;
         while let Some(req) = self.waiting.front() {
             let bytes = payload_bytes(req);
@@ -526,7 +545,7 @@ impl WriterState {
                 return;
             }
             if let Some(req) = self.waiting.pop_front() {
-                self.admit(myself, req, bytes);
+                self.admit(req, bytes);
             }
         }
     }
@@ -584,7 +603,7 @@ impl WriterState {
             }
         }
         self.batch = Batch::new(self.args.config.batch_limits());
-        self.flush_deadline = None;
+        self.batch_opened = None;
         Counters::add(&self.args.counters.failed_appends, failed);
         self.maybe_finish_stop(myself);
     }
@@ -624,13 +643,14 @@ impl Actor for WriterActor {
             lifecycle: Lifecycle::Writing,
             batch: Batch::new(args.config.batch_limits()),
             batch_waiters: Vec::new(),
-            flush_deadline: None,
+            batch_opened: None,
             objects: BTreeMap::new(),
             uploading: 0,
             pending_bytes: 0,
             waiting: VecDeque::new(),
             last_start: None,
-            interval_wake_armed: false,
+            wake_armed: false,
+            gather: (args.config.min_object_interval / 4).min(MAX_GATHER),
             args,
         })
     }
@@ -652,9 +672,8 @@ impl Actor for WriterActor {
     ) -> std::result::Result<(), ActorProcessingErr> {
         match message {
             WriterMsg::Append(req) => state.on_append(&myself, req),
-            WriterMsg::FlushDue => state.step(&myself),
-            WriterMsg::IntervalPassed => {
-                state.interval_wake_armed = false;
+            WriterMsg::Wake => {
+                state.wake_armed = false;
                 state.step(&myself);
             }
             WriterMsg::KeepAlive => state.keep_alive(&myself),

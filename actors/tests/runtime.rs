@@ -69,10 +69,9 @@ fn key(sequence: u64) -> Path {
     object_key(&Path::from(PREFIX), sequence)
 }
 
-/// Defaults with a short flush interval and tiny create-retry backoffs.
+/// Defaults with tiny create-retry backoffs.
 fn config() -> Config {
     let mut c = Config::new(PREFIX);
-    c.flush_interval = Duration::from_millis(5);
     c.retry = RetryPolicy::new(3, Duration::from_millis(1), Duration::from_millis(2));
     c
 }
@@ -484,8 +483,8 @@ async fn writer_panic_opens_a_new_epoch() {
     let store: Arc<dyn ObjectStore> = faults.clone();
     let inner = faults.inner().clone();
     let mut config = config();
-    // Appends admitted while an upload is in flight stay in the batch.
-    config.flush_interval = Duration::from_secs(3600);
+    // Appends admitted while the only upload slot is busy stay in the batch.
+    config.max_in_flight = 1;
     let (wal, join) = spawn(&store, &config).await;
     let mut ledger = Ledger::default();
 
@@ -645,7 +644,6 @@ const A_APPENDS_PER_TASK: usize = 40;
 async fn fencing_under_concurrent_appends(store: Arc<dyn ObjectStore>) {
     let mut config = config();
     config.max_in_flight = 4;
-    config.flush_interval = Duration::from_millis(1);
     // B's open may lose to A's creates landing at its opening sequence while A writes:
     // it starts over, so A's bounded load cannot starve it.
     let mut b_config = config.clone();
@@ -894,7 +892,6 @@ async fn backpressure_bounds_pending_bytes_while_uploads_stall() {
     config.max_entry_bytes = 128;
     config.max_pending_bytes = MAX_PENDING;
     config.max_in_flight = 2;
-    config.flush_interval = Duration::from_millis(1);
     let entry = |tag: String| {
         let mut v = tag.into_bytes();
         v.resize(ENTRY, b'.');
@@ -1096,8 +1093,7 @@ async fn stop_acknowledges_what_is_durable_and_fails_the_rest() {
     let store: Arc<dyn ObjectStore> = faults.clone();
     let mut config = one_per_object(config());
     config.max_in_flight = 2;
-    // A small append stays in the open batch while uploads are in flight.
-    config.flush_interval = Duration::from_secs(3600);
+    // A small append stays in the open batch while both upload slots are busy.
     let hold_2 = faults.hold_creates_of(&key(2));
     let hold_3 = faults.hold_creates_of(&key(3));
     let (wal, join) = spawn(&store, &config).await;

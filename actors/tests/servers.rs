@@ -74,7 +74,6 @@ const BOUND: Duration = Duration::from_secs(60);
 
 fn config() -> Config {
     let mut c = Config::new("wal");
-    c.flush_interval = Duration::from_millis(5);
     c.retry = RetryPolicy::new(3, Duration::from_millis(5), Duration::from_millis(20));
     c
 }

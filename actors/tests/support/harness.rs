@@ -40,10 +40,9 @@ pub fn key(sequence: u64) -> Path {
     object_key(&Path::from(PREFIX), sequence)
 }
 
-/// Short flushes, no PUT-rate bound, tiny create-retry backoffs, a short grace.
+/// No PUT-rate bound, tiny create-retry backoffs, a short grace.
 pub fn config() -> Config {
     let mut c = Config::new(PREFIX);
-    c.flush_interval = Duration::from_millis(5);
     c.min_object_interval = Duration::ZERO;
     c.max_create_duration = MAX_CREATE;
     c.reclaim_grace = GRACE;
