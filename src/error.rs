@@ -226,6 +226,17 @@ pub enum Error {
         #[source]
         source: Arc<object_store::Error>,
     },
+    /// A request to the store had not answered within `request_timeout`: for a create,
+    /// its outcome is unknown; for a read, it failed.
+    #[error("store {op} of {key} did not answer within {after:?}")]
+    RequestTimeout {
+        /// The operation.
+        op: &'static str,
+        /// The key or prefix.
+        key: String,
+        /// The timeout.
+        after: std::time::Duration,
+    },
     /// `max_pending_bytes` of admitted appends are not yet acknowledged and the caller
     /// asked not to wait. Nothing was sent; retry later.
     #[error("backpressure: {pending_bytes} bytes pending, limit max_pending_bytes ({max})")]
@@ -274,6 +285,7 @@ impl Error {
                 | Error::WriterFailed { .. }
                 | Error::Backpressure { .. }
                 | Error::Store { .. }
+                | Error::RequestTimeout { .. }
                 | Error::OpenContended { .. }
                 | Error::OpenPanicked { .. }
                 | Error::BatchFull

@@ -10,9 +10,20 @@
 //!   is at most `whole_read_threshold`, else with two ranged GETs computed from the
 //!   listed size (Azure refuses suffix ranges), plus one for a footer larger than the
 //!   tail read. Segments are read with one ranged GET of exactly their bytes.
+//! - No request waits forever: each has `request_timeout`, past which a create's outcome
+//!   is unknown and a read failed. A create of a data object and every GET that has
+//!   not answered within the hedge delay ([`crate::hedge`]) is sent again beside the
+//!   first; the first definite answer decides (DESIGN.md, "Hedging"). A create's slower
+//!   attempt is left to finish (it may still land, which the outcome table covers); a
+//!   read's is cancelled. Claims and opening objects are never hedged: their twin's
+//!   "already exists" could not be told from another opener's.
 
+use std::future::Future;
 use std::ops::Range;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -21,10 +32,12 @@ use object_store::{
     GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
 };
 
+use crate::config::{Config, HedgeAfter};
 use crate::error::{Error, Result};
 use crate::format::{
     self, EncodedObject, ObjectSummary, EMPTY_OBJECT_LEN, HEADER_LEN, MAX_SEQUENCE, TRAILER_LEN,
 };
+use crate::hedge::HedgeDelay;
 
 /// Digits of the zero-padded sequence in a key.
 pub const SEQUENCE_DIGITS: usize = 20;
@@ -109,12 +122,77 @@ pub fn parse_key(prefix: &Path, key: &Path) -> Option<u64> {
     (1..=MAX_SEQUENCE).contains(&sequence).then_some(sequence)
 }
 
+/// What happened to the requests of one [`WalIo`] (and its clones).
+#[derive(Debug, Default)]
+pub struct RequestStats {
+    /// Requests sent again beside a first attempt that had not answered in time.
+    pub hedged: AtomicU64,
+    /// Hedged requests whose second attempt answered first.
+    pub hedge_wins: AtomicU64,
+    /// Request attempts that had not answered within the request timeout.
+    pub timeouts: AtomicU64,
+}
+
+/// The kinds of request whose latencies are tracked apart for hedging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Create,
+    Get,
+}
+
+/// How requests are bounded and hedged, shared by the clones of a [`WalIo`].
+#[derive(Debug)]
+struct Requests {
+    timeout: Duration,
+    creates: Mutex<HedgeDelay>,
+    gets: Mutex<HedgeDelay>,
+    stats: RequestStats,
+}
+
+impl Requests {
+    fn new(hedge_after: HedgeAfter, timeout: Duration) -> Self {
+        Requests {
+            timeout,
+            creates: Mutex::new(HedgeDelay::new(hedge_after)),
+            gets: Mutex::new(HedgeDelay::new(hedge_after)),
+            stats: RequestStats::default(),
+        }
+    }
+
+    fn delays(&self, kind: Kind) -> &Mutex<HedgeDelay> {
+        match kind {
+            Kind::Create => &self.creates,
+            Kind::Get => &self.gets,
+        }
+    }
+
+    fn delay(&self, kind: Kind) -> Option<Duration> {
+        self.delays(kind)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .delay()
+    }
+
+    fn record(&self, kind: Kind, latency: Duration) {
+        self.delays(kind)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(latency);
+    }
+}
+
+/// The default request timeout of a [`WalIo`] built without a [`Config`].
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+type Attempt<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
 /// The WAL's view of one prefix of one store.
 #[derive(Debug, Clone)]
 pub struct WalIo {
     store: Arc<dyn ObjectStore>,
     prefix: Path,
     whole_read_threshold: u64,
+    requests: Arc<Requests>,
 }
 
 impl WalIo {
@@ -129,7 +207,96 @@ impl WalIo {
             store,
             prefix: validate_prefix(prefix)?,
             whole_read_threshold: whole_read_threshold.max(EMPTY_OBJECT_LEN as u64),
+            requests: Arc::new(Requests::new(HedgeAfter::Off, DEFAULT_REQUEST_TIMEOUT)),
         })
+    }
+
+    /// The WAL under `config.prefix` of `store`, with the configuration's read threshold,
+    /// request timeout and hedging.
+    pub fn for_config(store: Arc<dyn ObjectStore>, config: &Config) -> Result<Self> {
+        let io = WalIo::new(store, &config.prefix, config.whole_read_threshold)?;
+        Ok(io.with_requests(config.hedge_after, config.request_timeout))
+    }
+
+    /// This view with `timeout` on every request and hedging after `hedge_after`.
+    pub fn with_requests(mut self, hedge_after: HedgeAfter, timeout: Duration) -> Self {
+        self.requests = Arc::new(Requests::new(hedge_after, timeout));
+        self
+    }
+
+    /// What happened to the requests so far (hedges, wins, timeouts).
+    pub fn request_stats(&self) -> &RequestStats {
+        &self.requests.stats
+    }
+
+    /// Runs `attempt` under the request timeout (`timed_out` is its answer past it) and,
+    /// when `kind` is hedged and no answer came within the hedge delay, a second attempt
+    /// beside it: the first `definite` answer decides; if neither is definite, the last
+    /// answer is returned. A create's slower attempt is left to run to its end (its
+    /// timeout bounds it); a read's is cancelled.
+    async fn race<T>(
+        &self,
+        kind: Kind,
+        timed_out: T,
+        definite: fn(&T) -> bool,
+        attempt: impl Fn() -> Attempt<T>,
+    ) -> T
+    where
+        T: Clone + Send + 'static,
+    {
+        let timed = || -> Attempt<T> {
+            let fut = attempt();
+            let requests = self.requests.clone();
+            let timed_out = timed_out.clone();
+            Box::pin(async move {
+                let started = Instant::now();
+                match tokio::time::timeout(requests.timeout, fut).await {
+                    Ok(answer) => {
+                        if definite(&answer) {
+                            requests.record(kind, started.elapsed());
+                        }
+                        answer
+                    }
+                    Err(_) => {
+                        requests.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                        timed_out
+                    }
+                }
+            })
+        };
+        let mut first = timed();
+        let Some(delay) = self.requests.delay(kind) else {
+            return first.await;
+        };
+        tokio::select! {
+            answer = &mut first => return answer,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        self.requests.stats.hedged.fetch_add(1, Ordering::Relaxed);
+        let mut second = timed();
+        let leave = |loser: Attempt<T>| {
+            if kind == Kind::Create {
+                // Not cancelled: it may still land, like any retry.
+                tokio::spawn(loser);
+            }
+        };
+        tokio::select! {
+            answer = &mut first => {
+                if definite(&answer) {
+                    leave(second);
+                    return answer;
+                }
+                second.await
+            }
+            answer = &mut second => {
+                if definite(&answer) {
+                    self.requests.stats.hedge_wins.fetch_add(1, Ordering::Relaxed);
+                    leave(first);
+                    return answer;
+                }
+                first.await
+            }
+        }
     }
 
     /// The prefix.
@@ -171,9 +338,13 @@ impl WalIo {
         &self,
         stream: futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>,
     ) -> Result<Listing> {
-        let metas: Vec<_> = stream
-            .try_collect()
+        let metas: Vec<_> = tokio::time::timeout(self.requests.timeout, stream.try_collect())
             .await
+            .map_err(|_| {
+                let stats = &self.requests.stats;
+                stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                self.timeout_error("list", &self.prefix)
+            })?
             .map_err(|e| Error::store("list", &self.prefix, e))?;
         let mut listing = Listing::default();
         for meta in metas {
@@ -191,53 +362,106 @@ impl WalIo {
         Ok(listing)
     }
 
-    /// Creates the object only if its key is absent.
+    /// Creates the object only if its key is absent: one attempt, never hedged (claims
+    /// and opening objects), under the request timeout.
     pub async fn create(&self, object: &EncodedObject) -> CreateAttempt {
         let key = self.key(object.header().sequence);
-        let payload: PutPayload = object.chunks().iter().cloned().collect();
-        let opts = PutOptions {
-            mode: PutMode::Create,
-            ..Default::default()
-        };
-        match self.store.put_opts(&key, payload, opts).await {
-            Ok(_) => CreateAttempt::Created,
-            Err(object_store::Error::AlreadyExists { .. })
-            | Err(object_store::Error::Precondition { .. }) => CreateAttempt::AlreadyExists,
-            Err(object_store::Error::NotImplemented { .. })
-            | Err(object_store::Error::NotSupported { .. }) => CreateAttempt::Unsupported,
-            Err(e) => CreateAttempt::Unknown(Error::store("create", key, e)),
+        let timed_out = CreateAttempt::Unknown(self.timeout_error("create", &key));
+        match tokio::time::timeout(self.requests.timeout, self.create_attempt(object)()).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                let stats = &self.requests.stats;
+                stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                timed_out
+            }
         }
+    }
+
+    /// Creates a data object only if its key is absent, hedged: a second identical
+    /// create goes out beside the first when it has not answered within the hedge delay,
+    /// and the first definite answer decides. A twin's "already exists" is the outcome
+    /// table's identical retry, resolved by the caller like any other.
+    pub async fn create_hedged(&self, object: &EncodedObject) -> CreateAttempt {
+        let key = self.key(object.header().sequence);
+        let timed_out = CreateAttempt::Unknown(self.timeout_error("create", &key));
+        let definite = |a: &CreateAttempt| !matches!(a, CreateAttempt::Unknown(_));
+        self.race(
+            Kind::Create,
+            timed_out,
+            definite,
+            self.create_attempt(object),
+        )
+        .await
+    }
+
+    /// One conditional create of `object`, as a future that owns what it needs.
+    fn create_attempt(&self, object: &EncodedObject) -> impl Fn() -> Attempt<CreateAttempt> {
+        let store = self.store.clone();
+        let key = self.key(object.header().sequence);
+        let chunks: Vec<Bytes> = object.chunks().to_vec();
+        move || {
+            let (store, key) = (store.clone(), key.clone());
+            let payload: PutPayload = chunks.iter().cloned().collect();
+            Box::pin(async move {
+                let opts = PutOptions {
+                    mode: PutMode::Create,
+                    ..Default::default()
+                };
+                match store.put_opts(&key, payload, opts).await {
+                    Ok(_) => CreateAttempt::Created,
+                    Err(object_store::Error::AlreadyExists { .. })
+                    | Err(object_store::Error::Precondition { .. }) => CreateAttempt::AlreadyExists,
+                    Err(object_store::Error::NotImplemented { .. })
+                    | Err(object_store::Error::NotSupported { .. }) => CreateAttempt::Unsupported,
+                    Err(e) => CreateAttempt::Unknown(Error::store("create", key, e)),
+                }
+            })
+        }
+    }
+
+    fn timeout_error(&self, op: &'static str, key: &Path) -> Error {
+        Error::RequestTimeout {
+            op,
+            key: key.to_string(),
+            after: self.requests.timeout,
+        }
+    }
+
+    /// One GET (of `range`, or whole), hedged, under the request timeout.
+    async fn get(&self, sequence: u64, range: Option<Range<u64>>) -> Result<Bytes> {
+        let key = self.key(sequence);
+        let timed_out = Err(self.timeout_error("get", &key));
+        let store = self.store.clone();
+        let attempt = move || -> Attempt<Result<Bytes>> {
+            let (store, key, range) = (store.clone(), key.clone(), range.clone());
+            Box::pin(async move {
+                let get = |e| Error::store("get", &key, e);
+                let opts = GetOptions {
+                    range: range.map(GetRange::Bounded),
+                    ..Default::default()
+                };
+                store
+                    .get_opts(&key, opts)
+                    .await
+                    .map_err(get)?
+                    .bytes()
+                    .await
+                    .map_err(get)
+            })
+        };
+        self.race(Kind::Get, timed_out, Result::is_ok, attempt)
+            .await
     }
 
     /// Reads a whole object.
     pub async fn read_whole(&self, sequence: u64) -> Result<Bytes> {
-        let key = self.key(sequence);
-        let get = |e| Error::store("get", &key, e);
-        self.store
-            .get_opts(&key, GetOptions::default())
-            .await
-            .map_err(get)?
-            .bytes()
-            .await
-            .map_err(get)
+        self.get(sequence, None).await
     }
 
     /// Reads `range` of an object: one ranged GET.
     pub async fn read_range(&self, sequence: u64, range: Range<u64>) -> Result<Bytes> {
         let key = self.key(sequence);
-        let get = |e| Error::store("get", &key, e);
-        let opts = GetOptions {
-            range: Some(GetRange::Bounded(range.clone())),
-            ..Default::default()
-        };
-        let bytes = self
-            .store
-            .get_opts(&key, opts)
-            .await
-            .map_err(get)?
-            .bytes()
-            .await
-            .map_err(get)?;
+        let bytes = self.get(sequence, Some(range.clone())).await?;
         if bytes.len() as u64 != range.end - range.start {
             return Err(Error::CorruptObject {
                 key: key.to_string(),
@@ -316,9 +540,15 @@ impl WalIo {
     /// Deletes the object with `sequence` (a missing object is not an error).
     pub async fn delete(&self, sequence: u64) -> Result<()> {
         let key = self.key(sequence);
-        match self.store.delete(&key).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(Error::store("delete", key, e)),
+        let deleted = tokio::time::timeout(self.requests.timeout, self.store.delete(&key)).await;
+        match deleted {
+            Ok(Ok(())) | Ok(Err(object_store::Error::NotFound { .. })) => Ok(()),
+            Ok(Err(e)) => Err(Error::store("delete", key, e)),
+            Err(_) => {
+                let stats = &self.requests.stats;
+                stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(self.timeout_error("delete", &key))
+            }
         }
     }
 }

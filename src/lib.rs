@@ -94,6 +94,8 @@ pub mod epoch;
 pub mod error;
 pub mod format;
 #[doc(hidden)]
+pub mod hedge;
+#[doc(hidden)]
 pub mod io;
 #[doc(hidden)]
 pub mod open;

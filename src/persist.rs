@@ -1,7 +1,10 @@
 //! Persisting one object: a conditional create resolved to a definite outcome
 //! (DESIGN.md, the outcome table), measured on the creation clock.
 //!
-//! An unknown outcome is retried with the identical bytes; an `AlreadyExists` is resolved
+//! A create that has not answered within the hedge delay is sent again beside the first
+//! ([`WalIo::create_hedged`]); the first definite answer decides, and a twin's "already
+//! exists" is resolved like any identical retry. An unknown outcome is retried with the
+//! identical bytes; an `AlreadyExists` is resolved
 //! by reading the key: our own bytes (an earlier attempt landed) are durable, a higher
 //! epoch fences us, a lower epoch is a stale tail that ends the epoch. A create that took
 //! longer than `max_create_duration` is never acknowledged, so a stalled create cannot
@@ -92,7 +95,7 @@ pub async fn persist(io: &WalIo, object: &EncodedObject, retry: &RetryPolicy) ->
     let sequence = object.header().sequence;
     let mut attempt = 1;
     loop {
-        let last = match io.create(object).await {
+        let last = match io.create_hedged(object).await {
             CreateAttempt::Created => return PersistOutcome::Durable { attempts: attempt },
             CreateAttempt::Unsupported => return PersistOutcome::Unsupported,
             CreateAttempt::Unknown(e) => {

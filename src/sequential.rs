@@ -70,7 +70,7 @@ impl ObjectStoreLogStore {
     /// opening object (fencing every earlier instance) and starts a new epoch.
     pub async fn open(store: Arc<dyn ObjectStore>, config: Config) -> Result<Self> {
         config.validate()?;
-        let io = WalIo::new(store, &config.prefix, config.whole_read_threshold)?;
+        let io = WalIo::for_config(store, &config)?;
         let opened = open_instance(&io, &config).await?;
         Ok(ObjectStoreLogStore {
             writing: Some(Writing::new(&opened, &config)),
@@ -85,7 +85,7 @@ impl ObjectStoreLogStore {
     /// Opens the prefix for reading only: recovery (steps 1 and 2), no write, no fencing.
     pub async fn open_read_only(store: Arc<dyn ObjectStore>, config: Config) -> Result<Self> {
         config.validate()?;
-        let io = WalIo::new(store, &config.prefix, config.whole_read_threshold)?;
+        let io = WalIo::for_config(store, &config)?;
         let recovery = recover(&io, config.recovery_concurrency)
             .instrument(info_span!("recover", prefix = %io.prefix()))
             .await?;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
-use object_store_wal::{Config, Error, ObjectStoreLogStore};
+use object_store_wal::{Config, Error, HedgeAfter, ObjectStoreLogStore};
 
 /// Every constrained field, made invalid alone, and the field the error must name.
 fn invalid_configs() -> Vec<(&'static str, Config)> {
@@ -39,6 +39,20 @@ fn invalid_configs() -> Vec<(&'static str, Config)> {
     });
     push("reclaim_grace", &|c| {
         c.reclaim_grace = c.max_create_duration * 2 - Duration::from_millis(1)
+    });
+    push("replay_concurrency", &|c| c.replay_concurrency = 0);
+    push("replay_budget_bytes", &|c| {
+        c.replay_budget_bytes = c.max_batch_bytes - 1
+    });
+    push("request_timeout", &|c| c.request_timeout = Duration::ZERO);
+    push("hedge_after", &|c| {
+        c.hedge_after = HedgeAfter::Fixed(Duration::ZERO)
+    });
+    push("hedge_after", &|c| {
+        c.hedge_after = HedgeAfter::Adaptive {
+            percentile: 100,
+            floor: Duration::from_millis(1),
+        }
     });
     cases
 }

@@ -13,6 +13,7 @@
 //! [`WalMsg`]s without waiting for their replies can grow it.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -525,11 +526,15 @@ impl SupervisorState {
 
     fn stats(&self) -> WalStats {
         let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
+        let requests = self.io.request_stats();
         WalStats {
             epoch: self.epoch,
             chain_objects: catalog.object_count() as u64,
             orphans: self.orphans,
             last_entry_id: catalog.last_entry_id_overall(),
+            hedged: requests.hedged.load(Ordering::Relaxed),
+            hedge_wins: requests.hedge_wins.load(Ordering::Relaxed),
+            timeouts: requests.timeouts.load(Ordering::Relaxed),
             ..WalStats::from_counters(&self.counters)
         }
     }
@@ -545,11 +550,7 @@ impl Actor for Supervisor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let io = WalIo::new(
-            args.store,
-            &args.config.prefix,
-            args.config.whole_read_threshold,
-        )?;
+        let io = WalIo::for_config(args.store, &args.config)?;
         let mut state = SupervisorState {
             io,
             config: args.config,

@@ -29,7 +29,7 @@ use object_store_wal::testing::{
     CountingStore, FaultStore, Hooks, ManualClock, TokioClock, Wrapper,
 };
 use object_store_wal::{
-    AppendParts, Config, Durability, Entry, EpochEndReason, Error, ObjectStoreLogStore,
+    AppendParts, Config, Durability, Entry, EpochEndReason, Error, HedgeAfter, ObjectStoreLogStore,
 };
 use object_store_wal_actors::{spawn_wal, spawn_wal_with, WalHandle};
 use proptest::prelude::*;
@@ -650,18 +650,17 @@ async fn stalled_create_landing_on_a_reclaimed_key_is_never_acknowledged() {
     let faults = FaultStore::new(inner.clone());
     let store: Arc<dyn ObjectStore> = faults.clone();
     let config = config();
+    // A's create stalls unhedged and without a timeout cutting it short: the case the
+    // two bounds are for (a hedge would meet B's objects and fence A at once).
+    let mut config_a = config.clone();
+    config_a.hedge_after = HedgeAfter::Off;
+    config_a.request_timeout = Duration::from_secs(3600);
     let mut no_restarts = restart_policy();
     no_restarts.max_restarts = 0;
     let clock_a = ManualClock::new();
-    let (a, a_join) = spawn_wal_with(
-        store.clone(),
-        config.clone(),
-        no_restarts,
-        clock_a.clone(),
-        None,
-    )
-    .await
-    .expect("spawn A");
+    let (a, a_join) = spawn_wal_with(store.clone(), config_a, no_restarts, clock_a.clone(), None)
+        .await
+        .expect("spawn A");
     a.last_entry_id_overall().await.expect("A recovered");
     assert_eq!(stats(&a).await.epoch, 2, "A's opening object is 1");
 

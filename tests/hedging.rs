@@ -1,0 +1,208 @@
+//! Hedged requests and request timeouts in the core (DESIGN.md, "Hedging"): a create
+//! that has not answered is sent again beside the first and the first definite answer
+//! decides; the twin's "already exists" is our own identical retry; a request that never
+//! answers ends at `request_timeout` as an unknown outcome (a create) or a failed read.
+//!
+//! Stalls are holds that the tests release (or never release), under tokio's paused
+//! clock: time moves only when every task waits, so hedge delays and timeouts pass in
+//! virtual time and nothing here depends on the machine's speed.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{GetOptions, GetResult, ObjectStore, ObjectStoreExt};
+use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
+use object_store_wal::io::{object_key, WalIo};
+use object_store_wal::persist::{persist, PersistOutcome};
+use object_store_wal::testing::{FaultStore, Hooks, Wrapper};
+use object_store_wal::{Error, HedgeAfter, RetryPolicy};
+
+const PREFIX: &str = "wal";
+
+fn key(sequence: u64) -> Path {
+    object_key(&Path::from(PREFIX), sequence)
+}
+
+fn object(sequence: u64) -> EncodedObject {
+    let header = Header {
+        sequence,
+        epoch: 3,
+        link: Link {
+            sequence: sequence - 1,
+            epoch: 3,
+        },
+        floor: 0,
+        claim: false,
+    };
+    let payloads = [bytes::Bytes::from_static(b"entry")];
+    let segments = [(7u64, &payloads[..])];
+    encode_object(&header, segments.iter().map(|(r, p)| (*r, *p))).expect("encodes")
+}
+
+fn retry(attempts: u32) -> RetryPolicy {
+    RetryPolicy::new(attempts, Duration::from_millis(1), Duration::from_millis(2))
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_hedged_create_and_its_twin_count_once() {
+    let faults = FaultStore::new(Arc::new(InMemory::new()));
+    let io = WalIo::new(faults.clone(), PREFIX, 1 << 20)
+        .expect("io")
+        .with_requests(
+            HedgeAfter::Fixed(Duration::from_millis(30)),
+            Duration::from_secs(60),
+        );
+    // The first create of 2 stalls in the network; its twin goes through.
+    let hold = faults.hold_next_creates_of(&key(2), 1);
+    let object = object(2);
+    let outcome = persist(&io, &object, &retry(3)).await;
+    assert!(
+        matches!(outcome, PersistOutcome::Durable { attempts: 1 }),
+        "{outcome:?}"
+    );
+    let stats = io.request_stats();
+    assert_eq!(stats.hedged.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.hedge_wins.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        hold.arrived(),
+        1,
+        "the first attempt is still held, not cancelled"
+    );
+
+    // The stalled first attempt lands late: it meets its twin's object and changes
+    // nothing; the key holds our bytes, once.
+    hold.release();
+    hold.wait_finished(1).await;
+    let stored = faults
+        .inner()
+        .get(&key(2))
+        .await
+        .expect("object 2")
+        .bytes()
+        .await
+        .expect("bytes");
+    assert!(object.same_bytes(&stored));
+    let listed = faults.inner().list(None).collect_keys().await;
+    assert_eq!(listed, vec![key(2)]);
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_create_that_never_answers_times_out_as_unknown_and_is_retried() {
+    let faults = FaultStore::new(Arc::new(InMemory::new()));
+    let io = WalIo::new(faults.clone(), PREFIX, 1 << 20)
+        .expect("io")
+        .with_requests(HedgeAfter::Off, Duration::from_millis(50));
+    // The first create hangs for good; the retry of identical bytes goes through.
+    let _hang = faults.hold_next_creates_of(&key(2), 1);
+    let object = object(2);
+    let outcome = persist(&io, &object, &retry(3)).await;
+    assert!(
+        matches!(outcome, PersistOutcome::Durable { attempts: 2 }),
+        "{outcome:?}"
+    );
+    let stats = io.request_stats();
+    assert_eq!(stats.timeouts.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.hedged.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_create_that_keeps_hanging_ends_unknown() {
+    let faults = FaultStore::new(Arc::new(InMemory::new()));
+    let io = WalIo::new(faults.clone(), PREFIX, 1 << 20)
+        .expect("io")
+        .with_requests(HedgeAfter::Off, Duration::from_millis(50));
+    let _hang = faults.hold_creates_of(&key(2));
+    let outcome = persist(&io, &object(2), &retry(2)).await;
+    match outcome {
+        PersistOutcome::Unknown {
+            last: Error::RequestTimeout { op: "create", .. },
+        } => {}
+        other => panic!("expected an unknown outcome after timeouts, got {other:?}"),
+    }
+    assert_eq!(io.request_stats().timeouts.load(Ordering::Relaxed), 2);
+}
+
+/// Hooks whose first GET never answers; later GETs go through.
+#[derive(Debug, Default)]
+struct FirstGetHangs {
+    gets: AtomicU64,
+}
+
+#[async_trait]
+impl Hooks for FirstGetHangs {
+    const NAME: &'static str = "FirstGetHangs";
+
+    async fn get_opts(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        if self.gets.fetch_add(1, Ordering::Relaxed) == 0 {
+            std::future::pending::<()>().await;
+        }
+        inner.get_opts(location, options).await
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_hedged_read_answers_while_the_first_hangs() {
+    let base: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let hanging = Wrapper::wrap(base.clone(), FirstGetHangs::default());
+    let io = WalIo::new(hanging.clone(), PREFIX, 1 << 20)
+        .expect("io")
+        .with_requests(
+            HedgeAfter::Fixed(Duration::from_millis(20)),
+            Duration::from_secs(60),
+        );
+    let object = object(2);
+    let created = persist(&io, &object, &retry(1)).await;
+    assert!(matches!(created, PersistOutcome::Durable { .. }));
+    let read = io.read_whole(2).await.expect("the hedged read answers");
+    assert!(object.same_bytes(&read));
+    let stats = io.request_stats();
+    assert_eq!(stats.hedged.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.hedge_wins.load(Ordering::Relaxed), 1);
+    assert_eq!(hanging.hooks().gets.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_read_that_never_answers_fails_at_its_timeout() {
+    let base: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let hanging = Wrapper::wrap(base.clone(), FirstGetHangs::default());
+    let io = WalIo::new(hanging, PREFIX, 1 << 20)
+        .expect("io")
+        .with_requests(HedgeAfter::Off, Duration::from_millis(40));
+    let object = object(2);
+    assert!(matches!(
+        persist(&io, &object, &retry(1)).await,
+        PersistOutcome::Durable { .. }
+    ));
+    match io.read_whole(2).await {
+        Err(Error::RequestTimeout { op: "get", .. }) => {}
+        other => panic!("expected a timed-out read, got {other:?}"),
+    }
+    // The next read is not held: it answers.
+    let read = io.read_whole(2).await.expect("read");
+    assert!(object.same_bytes(&read));
+}
+
+/// Collects the keys a listing yields.
+trait CollectKeys {
+    async fn collect_keys(self) -> Vec<Path>;
+}
+
+impl CollectKeys
+    for futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+{
+    async fn collect_keys(self) -> Vec<Path> {
+        use futures::StreamExt;
+        let mut keys: Vec<Path> = self.map(|m| m.expect("listed").location).collect().await;
+        keys.sort();
+        keys
+    }
+}
