@@ -7,10 +7,11 @@
 //!   `min_object_interval` has passed since the last create started. An admitted entry
 //!   thus never waits for another object's upload while a slot is free, and the PUT rate
 //!   stays at most one per `min_object_interval`. A batch that becomes sealable by its
-//!   first entry gathers for a moment (a quarter of `min_object_interval`, at most
-//!   1 ms) first: in a closed loop the acknowledged callers append again within a
-//!   fraction of a millisecond, and sealing on the first arrival would ship one entry
-//!   and make the rest wait a whole interval. An idle epoch seals an empty object to
+//!   first entry gathers first: until it holds as many appends as the last object
+//!   acknowledged (in a closed loop, the callers that object answered come back within
+//!   a fraction of a millisecond), for at most a quarter of `min_object_interval` (1 ms
+//!   at most). Sealing on the first arrival would ship one entry and make the rest wait
+//!   a whole interval. An idle epoch seals an empty object to
 //!   stay inside its link window. Every admission, completion and timer comes back to
 //!   this decision.
 //! - **Uploading.** Up to `max_in_flight` objects are created at once, each in a spawned
@@ -108,6 +109,13 @@ enum SealReason {
 /// The longest a batch that could be sealed at once gathers first (see the module doc).
 const MAX_GATHER: Duration = Duration::from_millis(1);
 
+/// What the sealing decision waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// The end of `min_object_interval`, or of the longest gathering.
+    At(Instant),
+}
+
 /// The writer's state.
 pub struct WriterState {
     args: WriterArgs,
@@ -125,8 +133,11 @@ pub struct WriterState {
     last_start: Option<Instant>,
     /// A wake-up for the sealing decision is on its way.
     wake_armed: bool,
-    /// How long a batch that could be sealed at once gathers first.
+    /// How long a batch that could be sealed at once gathers at most.
     gather: Duration,
+    /// The appends of the last object acknowledged: in a closed loop, the callers that
+    /// come back at once, so a batch holding as many has gathered its burst.
+    expected_burst: usize,
 }
 
 /// The writer actor.
@@ -245,10 +256,13 @@ impl WriterState {
 
     /// When the open batch may be sealed for a free slot: once `min_object_interval`
     /// passed since the last start and the batch gathered; `None`: now.
-    fn seal_due(&self, now: Instant) -> Option<Instant> {
-        let gathered = self.batch_opened.map(|opened| opened + self.gather);
-        let due = gathered.max(self.start_due());
-        due.filter(|due| now < *due)
+    fn seal_due(&self, now: Instant) -> Option<Due> {
+        if let Some(due) = self.next_start_due(now) {
+            return Some(Due::At(due));
+        }
+        let gathered_until = self.batch_opened? + self.gather;
+        let gathered = now >= gathered_until || self.batch.append_count() >= self.expected_burst;
+        (!gathered).then_some(Due::At(gathered_until))
     }
 
     /// When the next upload may start under `min_object_interval`.
@@ -314,7 +328,7 @@ impl WriterState {
         match self.seal_reason(now) {
             Some(reason) => self.seal_logged(reason),
             None if !self.batch.is_empty() && self.slot_free() => {
-                if let Some(due) = self.seal_due(now) {
+                if let Some(Due::At(due)) = self.seal_due(now) {
                     self.wake_at(myself, now, due);
                 }
             }
@@ -478,6 +492,9 @@ impl WriterState {
         Counters::add(&c.retries, attempts.saturating_sub(1));
         self.pending_bytes = self.pending_bytes.saturating_sub(sealed.payload_bytes);
         Counters::set(&c.pending_bytes, self.pending_bytes);
+        if !sealed.receipts.is_empty() {
+            self.expected_burst = sealed.receipts.len();
+        }
         for (waiter, receipt) in flight.waiters.into_iter().zip(sealed.receipts.iter()) {
             reply(waiter, Ok(receipt.clone()));
         }
@@ -650,6 +667,7 @@ impl Actor for WriterActor {
             waiting: VecDeque::new(),
             last_start: None,
             wake_armed: false,
+            expected_burst: 1,
             gather: (args.config.min_object_interval / 4).min(MAX_GATHER),
             args,
         })
