@@ -156,7 +156,8 @@ impl ReplayLimits {
 /// `limits.budget_bytes` (an object larger than the budget waits until nothing else is
 /// held and is then fetched alone). The chain objects are looked up in the catalog one
 /// at a time as the budget admits them, so memory stays bounded whatever the log's
-/// length. Dropping the stream aborts the fetches in flight. Under
+/// length. The stream must be polled within a Tokio runtime (the fetches are spawned
+/// tasks); dropping it aborts the fetches in flight. Under
 /// [`CorruptSegmentPolicy::Fail`] the replay yields its first error and ends; under
 /// `Skip` it yields each error (the report of a hole) and goes on with the next object.
 pub fn replay_regions(
