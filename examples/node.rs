@@ -325,6 +325,8 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
 
     let logs = std::mem::take(&mut *shared.logs.lock().unwrap_or_else(|p| p.into_inner()));
     let regions: Vec<(u64, u64)> = (1..=args.regions).map(|r| (r, run_start_id)).collect();
+    // Replay: every region from the run's first id, after recovery, until the last entry.
+    let replay_started = Instant::now();
     let replay = wal2.replay(regions).await?;
     let mut replayed: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
     let mut replayed_total = 0u64;
@@ -342,6 +344,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             _ => bad_payload += 1,
         }
     }
+    let replay_ms = replay_started.elapsed().as_secs_f64() * 1000.0;
     wal2.stop().await?;
 
     let (mut acknowledged, mut missing, mut duplicated) = (0u64, 0u64, 0u64);
@@ -375,6 +378,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             "p50_ms": percentile(&latencies, 0.50),
             "p99_ms": percentile(&latencies, 0.99),
             "recovery_ms": (recovery_ms * 10.0).round() / 10.0,
+            "replay_ms": (replay_ms * 10.0).round() / 10.0,
         })
     );
     Ok(missing == 0 && duplicated == 0 && bad_payload == 0)

@@ -108,7 +108,9 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Objects a replay of many regions fetches at once.
     pub replay_concurrency: usize,
-    /// Bytes a replay of many regions may hold at once: fetched and not yet consumed.
+    /// Bytes a replay of many regions may hold at once: fetched and not yet consumed
+    /// (an object larger than this, written under a larger `max_batch_bytes`, is
+    /// fetched alone).
     pub replay_budget_bytes: u64,
 }
 

@@ -38,8 +38,9 @@
 //!
 //! - An append with several parts for the same region keeps them in order, each part
 //!   getting its own consecutive ids.
-//! - A read under [`CorruptSegmentPolicy::Skip`] yields the segment's error as an item
-//!   (the report of the hole) and goes on; under `Fail` (the default) it ends there.
+//! - A read or a replay under [`CorruptSegmentPolicy::Skip`] yields the segment's error
+//!   as an item (the report of the hole) and goes on; under `Fail` (the default) it ends
+//!   there.
 //! - The sequential write path ([`ObjectStoreLogStore::append`] /
 //!   [`flush`](ObjectStoreLogStore::flush)) answers [`Error::BatchFull`] instead of
 //!   flushing by itself, so the caller always knows which object holds its append.

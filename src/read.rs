@@ -2,13 +2,16 @@
 //!
 //! Every read is lazy and bounded: segments are looked up in the catalog one at a time
 //! (a read that starts after an append sees it), fetched with one ranged read of exactly
-//! their bytes, verified (CRC) before decoding and read once more if verification fails,
-//! at most `read_ahead` ahead of the consumer. A replay of many regions fetches each
-//! chain object once, with one ranged read over the segments it needs. A follower reads
-//! on as the chain grows; what tells it the chain grew is its [`ChainGrowth`]: the
-//! writer's acknowledgements in-process, or polling the prefix for a read-only open.
+//! their bytes, verified (CRC) before decoding and read once more if verification fails.
+//! A region's read stays at most `read_ahead` segments ahead of the consumer. A replay of
+//! many regions fetches each chain object once, with one ranged read over the segments it
+//! needs, up to `replay_concurrency` objects at once while the bytes fetched and not yet
+//! handed to the consumer fit `replay_budget_bytes` ([`ReplayLimits`]; an object larger
+//! than the budget is fetched alone). A follower reads on as the chain grows; what tells
+//! it the chain grew is its [`ChainGrowth`]: the writer's acknowledgements in-process, or
+//! polling the prefix for a read-only open.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -122,61 +125,237 @@ fn entries_of(record: &format::SegmentRecord, payloads: Vec<Bytes>, min: u64) ->
         .collect()
 }
 
+/// How much a replay of many regions ([`replay_regions`]) fetches ahead of its consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayLimits {
+    /// Objects fetched at once, at most (0 counts as 1).
+    pub concurrency: usize,
+    /// Bytes fetched (or being fetched) and not yet handed to the consumer, at most: each
+    /// object's planned span counts from before its GET starts until its last entry has
+    /// been handed over. An object whose span alone exceeds this is still fetched, alone.
+    pub budget_bytes: u64,
+}
+
+impl ReplayLimits {
+    /// The limits `config` sets: `replay_concurrency` and `replay_budget_bytes`.
+    pub fn of(config: &Config) -> Self {
+        ReplayLimits {
+            concurrency: config.replay_concurrency,
+            budget_bytes: config.replay_budget_bytes,
+        }
+    }
+}
+
 /// Replays many regions at once, each from its own entry id: every chain object that
 /// holds a wanted entry is fetched once, with one ranged read spanning its needed
 /// segments, and each needed segment is verified (CRC) before it is decoded. Entries
-/// come object by object in sequence order, so each region's entries are in order. At
-/// most `read_ahead` objects are fetched ahead of the consumer.
+/// come object by object in sequence order, so each region's entries are in order.
+///
+/// Up to `limits.concurrency` objects are fetched at once, each in a task of its own,
+/// as long as the spans fetched and not yet handed to the consumer fit
+/// `limits.budget_bytes` (an object larger than the budget waits until nothing else is
+/// held and is then fetched alone). The chain objects are looked up in the catalog one
+/// at a time as the budget admits them, so memory stays bounded whatever the log's
+/// length. The stream must be polled within a Tokio runtime (the fetches are spawned
+/// tasks); dropping it aborts the fetches in flight. Under
+/// [`CorruptSegmentPolicy::Fail`] the replay yields its first error and ends; under
+/// `Skip` it yields each error (the report of a hole) and goes on with the next object.
 pub fn replay_regions(
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
     from: HashMap<u64, u64>,
-    read_ahead: usize,
+    limits: ReplayLimits,
+    policy: CorruptSegmentPolicy,
 ) -> BoxStream<'static, Result<Entry>> {
     let from = Arc::new(from);
-    let wanted = from.clone();
-    // The chain objects to fetch, looked up one at a time so memory stays bounded.
-    let plans = stream::unfold(0u64, move |after| {
-        let catalog = catalog.clone();
-        let from = wanted.clone();
-        async move {
-            let catalog = catalog.read().unwrap_or_else(|p| p.into_inner());
-            let mut next = catalog
-                .objects_from(after.saturating_add(1))
-                .filter(|(_, o)| o.segments > 0)
-                .map(|(s, _)| s);
-            loop {
-                let sequence = next.next()?;
-                let mut records: Vec<SegmentLocation> = Vec::new();
-                for (&region, &first) in from.iter() {
-                    let start = first.max(format::entry_id(sequence, 0));
-                    if let Some(loc) = catalog
-                        .segments_from(region, start)
-                        .first()
-                        .filter(|l| l.sequence == sequence)
-                    {
-                        records.push(*loc);
+    let replay = Replay {
+        io,
+        planner: Planner {
+            catalog,
+            from: from.clone(),
+            after: 0,
+            exhausted: false,
+        },
+        from,
+        limits,
+        policy,
+        waiting: None,
+        fetching: VecDeque::new(),
+        held: 0,
+        handing: Vec::new().into_iter(),
+        handing_bytes: 0,
+        ended: false,
+    };
+    stream::unfold(replay, |mut replay| async move {
+        let item = replay.next_entry().await?;
+        Some((item, replay))
+    })
+    .boxed()
+}
+
+/// One chain object a replay fetches: the segments it needs, sorted by offset.
+struct Plan {
+    records: Vec<SegmentLocation>,
+    /// The bytes of the span that covers them: what the budget counts.
+    bytes: u64,
+}
+
+/// Looks the chain objects a replay needs up in the catalog, one at a time, in sequence
+/// order (a catalog that grows meanwhile is seen).
+struct Planner {
+    catalog: Arc<RwLock<Catalog>>,
+    from: Arc<HashMap<u64, u64>>,
+    /// The last sequence planned.
+    after: u64,
+    exhausted: bool,
+}
+
+impl Planner {
+    fn next(&mut self) -> Option<Plan> {
+        if self.exhausted {
+            return None;
+        }
+        let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
+        let objects = catalog
+            .objects_from(self.after.saturating_add(1))
+            .filter(|(_, o)| o.segments > 0)
+            .map(|(s, _)| s);
+        for sequence in objects {
+            let mut records: Vec<SegmentLocation> = Vec::new();
+            for (&region, &first) in self.from.iter() {
+                let start = first.max(format::entry_id(sequence, 0));
+                if let Some(loc) = catalog
+                    .segments_from(region, start)
+                    .first()
+                    .filter(|l| l.sequence == sequence)
+                {
+                    records.push(*loc);
+                }
+            }
+            records.sort_by_key(|l| l.record.offset);
+            if let (Some(first), Some(last)) = (records.first(), records.last()) {
+                let bytes = last.record.range().end.saturating_sub(first.record.offset);
+                self.after = sequence;
+                return Some(Plan { records, bytes });
+            }
+        }
+        self.exhausted = true;
+        None
+    }
+}
+
+/// One object being fetched (and decoded) in a task of its own, aborted if dropped
+/// before it finished (the consumer dropped the replay).
+struct Fetch {
+    bytes: u64,
+    task: tokio::task::JoinHandle<Result<Vec<Entry>>>,
+}
+
+impl Drop for Fetch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The state of a replay of many regions.
+struct Replay {
+    io: WalIo,
+    from: Arc<HashMap<u64, u64>>,
+    planner: Planner,
+    limits: ReplayLimits,
+    policy: CorruptSegmentPolicy,
+    /// The next object to fetch, looked up but waiting for the budget.
+    waiting: Option<Plan>,
+    /// The objects being fetched, in sequence order.
+    fetching: VecDeque<Fetch>,
+    /// Span bytes counted against the budget: every object in `fetching`, and the one
+    /// being handed over.
+    held: u64,
+    /// The entries of the object being handed to the consumer.
+    handing: std::vec::IntoIter<Entry>,
+    /// Its span bytes, released with its last entry.
+    handing_bytes: u64,
+    ended: bool,
+}
+
+impl Replay {
+    /// Starts fetching the next objects while the concurrency and the budget allow.
+    fn admit(&mut self) {
+        while self.fetching.len() < self.limits.concurrency.max(1) {
+            let Some(plan) = self.waiting.take().or_else(|| self.planner.next()) else {
+                return;
+            };
+            let fits =
+                self.held == 0 || self.held.saturating_add(plan.bytes) <= self.limits.budget_bytes;
+            if !fits {
+                self.waiting = Some(plan);
+                return;
+            }
+            self.held = self.held.saturating_add(plan.bytes);
+            let io = self.io.clone();
+            let from = self.from.clone();
+            let task = tokio::spawn(
+                async move { fetch_segments(&io, plan.records, &from).await }.in_current_span(),
+            );
+            self.fetching.push_back(Fetch {
+                bytes: plan.bytes,
+                task,
+            });
+        }
+    }
+
+    fn release(&mut self, bytes: u64) {
+        self.held = self.held.saturating_sub(bytes);
+    }
+
+    /// The next entry, in order; `None` at the end.
+    async fn next_entry(&mut self) -> Option<Result<Entry>> {
+        loop {
+            if self.ended {
+                return None;
+            }
+            // Admission happens before this call hands anything over, so bytes released
+            // below are reused only once the consumer asks for more.
+            self.admit();
+            if let Some(entry) = self.handing.next() {
+                if self.handing.len() == 0 {
+                    let bytes = std::mem::take(&mut self.handing_bytes);
+                    self.release(bytes);
+                }
+                return Some(Ok(entry));
+            }
+            // Nothing held but the fetches, so `admit` started every object it could:
+            // none in flight means none left.
+            let mut fetch = self.fetching.pop_front()?;
+            let result = match (&mut fetch.task).await {
+                Ok(result) => result,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // Cancelled: only the runtime shutting down does that.
+                Err(_) => Err(Error::Stopped {
+                    durability: crate::error::Durability::NotWritten,
+                }),
+            };
+            match result {
+                Ok(entries) => {
+                    self.handing = entries.into_iter();
+                    if self.handing.len() == 0 {
+                        self.release(fetch.bytes);
+                    } else {
+                        self.handing_bytes = fetch.bytes;
                     }
                 }
-                if !records.is_empty() {
-                    records.sort_by_key(|l| l.record.offset);
-                    return Some((records, sequence));
+                Err(e) => {
+                    self.release(fetch.bytes);
+                    if self.policy == CorruptSegmentPolicy::Fail {
+                        self.ended = true;
+                        self.waiting = None;
+                        self.fetching.clear();
+                    }
+                    return Some(Err(e));
                 }
             }
         }
-    });
-    plans
-        .map(move |records| {
-            let io = io.clone();
-            let from = from.clone();
-            async move { fetch_segments(&io, records, &from).await }
-        })
-        .buffered(read_ahead.max(1))
-        .flat_map(|result| match result {
-            Ok(entries) => stream::iter(entries.into_iter().map(Ok).collect::<Vec<_>>()),
-            Err(e) => stream::iter(vec![Err(e)]),
-        })
-        .boxed()
+    }
 }
 
 /// Fetches the span of one object that covers `records` (sorted by offset) with one

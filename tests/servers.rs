@@ -26,7 +26,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload}
 use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
 use object_store_wal::io::{object_key, CreateAttempt, WalIo, TAIL_READ_BYTES};
 use object_store_wal::persist::{persist, PersistOutcome};
-use object_store_wal::read::replay_regions;
+use object_store_wal::read::{replay_regions, ReplayLimits};
 use object_store_wal::testing::CountingStore;
 use object_store_wal::{entry_id, AppendParts, Config, ObjectStoreLogStore, RetryPolicy};
 
@@ -326,10 +326,16 @@ async fn large_objects_are_recovered_with_bounded_ranges(store: Arc<dyn ObjectSt
         (0..3).map(|p| entry_id(big_seq, p)).collect::<Vec<_>>()
     );
     let from: HashMap<u64, u64> = (1..=REGIONS).map(|r| (r, 0)).collect();
-    let all: Vec<_> = replay_regions(ro.io().clone(), ro.catalog(), from, 2)
-        .try_collect()
-        .await
-        .expect("replay");
+    let all: Vec<_> = replay_regions(
+        ro.io().clone(),
+        ro.catalog(),
+        from,
+        ReplayLimits::of(ro.config()),
+        ro.config().corrupt_segment_policy,
+    )
+    .try_collect()
+    .await
+    .expect("replay");
     assert_eq!(all.len() as u64, REGIONS);
     for entry in &all {
         assert_eq!(entry.payload, small_payload(entry.region));

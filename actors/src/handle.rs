@@ -184,7 +184,9 @@ impl WalHandle {
     }
 
     /// Replays many regions at once, each from its own id: every object is fetched
-    /// once. Each region's entries come in order; regions are interleaved.
+    /// once, up to `replay_concurrency` objects at once, with at most
+    /// `replay_budget_bytes` fetched and not yet handed to the channel. Each region's
+    /// entries come in order; regions are interleaved.
     pub async fn replay(&self, regions: Vec<(u64, u64)>) -> Result<EntryReceiver> {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,

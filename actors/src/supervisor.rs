@@ -22,7 +22,7 @@ use object_store_wal::catalog::Catalog;
 use object_store_wal::catalog::Retention;
 use object_store_wal::io::WalIo;
 use object_store_wal::open::Opened;
-use object_store_wal::read::replay_regions;
+use object_store_wal::read::{replay_regions, ReplayLimits};
 use object_store_wal::{Config, CreateClock, Durability, Error};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::time::Instant;
@@ -401,7 +401,8 @@ impl SupervisorState {
                     self.io.clone(),
                     self.catalog.clone(),
                     from,
-                    self.config.read_ahead,
+                    ReplayLimits::of(&self.config),
+                    self.config.corrupt_segment_policy,
                 );
                 let _ = reply.send(Ok(forward(entries, info_span!("replay"))));
             }
