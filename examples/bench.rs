@@ -5,18 +5,59 @@
 //! ```text
 //! cargo run --release --example bench -- write --store memory --min-object-interval-ms 0
 //! cargo run --release --example bench -- write --put-latency-ms 50 --entry-bytes 16384 --appenders 2048
+//! cargo run --release --example bench -- write --rate 2000 --seconds 5 --put-latency-ms 20 --regions 100
+//! cargo run --release --example bench -- write --rate 2000 --put-latency-ms 20 --put-tail 0.01:500 --put-hang 0.001 --hedge adaptive:90:10 --request-timeout-ms 2000
 //! cargo run --release --example bench -- limit --entry-bytes 65536
 //! cargo run --release --example bench -- recover --objects 10000 --get-latency-ms 10 --recovery-concurrency 64
 //! cargo run --release --example bench -- replay --seconds 5
+//! cargo run --release --example bench -- replay --objects 1300 --regions 100 --get-latency-ms 10 --replay-concurrency 32 --replay-budget-mib 64
+//! scripts/latency_sweep.sh && python3 scripts/plot_latency.py
 //! ```
 //!
-//! `--store memory|file:<dir>` picks the store; `--put-latency-ms` / `--get-latency-ms`
-//! add a latency per request (object_store's `ThrottledStore`), standing in for S3.
-//! Requests are counted by the `testing` module's `CountingStore`, outermost.
+//! **Stores.** `--store memory|file:<dir>` picks the store; `--put-latency-ms` /
+//! `--get-latency-ms` add a latency per request (`testing::with_latency_profile`),
+//! standing in for S3. `--put-tail P:MS` / `--get-tail P:MS` make a fraction P (0 to 1)
+//! of PUTs / GETs take MS more; `--put-hang P` / `--get-hang P` make a fraction never
+//! answer. The delay comes before the request reaches the store, so a hedged twin can
+//! land first; the draws follow `--seed`. Requests are counted by the `testing` module's
+//! `CountingStore`, outermost (hedged twins and hung requests included).
+//!
+//! **Load.** `write` runs a closed loop by default: `--appenders` callers, each appending
+//! again once answered; latency is each append's own wait. With `--rate N` it runs an
+//! open loop instead: N arrivals per second with exponential gaps (seeded by `--seed`),
+//! each append its own task however many are pending, and latency counts from each
+//! arrival's *scheduled* time, so queueing shows; the line then has `offered_rate`,
+//! `issued_rate` (what the draws gave) and `rate` (acknowledged appends per second).
+//! Either loop runs `--seconds` (or `--appends`), then waits up to `--drain-seconds` for
+//! appends still pending; those left count as `unfinished`, with the wait they had (the
+//! percentiles are then lower bounds).
+//!
+//! **Configuration.** `--min-object-interval-ms`, `--max-in-flight`, `--max-batch-bytes`,
+//! `--max-pending-bytes`, `--hedge off|fixed:MS|adaptive[:PCT[:FLOOR_MS]]` (missing parts
+//! from the default: adaptive, 90th percentile, 10 ms floor; without the flag, `Config`'s
+//! default), `--request-timeout-ms`, `--recovery-concurrency`, `--replay-concurrency`,
+//! `--replay-budget-mib`, `--max-create-duration-ms`, `--reclaim-grace-ms`; unset, each
+//! is `Config`'s default.
+//!
+//! **What `write` reports.** Appends, `p50_ms` to `max_ms` (`p90`, `p99`, `p999`
+//! between), `puts` (PUT requests the store saw), `objects` (acknowledged),
+//! `objects_created` (keys that landed, acknowledged or not), `extra_puts_pct` =
+//! (puts − objects) / objects × 100, `puts_per_s`, and `hedged`, `hedge_wins`,
+//! `timeouts` from `WalStats`.
+//!
+//! **Replay.** `replay --objects N` builds N data objects through the core, without
+//! latency, each with `--entries-per-object` entries (default: one per region) of
+//! `--entry-bytes` spread over `--regions`: `--objects 1300 --regions 100` gives about
+//! 1,300 chain objects of 100 regions with 1 KiB entries. Without `--objects`, a `write`
+//! run (with every `write` flag) builds the log. Then a fresh WAL replays every region
+//! from its first entry: `replay_ms`, `ms_per_object`, `gets_per_object`, `peak_rss_mib`
+//! (the peak since just before the replay; with `--store memory` it includes the store,
+//! see `rss_before_mib`), `replay_concurrency`, `replay_budget_mib`, and `ideal_ms` =
+//! objects × GET latency / `replay_concurrency` with `ratio_to_ideal`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -28,10 +69,13 @@ use object_store_wal::batch::Batch;
 use object_store_wal::io::WalIo;
 use object_store_wal::open::open_instance;
 use object_store_wal::persist::{persist, PersistOutcome};
-use object_store_wal::testing::{with_latency, CountingStore};
-use object_store_wal::{Config, ObjectStoreLogStore};
+use object_store_wal::testing::{
+    with_latency_profile, CountingStore, LatencyCounts, LatencyProfile, LatencyStore, SplitMix64,
+};
+use object_store_wal::{Config, HedgeAfter, ObjectStoreLogStore};
 use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
 use serde_json::json;
+use tokio::task::JoinSet;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -44,13 +88,15 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Workload {
-    /// Durable appends through the actors from concurrent callers.
+    /// Durable appends through the actors: closed loop from `--appenders` callers, or
+    /// open loop at `--rate` appends per second.
     Write(Common),
     /// The same volume encoded and created directly through the core: the ceiling.
     Limit(Common),
     /// Build a prefix of `--objects` objects, then time a fresh open.
     Recover(Common),
-    /// A write run, then a replay of every region from its first entry.
+    /// Build a log (`--objects` objects through the core, or else a write run), then
+    /// replay every region from its first entry.
     Replay(Common),
 }
 
@@ -65,6 +111,21 @@ struct Common {
     /// Latency added to every GET, ms.
     #[arg(long, default_value_t = 0)]
     get_latency_ms: u64,
+    /// `P:MS`: a fraction P (0 to 1) of PUTs take MS more.
+    #[arg(long, value_parser = parse_tail)]
+    put_tail: Option<Tail>,
+    /// `P:MS`: a fraction P (0 to 1) of GETs take MS more.
+    #[arg(long, value_parser = parse_tail)]
+    get_tail: Option<Tail>,
+    /// A fraction (0 to 1) of PUTs that never answer.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
+    put_hang: f64,
+    /// A fraction (0 to 1) of GETs that never answer.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_fraction)]
+    get_hang: f64,
+    /// Seed of the latency draws and of the open loop's arrivals.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// Regions appended to.
     #[arg(long, default_value_t = 1000)]
     regions: u64,
@@ -74,15 +135,23 @@ struct Common {
     /// Entries per append.
     #[arg(long, default_value_t = 1)]
     entries_per_append: usize,
-    /// Concurrent callers.
+    /// Concurrent callers of the closed loop (without `--rate`).
     #[arg(long, default_value_t = 256)]
     appenders: usize,
+    /// Open loop: appends per second, exponential gaps between arrivals, each append its
+    /// own task however many are pending; latency counts from the scheduled arrival.
+    #[arg(long, value_parser = parse_rate)]
+    rate: Option<f64>,
     /// Seconds to run (unless `--appends` is given).
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
     /// Appends to run instead of a duration.
     #[arg(long)]
     appends: Option<u64>,
+    /// After the last arrival (open loop) or the end of `--seconds` (closed loop), how
+    /// long appends still pending are waited for; the rest count as `unfinished`.
+    #[arg(long, default_value_t = 5.0)]
+    drain_seconds: f64,
     /// `min_object_interval`, ms.
     #[arg(long)]
     min_object_interval_ms: Option<u64>,
@@ -95,12 +164,30 @@ struct Common {
     /// `max_pending_bytes`.
     #[arg(long)]
     max_pending_bytes: Option<u64>,
+    /// `hedge_after`: `off`, `fixed:MS` or `adaptive[:PCT[:FLOOR_MS]]` (the missing parts
+    /// from the default, adaptive 90th percentile, 10 ms floor). Default: `Config`'s.
+    #[arg(long, value_parser = parse_hedge)]
+    hedge: Option<HedgeAfter>,
+    /// `request_timeout`, ms.
+    #[arg(long)]
+    request_timeout_ms: Option<u64>,
     /// `recovery_concurrency`.
     #[arg(long)]
     recovery_concurrency: Option<usize>,
-    /// Objects built for `recover`.
-    #[arg(long, default_value_t = 10_000)]
-    objects: u64,
+    /// `replay_concurrency`.
+    #[arg(long)]
+    replay_concurrency: Option<usize>,
+    /// `replay_budget_bytes`, in MiB.
+    #[arg(long)]
+    replay_budget_mib: Option<u64>,
+    /// Objects built through the core, without latency: for `recover` in all (the
+    /// opening object included; default 10,000), for `replay` data objects before the
+    /// replay (instead of a write run).
+    #[arg(long)]
+    objects: Option<u64>,
+    /// Entries per object built for `replay --objects` (default: one per region).
+    #[arg(long)]
+    entries_per_object: Option<usize>,
     /// After a write run, stay idle this long and count requests.
     #[arg(long, default_value_t = 0.0)]
     idle_seconds: f64,
@@ -119,12 +206,137 @@ struct Common {
     max_create_duration_ms: Option<u64>,
 }
 
+/// A slow tail of `--put-tail` / `--get-tail`.
+#[derive(Debug, Clone, Copy)]
+struct Tail {
+    fraction: f64,
+    extra_ms: f64,
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?} is not a fraction from 0 to 1")),
+    }
+}
+
+fn parse_ms(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(ms) if ms.is_finite() && ms >= 0.0 => Ok(ms),
+        _ => Err(format!("{s:?} is not a number of milliseconds")),
+    }
+}
+
+fn parse_tail(s: &str) -> Result<Tail, String> {
+    let (p, ms) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: expected P:MS, e.g. 0.01:500"))?;
+    Ok(Tail {
+        fraction: parse_fraction(p)?,
+        extra_ms: parse_ms(ms)?,
+    })
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!("{s:?} is not a rate above zero")),
+    }
+}
+
+/// `seconds` as a duration: zero for a negative number or NaN, at most about a year
+/// (so that it can be added to an `Instant`).
+fn secs(seconds: f64) -> Duration {
+    const YEAR: f64 = 365.0 * 86_400.0;
+    if seconds.is_nan() || seconds <= 0.0 {
+        return Duration::ZERO;
+    }
+    Duration::from_secs_f64(seconds.min(YEAR))
+}
+
+fn millis(ms: f64) -> Duration {
+    secs(ms / 1000.0)
+}
+
+fn parse_hedge(s: &str) -> Result<HedgeAfter, String> {
+    let mut parts = s.split(':');
+    let kind = parts.next().unwrap_or_default();
+    let rest: Vec<&str> = parts.collect();
+    let (pct, floor) = match HedgeAfter::default() {
+        HedgeAfter::Adaptive { percentile, floor } => (percentile, floor),
+        _ => (90, Duration::from_millis(10)),
+    };
+    match (kind, rest.as_slice()) {
+        ("off", []) => Ok(HedgeAfter::Off),
+        ("fixed", [ms]) => {
+            let d = millis(parse_ms(ms)?);
+            if d.is_zero() {
+                return Err("fixed:MS needs MS above zero".into());
+            }
+            Ok(HedgeAfter::Fixed(d))
+        }
+        ("adaptive", rest) if rest.len() <= 2 => {
+            let percentile = match rest.first() {
+                Some(p) => p
+                    .parse::<u8>()
+                    .ok()
+                    .filter(|p| (1..=99).contains(p))
+                    .ok_or_else(|| format!("{p:?} is not a percentile from 1 to 99"))?,
+                None => pct,
+            };
+            let floor = match rest.get(1) {
+                Some(ms) => millis(parse_ms(ms)?),
+                None => floor,
+            };
+            Ok(HedgeAfter::Adaptive { percentile, floor })
+        }
+        _ => Err(format!(
+            "{s:?}: expected off, fixed:MS or adaptive[:PCT[:FLOOR_MS]]"
+        )),
+    }
+}
+
+fn ms_of(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// `hedge_after` as `--hedge` spells it.
+fn hedge_label(h: &HedgeAfter) -> String {
+    match h {
+        HedgeAfter::Off => "off".to_string(),
+        HedgeAfter::Fixed(d) => format!("fixed:{}", ms_of(*d)),
+        HedgeAfter::Adaptive { percentile, floor } => {
+            format!("adaptive:{percentile}:{}", ms_of(*floor))
+        }
+        other => format!("{other:?}"),
+    }
+}
+
 struct Stores {
     /// What the WAL talks to: counting, over latency, over the base store.
     wal: Arc<dyn ObjectStore>,
     counting: Arc<CountingStore>,
+    /// The latency wrapper, when there is one (for the tails and hangs it drew).
+    latent: Option<Arc<LatencyStore>>,
     /// The base store, without latency or counting (to build fixtures fast).
     base: Arc<dyn ObjectStore>,
+}
+
+fn profile(c: &Common) -> LatencyProfile {
+    let mut p = LatencyProfile::new(
+        Duration::from_millis(c.put_latency_ms),
+        Duration::from_millis(c.get_latency_ms),
+    )
+    .put_hang(c.put_hang)
+    .get_hang(c.get_hang)
+    .seed(c.seed);
+    if let Some(t) = c.put_tail {
+        p = p.put_tail(t.fraction, millis(t.extra_ms));
+    }
+    if let Some(t) = c.get_tail {
+        p = p.get_tail(t.fraction, millis(t.extra_ms));
+    }
+    p
 }
 
 fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
@@ -137,21 +349,25 @@ fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
     } else {
         return Err(format!("--store must be memory or file:<dir>, not {}", c.store).into());
     };
-    let latent = if c.put_latency_ms > 0 || c.get_latency_ms > 0 {
-        with_latency(
-            base.clone(),
-            Duration::from_millis(c.put_latency_ms),
-            Duration::from_millis(c.get_latency_ms),
-        )
-    } else {
-        base.clone()
-    };
-    let counting = CountingStore::new(latent);
+    let p = profile(c);
+    let latent = (p != LatencyProfile::new(Duration::ZERO, Duration::ZERO).seed(c.seed))
+        .then(|| with_latency_profile(base.clone(), p));
+    let counting = CountingStore::new(match &latent {
+        Some(l) => l.clone(),
+        None => base.clone(),
+    });
     Ok(Stores {
         wal: counting.clone(),
         counting,
+        latent,
         base,
     })
+}
+
+impl Stores {
+    fn latency_counts(&self) -> LatencyCounts {
+        self.latent.as_ref().map(|l| l.counts()).unwrap_or_default()
+    }
 }
 
 fn config(c: &Common) -> Config {
@@ -181,20 +397,37 @@ fn config(c: &Common) -> Config {
     if let Some(v) = c.reclaim_grace_ms {
         config.reclaim_grace = Duration::from_millis(v);
     }
+    if let Some(h) = c.hedge {
+        config.hedge_after = h;
+    }
+    if let Some(v) = c.request_timeout_ms {
+        config.request_timeout = Duration::from_millis(v);
+    }
+    if let Some(v) = c.replay_concurrency {
+        config.replay_concurrency = v;
+    }
+    if let Some(v) = c.replay_budget_mib {
+        config.replay_budget_bytes = v.saturating_mul(1024 * 1024);
+    }
     config
 }
 
-/// Peak resident set size of this process, in MiB (`VmHWM`).
-fn peak_rss_mib() -> f64 {
+/// A line of `/proc/self/status`, in MiB (`VmHWM`: peak resident set; `VmRSS`: now).
+fn status_mib(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Peak resident set size of this process, in MiB (`VmHWM`).
+fn peak_rss_mib() -> f64 {
+    status_mib("VmHWM:")
 }
 
 fn round2(v: f64) -> f64 {
@@ -203,6 +436,208 @@ fn round2(v: f64) -> f64 {
 
 fn ms(h: &Histogram<u64>, q: f64) -> f64 {
     round2(h.value_at_quantile(q) as f64 / 1000.0)
+}
+
+fn new_histogram() -> Result<Histogram<u64>, hdrhistogram::CreationError> {
+    Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)
+}
+
+/// What the appends of a write run came to. Latencies go to a few shared histograms:
+/// one per task would cost more memory than the WAL itself at thousands of appenders.
+struct Recorder {
+    shards: Vec<Mutex<Histogram<u64>>>,
+    issued: AtomicU64,
+    ok: AtomicU64,
+    failed: AtomicU64,
+    unfinished: AtomicU64,
+}
+
+impl Recorder {
+    fn new() -> Result<Arc<Self>, hdrhistogram::CreationError> {
+        Ok(Arc::new(Recorder {
+            shards: (0..16)
+                .map(|_| new_histogram().map(Mutex::new))
+                .collect::<Result<_, _>>()?,
+            issued: AtomicU64::new(0),
+            ok: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            unfinished: AtomicU64::new(0),
+        }))
+    }
+
+    fn record(&self, k: u64, since: Instant) {
+        if let Some(h) = self.shards.get(k as usize % self.shards.len()) {
+            let us = since.elapsed().as_micros().max(1) as u64;
+            let _ = h.lock().unwrap_or_else(|p| p.into_inner()).record(us);
+        }
+    }
+
+    fn merged(&self) -> Result<Histogram<u64>, Box<dyn std::error::Error>> {
+        let mut hist = new_histogram()?;
+        for h in &self.shards {
+            hist.add(&*h.lock().unwrap_or_else(|p| p.into_inner()))?;
+        }
+        Ok(hist)
+    }
+
+    fn pending(&self) -> u64 {
+        let done = self.ok.load(Ordering::Relaxed) + self.failed.load(Ordering::Relaxed);
+        self.issued.load(Ordering::Relaxed).saturating_sub(done)
+    }
+}
+
+/// One append, from its arrival (scheduled, for the open loop) to its answer. An
+/// append dropped unanswered (its task aborted when the drain ends) counts as
+/// unfinished, with the time it had waited: its latency is a lower bound.
+struct Arrival {
+    since: Instant,
+    k: u64,
+    recorder: Arc<Recorder>,
+    settled: bool,
+}
+
+impl Arrival {
+    fn new(recorder: &Arc<Recorder>, k: u64, since: Instant) -> Self {
+        recorder.issued.fetch_add(1, Ordering::Relaxed);
+        Arrival {
+            since,
+            k,
+            recorder: recorder.clone(),
+            settled: false,
+        }
+    }
+
+    /// Appends one entry set to `region`; on success marks entries `lag` objects
+    /// behind obsolete (not timed).
+    async fn append(mut self, wal: &WalHandle, region: u64, entries: Vec<Bytes>, lag: u64) {
+        let result = wal.append(region, entries).await;
+        self.settled = true;
+        match result {
+            Ok(receipt) => {
+                self.recorder.ok.fetch_add(1, Ordering::Relaxed);
+                self.recorder.record(self.k, self.since);
+                let sequence = receipt.sequence;
+                if lag > 0 && sequence > lag {
+                    let behind = object_store_wal::entry_id(sequence - lag, 0) - 1;
+                    let _ = wal.obsolete(region, behind).await;
+                }
+            }
+            Err(_) => {
+                self.recorder.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for Arrival {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.recorder.unfinished.fetch_add(1, Ordering::Relaxed);
+            self.recorder.record(self.k, self.since);
+        }
+    }
+}
+
+/// The region of the open loop's `k`-th append: a stride that visits every region.
+fn region_of(k: u64, regions: u64) -> u64 {
+    k.wrapping_mul(7919) % regions.max(1)
+}
+
+/// Closed loop: `--appenders` callers, each appending again as soon as it is answered,
+/// until `--seconds` or `--appends`. Returns when every caller stopped (or was aborted
+/// `--drain-seconds` after the deadline).
+async fn closed_loop(
+    c: &Common,
+    wal: &WalHandle,
+    recorder: &Arc<Recorder>,
+    payload: &Bytes,
+    started: Instant,
+) {
+    let budget = Arc::new(AtomicU64::new(c.appends.unwrap_or(u64::MAX)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = JoinSet::new();
+    for a in 0..c.appenders {
+        let (wal, payload, budget, stop) =
+            (wal.clone(), payload.clone(), budget.clone(), stop.clone());
+        let recorder = recorder.clone();
+        let (regions, per, lag) = (c.regions, c.entries_per_append.max(1), c.obsolete_lag);
+        tasks.spawn(async move {
+            let mut k = a as u64;
+            while !stop.load(Ordering::Relaxed)
+                && budget
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
+                    .is_ok()
+            {
+                let region = k % regions.max(1);
+                k += 7919;
+                let arrival = Arrival::new(&recorder, a as u64, Instant::now());
+                arrival
+                    .append(&wal, region, vec![payload.clone(); per], lag)
+                    .await;
+            }
+        });
+    }
+    if c.appends.is_none() {
+        let deadline = started + secs(c.seconds);
+        let _ = tokio::time::timeout_at(deadline.into(), async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        stop.store(true, Ordering::Relaxed);
+        drain(&mut tasks, c.drain_seconds).await;
+    } else {
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Waits up to `seconds` for the tasks left, then aborts the rest (their appends count
+/// as unfinished).
+async fn drain(tasks: &mut JoinSet<()>, seconds: f64) {
+    let until = tokio::time::Instant::now() + secs(seconds);
+    while let Ok(Some(_)) = tokio::time::timeout_at(until, tasks.join_next()).await {}
+    tasks.shutdown().await;
+}
+
+/// Open loop: arrivals at `rate` per second with exponential gaps (seeded), each append
+/// its own task, for `--seconds` (or `--appends` arrivals). Latency counts from each
+/// arrival's scheduled time, so time spent queueing behind a slow WAL (or a late timer)
+/// shows. Returns the seconds over which arrivals were offered.
+async fn open_loop(
+    c: &Common,
+    rate: f64,
+    wal: &WalHandle,
+    recorder: &Arc<Recorder>,
+    payload: &Bytes,
+    started: Instant,
+) -> f64 {
+    let mut rng = SplitMix64::new(c.seed).fork();
+    let mut tasks = JoinSet::new();
+    let (per, lag) = (c.entries_per_append.max(1), c.obsolete_lag);
+    let mut at = 0.0f64;
+    let mut issued = 0u64;
+    loop {
+        if c.appends.is_some_and(|n| issued >= n) {
+            break;
+        }
+        let gap = -(1.0 - rng.unit()).ln() / rate;
+        if c.appends.is_none() && at + gap >= c.seconds {
+            at = c.seconds;
+            break;
+        }
+        at += gap;
+        let scheduled = started + secs(at);
+        if scheduled > Instant::now() {
+            tokio::time::sleep_until(scheduled.into()).await;
+        }
+        let arrival = Arrival::new(recorder, issued, scheduled);
+        let (wal, entries) = (wal.clone(), vec![payload.clone(); per]);
+        let region = region_of(issued, c.regions);
+        tasks.spawn(async move { arrival.append(&wal, region, entries, lag).await });
+        issued += 1;
+        while tasks.try_join_next().is_some() {}
+    }
+    drain(&mut tasks, c.drain_seconds).await;
+    at
 }
 
 struct WriteResult {
@@ -216,86 +651,49 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
     let (wal, _) = spawn_wal(s.wal.clone(), cfg.clone(), RestartPolicy::default()).await?;
     wal.last_entry_id_overall().await?;
     s.counting.reset();
+    let drawn_before = s.latency_counts();
+    let keys_before = count_keys(s, &cfg.prefix).await?;
     let payload = Bytes::from(vec![0xa5u8; c.entry_bytes]);
-    let budget = Arc::new(AtomicU64::new(c.appends.unwrap_or(u64::MAX)));
-    let stop = Arc::new(AtomicBool::new(false));
-    // Latencies go to a few shared histograms: one per task would cost more memory than
-    // the WAL itself at thousands of appenders.
-    let shards: Arc<Vec<std::sync::Mutex<Histogram<u64>>>> = Arc::new(
-        (0..16)
-            .map(|_| {
-                Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).map(std::sync::Mutex::new)
-            })
-            .collect::<Result<_, _>>()?,
-    );
+    let recorder = Recorder::new()?;
     let started = Instant::now();
-    let mut tasks = Vec::with_capacity(c.appenders);
-    for a in 0..c.appenders {
-        let wal = wal.clone();
-        let payload = payload.clone();
-        let budget = budget.clone();
-        let stop = stop.clone();
-        let shards = shards.clone();
-        let (regions, per) = (c.regions.max(1), c.entries_per_append.max(1));
-        let lag = c.obsolete_lag;
-        tasks.push(tokio::spawn(async move {
-            let (mut ok, mut failed) = (0u64, 0u64);
-            let mut k = a as u64;
-            while !stop.load(Ordering::Relaxed)
-                && budget
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
-                    .is_ok()
-            {
-                let region = k % regions;
-                k += 7919;
-                let t = Instant::now();
-                match wal.append(region, vec![payload.clone(); per]).await {
-                    Ok(receipt) => {
-                        ok += 1;
-                        let sequence = receipt.sequence;
-                        if lag > 0 && sequence > lag {
-                            let behind = object_store_wal::entry_id(sequence - lag, 0) - 1;
-                            let _ = wal.obsolete(region, behind).await;
-                        }
-                        if let Some(h) = shards.get(a % shards.len()) {
-                            let us = t.elapsed().as_micros().max(1) as u64;
-                            let _ = h.lock().unwrap_or_else(|p| p.into_inner()).record(us);
-                        }
-                    }
-                    Err(_) => failed += 1,
-                }
-            }
-            (ok, failed)
-        }));
-    }
-    let deadline = (c.appends.is_none()).then(|| started + Duration::from_secs_f64(c.seconds));
-    let mut ticker = tokio::time::interval(Duration::from_secs(1));
-    ticker.tick().await;
-    while !tasks.iter().all(|t| t.is_finished()) {
-        tokio::select! {
-            _ = ticker.tick() => {
+    let progress = {
+        let (wal, recorder) = (wal.clone(), recorder.clone());
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(Duration::from_secs(1));
+            ticker.tick().await;
+            loop {
+                ticker.tick().await;
                 if let Ok(st) = wal.stats().await {
-                    eprintln!("bench write: {:.0}s appends {} objects {}", started.elapsed().as_secs_f64(), st.appends, st.objects);
+                    eprintln!(
+                        "bench write: {:.0}s appends {} objects {} pending {}",
+                        started.elapsed().as_secs_f64(),
+                        st.appends,
+                        st.objects,
+                        recorder.pending()
+                    );
                 }
             }
-            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        })
+    };
+    let offered_seconds = match c.rate {
+        Some(rate) => Some(open_loop(c, rate, &wal, &recorder, &payload, started).await),
+        None => {
+            closed_loop(c, &wal, &recorder, &payload, started).await;
+            None
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            stop.store(true, Ordering::Relaxed);
-        }
-    }
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
-    let (mut ok, mut failed) = (0u64, 0u64);
-    for t in tasks {
-        let (o, f) = t.await?;
-        ok += o;
-        failed += f;
-    }
-    for h in shards.iter() {
-        hist.add(&*h.lock().unwrap_or_else(|p| p.into_inner()))?;
-    }
+    };
+    progress.abort();
     let elapsed = started.elapsed().as_secs_f64();
+    let hist = recorder.merged()?;
+    let ok = recorder.ok.load(Ordering::Relaxed);
+    let failed = recorder.failed.load(Ordering::Relaxed);
+    let unfinished = recorder.unfinished.load(Ordering::Relaxed);
+    let issued = recorder.issued.load(Ordering::Relaxed);
     let stats = wal.stats().await?;
+    let drawn = s.latency_counts().since(&drawn_before);
+    let created = count_keys(s, &cfg.prefix)
+        .await?
+        .saturating_sub(keys_before);
     let counts = s.counting.counts();
     let puts = counts.puts.load(Ordering::Relaxed);
     let put_bytes = counts.put_bytes.load(Ordering::Relaxed);
@@ -304,31 +702,57 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
         "workload": "write",
         "store": c.store,
         "put_latency_ms": c.put_latency_ms,
+        "get_latency_ms": c.get_latency_ms,
         "regions": c.regions,
         "entry_bytes": c.entry_bytes,
         "entries_per_append": c.entries_per_append,
-        "appenders": c.appenders,
         "min_object_interval_ms": cfg.min_object_interval.as_millis() as u64,
         "max_in_flight": cfg.max_in_flight,
         "max_batch_bytes": cfg.max_batch_bytes,
         "max_pending_bytes": cfg.max_pending_bytes,
+        "hedge": hedge_label(&cfg.hedge_after),
+        "request_timeout_ms": round2(ms_of(cfg.request_timeout)),
         "seconds": round2(elapsed),
         "appends": ok,
         "failed": failed,
+        "unfinished": unfinished,
         "appends_per_s": (ok as f64 / elapsed).round(),
         "mib_per_s": round2(mib / elapsed),
         "p50_ms": ms(&hist, 0.5),
+        "p90_ms": ms(&hist, 0.9),
         "p99_ms": ms(&hist, 0.99),
         "p999_ms": ms(&hist, 0.999),
         "max_ms": round2(hist.max() as f64 / 1000.0),
         "objects": stats.objects,
+        "objects_created": created,
         "puts": puts,
+        "extra_puts_pct": if stats.objects > 0 { round2((puts as f64 - stats.objects as f64) / stats.objects as f64 * 100.0) } else { 0.0 },
+        "puts_per_s": round2(puts as f64 / elapsed),
+        "hedged": stats.hedged,
+        "hedge_wins": stats.hedge_wins,
+        "timeouts": stats.timeouts,
+        "retries": stats.retries,
         "put_bytes": put_bytes,
         "puts_per_mib": if put_bytes > 0 { (puts as f64 / (put_bytes as f64 / MIB) * 1000.0).round() / 1000.0 } else { 0.0 },
         "objects_per_s": round2(stats.objects as f64 / elapsed),
         "peak_rss_mib": round2(peak_rss_mib()),
         "rss_bound_mib": round2((cfg.max_pending_bytes + cfg.max_in_flight as u64 * cfg.max_batch_bytes) as f64 / MIB + 64.0),
     });
+    match (c.rate, offered_seconds) {
+        (Some(rate), Some(window)) => {
+            line["mode"] = json!("open");
+            line["offered_rate"] = json!(rate);
+            line["issued"] = json!(issued);
+            line["issued_rate"] = json!(round2(issued as f64 / window.max(1e-9)));
+            line["rate"] = json!(round2(ok as f64 / elapsed));
+            line["seed"] = json!(c.seed);
+        }
+        _ => {
+            line["mode"] = json!("closed");
+            line["appenders"] = json!(c.appenders);
+        }
+    }
+    latency_fields(c, &drawn, &mut line);
     if c.obsolete_lag > 0 {
         // Let the reclaimer catch up with the last floor, then time a fresh open.
         let floor = stats.floor;
@@ -353,7 +777,7 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
     }
     if c.idle_seconds > 0.0 {
         s.counting.reset();
-        tokio::time::sleep(Duration::from_secs_f64(c.idle_seconds)).await;
+        tokio::time::sleep(secs(c.idle_seconds)).await;
         line["idle_seconds"] = json!(c.idle_seconds);
         line["idle_requests"] = json!(s.counting.counts().requests());
     }
@@ -362,6 +786,52 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
         mib_per_s: mib / elapsed,
         wal,
     })
+}
+
+/// Keys under the WAL prefix in the base store (no latency, not counted): after a run,
+/// less before it, the objects that landed, acknowledged or not.
+async fn count_keys(s: &Stores, prefix: &str) -> Result<u64, Box<dyn std::error::Error>> {
+    let prefix = object_store::path::Path::from(prefix);
+    let mut keys = 0u64;
+    let mut listing = s.base.list(Some(&prefix));
+    while let Some(meta) = listing.next().await {
+        meta?;
+        keys += 1;
+    }
+    Ok(keys)
+}
+
+/// The tails and hangs asked for, and how many were drawn, when any were.
+fn latency_fields(c: &Common, drawn: &LatencyCounts, line: &mut serde_json::Value) {
+    let tail = |t: &Option<Tail>| t.map(|t| format!("{}:{}", t.fraction, t.extra_ms));
+    if let Some(t) = tail(&c.put_tail) {
+        line["put_tail"] = json!(t);
+        line["put_tails_drawn"] = json!(drawn.put_tails);
+    }
+    if let Some(t) = tail(&c.get_tail) {
+        line["get_tail"] = json!(t);
+        line["get_tails_drawn"] = json!(drawn.get_tails);
+    }
+    if c.put_hang > 0.0 {
+        line["put_hang"] = json!(c.put_hang);
+        line["put_hangs_drawn"] = json!(drawn.put_hangs);
+    }
+    if c.get_hang > 0.0 {
+        line["get_hang"] = json!(c.get_hang);
+        line["get_hangs_drawn"] = json!(drawn.get_hangs);
+    }
+}
+
+/// Stops `wal`, waiting at most 5 s (a hung request the WAL still waits for would
+/// otherwise keep the benchmark from ending).
+async fn stop(wal: &WalHandle) -> Result<(), Box<dyn std::error::Error>> {
+    match tokio::time::timeout(Duration::from_secs(5), wal.stop()).await {
+        Ok(r) => Ok(r?),
+        Err(_) => {
+            eprintln!("bench: the WAL did not stop within 5 s; leaving it");
+            Ok(())
+        }
+    }
 }
 
 /// The ceiling: the same volume sealed and created through the core, `max_in_flight` at
@@ -383,7 +853,7 @@ async fn limit(
     let per = c.entries_per_append.max(1);
     let total = c.appends;
     let started = Instant::now();
-    let deadline = started + Duration::from_secs_f64(c.seconds);
+    let deadline = started + secs(c.seconds);
     let mut appended = 0u64;
     let mut sealed = Vec::new();
     let mut batch = Batch::new(cfg.batch_limits());
@@ -447,41 +917,65 @@ async fn limit(
     Ok((line, mib / elapsed))
 }
 
-async fn recover(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
-    let cfg = config(c);
-    // Build the prefix on the base store, without latency: one small object per sequence.
+/// Builds `objects` data objects on the base store (no latency, no counting) through
+/// the core, after an opening object: each holds `entries_per_object` entries of
+/// `entry_bytes`, the `j`-th entry of object `i` in region `(i * entries_per_object + j)
+/// % regions`. At most 64 creates at once, sealed as they go, so memory stays small.
+async fn build_chain(
+    c: &Common,
+    s: &Stores,
+    cfg: &Config,
+    objects: u64,
+    entries_per_object: usize,
+    entry_bytes: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
     let io = WalIo::new(s.base.clone(), &cfg.prefix, cfg.whole_read_threshold)?;
-    let opened = open_instance(&io, &cfg).await?;
+    let opened = open_instance(&io, cfg).await?;
     let mut epoch = opened.epoch;
-    let payload = Bytes::from(vec![0x5au8; c.entry_bytes.min(4096)]);
+    let payload = Bytes::from(vec![0x5au8; entry_bytes]);
+    let per = entries_per_object.max(1) as u64;
+    let regions = c.regions.max(1);
     let build_started = Instant::now();
-    let mut sealed = Vec::new();
-    for i in 0..c.objects.saturating_sub(1) {
-        let mut batch = Batch::new(cfg.batch_limits());
-        for r in 0..4u64 {
-            let _ = batch.admit(vec![(
-                (i * 4 + r) % c.regions.max(1),
-                vec![payload.clone()],
-            )]);
+    let (io, retry) = (&io, &cfg.retry);
+    let mut creates = stream::iter(0..objects)
+        .map(|i| {
+            let mut batch = Batch::new(cfg.batch_limits());
+            for j in 0..per {
+                let _ = batch.admit(vec![((i * per + j) % regions, vec![payload.clone()])]);
+            }
+            let sealed = epoch.seal(&mut batch);
+            async move {
+                let sealed = sealed?;
+                Ok::<_, object_store_wal::Error>(persist(io, &sealed.encoded, retry).await)
+            }
+        })
+        .buffer_unordered(64);
+    while let Some(outcome) = creates.next().await {
+        let outcome = outcome?;
+        if !matches!(outcome, PersistOutcome::Durable { .. }) {
+            return Err(format!("building the prefix failed: {outcome:?}").into());
         }
-        sealed.push(epoch.seal(&mut batch)?);
-    }
-    let outcomes: Vec<PersistOutcome> = stream::iter(sealed.iter())
-        .map(|o| persist(&io, &o.encoded, &cfg.retry))
-        .buffer_unordered(64)
-        .collect()
-        .await;
-    if let Some(bad) = outcomes
-        .iter()
-        .find(|o| !matches!(o, PersistOutcome::Durable { .. }))
-    {
-        return Err(format!("recover: building the prefix failed: {bad:?}").into());
     }
     eprintln!(
-        "bench recover: built {} objects in {:.1}s",
-        c.objects,
+        "bench: built {objects} objects of {per} entries in {:.1}s",
         build_started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+async fn recover(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let cfg = config(c);
+    // One small object per sequence, the opening object included.
+    let objects = c.objects.unwrap_or(10_000);
+    build_chain(
+        c,
+        s,
+        &cfg,
+        objects.saturating_sub(1),
+        4,
+        c.entry_bytes.min(4096),
+    )
+    .await?;
     s.counting.reset();
     let started = Instant::now();
     let wal = ObjectStoreLogStore::open(s.wal.clone(), cfg.clone()).await?;
@@ -507,14 +1001,37 @@ async fn recover(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn st
     }))
 }
 
+/// Resets the peak resident set (`VmHWM`) to the current one, so that a later
+/// [`peak_rss_mib`] measures what came after (Linux 4.0 and later; ignored elsewhere).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
 async fn replay(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
-    let written = write(c, s).await?;
-    written.wal.stop().await?;
-    eprintln!("bench replay: {}", written.line);
-    let (wal, _) = spawn_wal(s.wal.clone(), config(c), RestartPolicy::default()).await?;
+    let cfg = config(c);
+    // The data objects the replay reads, and the entries they hold.
+    let (data_objects, expected) = match c.objects {
+        Some(objects) => {
+            let per = c.entries_per_object.unwrap_or(c.regions.max(1) as usize);
+            build_chain(c, s, &cfg, objects, per, c.entry_bytes).await?;
+            (objects, Some(objects * per.max(1) as u64))
+        }
+        None => {
+            let written = write(c, s).await?;
+            stop(&written.wal).await?;
+            eprintln!("bench replay: {}", written.line);
+            let objects = written.line["objects"].as_u64().unwrap_or(0);
+            let appends = written.line["appends"].as_u64().unwrap_or(0);
+            (objects, Some(appends * c.entries_per_append.max(1) as u64))
+        }
+    };
+    let (wal, _) = spawn_wal(s.wal.clone(), cfg.clone(), RestartPolicy::default()).await?;
     wal.last_entry_id_overall().await?;
     let stats = wal.stats().await?;
+    reset_peak_rss();
+    let rss_before = status_mib("VmRSS:");
     s.counting.reset();
+    let drawn_before = s.latency_counts();
     let started = Instant::now();
     let regions: Vec<(u64, u64)> = (0..c.regions.max(1)).map(|r| (r, 0)).collect();
     let rx = wal.replay(regions).await?;
@@ -530,23 +1047,47 @@ async fn replay(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn std
         *last = e.id;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let peak = peak_rss_mib();
+    let after = wal.stats().await?;
+    let drawn = s.latency_counts().since(&drawn_before);
     let counts = s.counting.counts();
     let gets = counts.gets.load(Ordering::Relaxed);
-    let data_objects = stats.chain_objects.saturating_sub(2).max(1);
-    wal.stop().await?;
-    Ok(json!({
+    let objects = data_objects.max(1);
+    stop(&wal).await?;
+    if expected.is_some_and(|n| n != entries) {
+        eprintln!("bench replay: {entries} entries replayed, {expected:?} written");
+    }
+    let replay_ms = elapsed * 1000.0;
+    let ideal =
+        data_objects as f64 * c.get_latency_ms as f64 / cfg.replay_concurrency.max(1) as f64;
+    let mut line = json!({
         "workload": "replay",
         "store": c.store,
         "get_latency_ms": c.get_latency_ms,
         "regions": c.regions,
-        "entries": entries,
+        "entry_bytes": c.entry_bytes,
+        "replay_concurrency": cfg.replay_concurrency,
+        "replay_budget_mib": round2(cfg.replay_budget_bytes as f64 / MIB),
+        "objects": data_objects,
         "chain_objects": stats.chain_objects,
-        "replay_ms": round2(elapsed * 1000.0),
+        "entries": entries,
+        "entries_written": expected,
+        "replay_ms": round2(replay_ms),
+        "ms_per_object": round2(replay_ms / objects as f64),
+        "ideal_ms": round2(ideal),
+        "ratio_to_ideal": if ideal > 0.0 { round2(replay_ms / ideal) } else { 0.0 },
         "gets": gets,
-        "gets_per_object": round2(gets as f64 / data_objects as f64),
+        "gets_per_object": round2(gets as f64 / objects as f64),
         "bytes_read": counts.get_bytes.load(Ordering::Relaxed),
         "entries_per_s": (entries as f64 / elapsed).round(),
-    }))
+        "hedged": after.hedged.saturating_sub(stats.hedged),
+        "hedge_wins": after.hedge_wins.saturating_sub(stats.hedge_wins),
+        "timeouts": after.timeouts.saturating_sub(stats.timeouts),
+        "peak_rss_mib": round2(peak),
+        "rss_before_mib": round2(rss_before),
+    });
+    latency_fields(c, &drawn, &mut line);
+    Ok(line)
 }
 
 #[tokio::main]
@@ -557,7 +1098,7 @@ async fn main() {
             Workload::Write(c) => {
                 let s = stores(c)?;
                 let r = write(c, &s).await?;
-                r.wal.stop().await?;
+                stop(&r.wal).await?;
                 println!("{}", r.line);
             }
             Workload::Limit(c) => {
@@ -571,7 +1112,7 @@ async fn main() {
                 let mut r = {
                     let s = stores(c)?;
                     let r = write(c, &s).await?;
-                    r.wal.stop().await?;
+                    stop(&r.wal).await?;
                     r
                 };
                 r.line["ratio_to_limit"] = json!(round2(r.mib_per_s / limit_mib.max(1e-9)));

@@ -55,7 +55,10 @@ pub use fault::{
     CreateFault, CreateHold, FaultCounts, FaultHooks, FaultRates, FaultStore, OpRecord,
 };
 pub use forward::{Hooks, Wrapper};
-pub use latency::{with_latency, LatencyHooks, LatencyStore};
+pub use latency::{
+    with_latency, with_latency_profile, LatencyCounts, LatencyHooks, LatencyProfile, LatencyStore,
+    LatencyTail,
+};
 pub use rng::SplitMix64;
 
 /// Locks `m`, taking the data of a lock poisoned by a panic elsewhere (a test that
