@@ -123,9 +123,10 @@ pub enum HedgeAfter {
     Off,
     /// After this long.
     Fixed(Duration),
-    /// After one and a half times the `percentile` of the recent latencies of the same
-    /// kind of request (creates apart from GETs), never sooner than `floor`: only the
-    /// slow tail is hedged, whatever the store's usual latency.
+    /// After 1.25 times the `percentile` of the recent latencies of the same kind of
+    /// request (creates apart from GETs), never sooner than `floor`: only the slow tail is
+    /// hedged, whatever the store's usual latency. Until 16 latencies are known, after
+    /// 500 ms.
     Adaptive {
         /// The percentile of recent latencies, 1 to 99.
         percentile: u8,

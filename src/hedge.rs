@@ -4,9 +4,9 @@
 //! An object store's latency has a heavy tail: most PUTs answer in tens of milliseconds,
 //! a few in hundreds, some never. Waiting for the tail costs every entry behind it (the
 //! writer acknowledges in order); hedging only the tail costs a few extra requests. The
-//! adaptive delay follows the store: one and a half times a high percentile of the
-//! recent latencies of the same kind of request, so only the slow tail is hedged
-//! whatever the store's usual latency. Pure: no I/O; memory is a fixed window.
+//! adaptive delay follows the store: a quarter above a high percentile (the 90th by
+//! default) of the recent latencies of the same kind of request, so only the slow tail
+//! is hedged, whatever the store's usual latency. Pure: no I/O; memory is a fixed window.
 
 use std::time::Duration;
 
@@ -69,7 +69,7 @@ impl HedgeDelay {
             let rank = (sorted.len() - 1) * usize::from(percentile.min(99)) / 100;
             let (_, at, _) = sorted.select_nth_unstable(rank);
             let p = Duration::from_micros(u64::from(*at));
-            self.current = Some(floor.max(p.saturating_mul(3) / 2));
+            self.current = Some(floor.max(p.saturating_mul(5) / 4));
         }
     }
 }
@@ -94,7 +94,7 @@ mod tests {
             let ms = if i % 50 == 0 { 520 } else { 20 };
             d.record(Duration::from_millis(ms));
         }
-        assert_eq!(d.delay(), Some(Duration::from_millis(30)));
+        assert_eq!(d.delay(), Some(Duration::from_millis(25)));
         for _ in 0..WINDOW {
             d.record(Duration::from_micros(100));
         }

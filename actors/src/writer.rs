@@ -7,11 +7,11 @@
 //!   `min_object_interval` has passed since the last create started. An admitted entry
 //!   thus never waits for another object's upload while a slot is free, and the PUT rate
 //!   stays at most one per `min_object_interval`. A batch that becomes sealable by its
-//!   first entry gathers first: until it holds as many appends as the last object
-//!   acknowledged (in a closed loop, the callers that object answered come back within
-//!   a fraction of a millisecond), for at most a quarter of `min_object_interval` (1 ms
-//!   at most). Sealing on the first arrival would ship one entry and make the rest wait
-//!   a whole interval. An idle epoch seals an empty object to
+//!   first entry, or by the end of the interval it waited for, gathers first: until it
+//!   holds as many appends as the last object acknowledged (in a closed loop, the
+//!   callers that object answered come back within a few milliseconds), for at most a
+//!   quarter of `min_object_interval` (5 ms at most). Sealing on the first arrival would
+//!   ship one entry and make the rest wait a whole interval. An idle epoch seals an empty object to
 //!   stay inside its link window. Every admission, completion and timer comes back to
 //!   this decision.
 //! - **Uploading.** Up to `max_in_flight` objects are created at once, each in a spawned
@@ -107,7 +107,7 @@ enum SealReason {
 }
 
 /// The longest a batch that could be sealed at once gathers first (see the module doc).
-const MAX_GATHER: Duration = Duration::from_millis(1);
+const MAX_GATHER: Duration = Duration::from_millis(5);
 
 /// What the sealing decision waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +138,8 @@ pub struct WriterState {
     /// The appends of the last object acknowledged: in a closed loop, the callers that
     /// come back at once, so a batch holding as many has gathered its burst.
     expected_burst: usize,
+    /// When the last object with appends was acknowledged.
+    last_ack: Option<Instant>,
 }
 
 /// The writer actor.
@@ -217,13 +219,14 @@ impl WriterState {
     }
 
     fn admitted(&mut self, port: Waiter, bytes: u64) {
+        let now = Instant::now();
         if self.batch_opened.is_none() {
-            self.batch_opened = Some(Instant::now());
+            self.batch_opened = Some(now);
         }
         self.batch_waiters.push(port);
         self.pending_bytes += bytes;
         Counters::set(&self.args.counters.pending_bytes, self.pending_bytes);
-        if self.seal_reason(Instant::now()) == Some(SealReason::Full) {
+        if self.seal_reason(now) == Some(SealReason::Full) {
             self.seal_logged(SealReason::Full);
         }
     }
@@ -260,8 +263,18 @@ impl WriterState {
         if let Some(due) = self.next_start_due(now) {
             return Some(Due::At(due));
         }
-        let gathered_until = self.batch_opened? + self.gather;
-        let gathered = now >= gathered_until || self.batch.append_count() >= self.expected_burst;
+        // Gathering counts from when the batch could first have been sealed: its first
+        // entry, or the end of the interval it waited for.
+        let opened = self.batch_opened?;
+        let sealable_since = self.start_due().map_or(opened, |due| due.max(opened));
+        let gathered_until = sealable_since + self.gather;
+        // A batch whose first entry came after the last acknowledgement may be its
+        // callers coming back (a closed loop): it gathers as many appends as that object
+        // had. Under open-loop load the batch opened before the acknowledgement, and its
+        // arrivals owe nothing to it: waiting would only add latency.
+        let returning = self.last_ack.is_some_and(|ack| opened >= ack);
+        let gathered =
+            !returning || self.batch.append_count() >= self.expected_burst || now >= gathered_until;
         (!gathered).then_some(Due::At(gathered_until))
     }
 
@@ -352,6 +365,9 @@ impl WriterState {
     /// the epoch's link window.
     fn start_uploads(&mut self, myself: &ActorRef<WriterMsg>) {
         if !matches!(self.lifecycle, Lifecycle::Writing) {
+            return;
+        }
+        if self.objects.values().all(|f| f.started) {
             return;
         }
         let max_in_flight = self.args.config.max_in_flight;
@@ -494,6 +510,7 @@ impl WriterState {
         Counters::set(&c.pending_bytes, self.pending_bytes);
         if !sealed.receipts.is_empty() {
             self.expected_burst = sealed.receipts.len();
+            self.last_ack = Some(Instant::now());
         }
         for (waiter, receipt) in flight.waiters.into_iter().zip(sealed.receipts.iter()) {
             reply(waiter, Ok(receipt.clone()));
@@ -668,6 +685,7 @@ impl Actor for WriterActor {
             last_start: None,
             wake_armed: false,
             expected_burst: 1,
+            last_ack: None,
             gather: (args.config.min_object_interval / 4).min(MAX_GATHER),
             args,
         })
