@@ -610,32 +610,47 @@ async fn open_loop(
     payload: &Bytes,
     started: Instant,
 ) -> f64 {
-    let mut rng = SplitMix64::new(c.seed).fork();
+    // The arrivals are timed by an OS thread: tokio's timers fire on millisecond ticks,
+    // which would start each append up to a millisecond after its scheduled time and
+    // charge that to the WAL (latency counts from the schedule).
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Instant)>();
+    let (seed, appends, seconds) = (c.seed, c.appends, c.seconds);
+    let dispatcher = std::thread::spawn(move || {
+        let mut rng = SplitMix64::new(seed).fork();
+        let mut at = 0.0f64;
+        let mut issued = 0u64;
+        loop {
+            if appends.is_some_and(|n| issued >= n) {
+                break;
+            }
+            let gap = -(1.0 - rng.unit()).ln() / rate;
+            if appends.is_none() && at + gap >= seconds {
+                at = seconds;
+                break;
+            }
+            at += gap;
+            let scheduled = started + secs(at);
+            let now = Instant::now();
+            if scheduled > now {
+                std::thread::sleep(scheduled - now);
+            }
+            if tx.send((issued, scheduled)).is_err() {
+                break;
+            }
+            issued += 1;
+        }
+        at
+    });
     let mut tasks = JoinSet::new();
     let (per, lag) = (c.entries_per_append.max(1), c.obsolete_lag);
-    let mut at = 0.0f64;
-    let mut issued = 0u64;
-    loop {
-        if c.appends.is_some_and(|n| issued >= n) {
-            break;
-        }
-        let gap = -(1.0 - rng.unit()).ln() / rate;
-        if c.appends.is_none() && at + gap >= c.seconds {
-            at = c.seconds;
-            break;
-        }
-        at += gap;
-        let scheduled = started + secs(at);
-        if scheduled > Instant::now() {
-            tokio::time::sleep_until(scheduled.into()).await;
-        }
-        let arrival = Arrival::new(recorder, issued, scheduled);
+    while let Some((k, scheduled)) = rx.recv().await {
+        let arrival = Arrival::new(recorder, k, scheduled);
         let (wal, entries) = (wal.clone(), vec![payload.clone(); per]);
-        let region = region_of(issued, c.regions);
+        let region = region_of(k, c.regions);
         tasks.spawn(async move { arrival.append(&wal, region, entries, lag).await });
-        issued += 1;
         while tasks.try_join_next().is_some() {}
     }
+    let at = dispatcher.join().unwrap_or(seconds);
     drain(&mut tasks, c.drain_seconds).await;
     at
 }
