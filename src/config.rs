@@ -72,8 +72,10 @@ impl RetryPolicy {
 pub struct Config {
     /// The WAL prefix: keys are `<prefix>/<20-digit sequence>.wal`.
     pub prefix: String,
-    /// The shortest time between the starts of two objects' creates: the PUT-rate
-    /// bound, the cost control. Zero: no bound.
+    /// The PUT-rate bound, the cost control: objects' creates start in slots this far
+    /// apart, at most one per interval over any stretch of time; two starts are never
+    /// closer than the interval less 1 ms (a start that a timer tick delayed does not
+    /// delay the next). Zero: no bound.
     pub min_object_interval: Duration,
     /// The largest object, header to trailer; a batch is sealed before it grows past it.
     pub max_batch_bytes: u64,

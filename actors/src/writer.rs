@@ -109,6 +109,9 @@ enum SealReason {
 /// The longest a batch that could be sealed at once gathers first (see the module doc).
 const MAX_GATHER: Duration = Duration::from_millis(5);
 
+/// The granularity of tokio's timers: a timer fires up to this late.
+const TIMER_TICK: Duration = Duration::from_millis(1);
+
 /// What the sealing decision waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Due {
@@ -129,8 +132,10 @@ pub struct WriterState {
     uploading: usize,
     pending_bytes: u64,
     waiting: VecDeque<AppendRequest>,
-    /// When the last upload started (the PUT-rate bound counts from it).
-    last_start: Option<Instant>,
+    /// The earliest the next upload may start (the PUT-rate bound): slots one
+    /// `min_object_interval` apart, so a start that a timer tick delayed does not delay
+    /// every later one.
+    next_slot: Option<Instant>,
     /// A wake-up for the sealing decision is on its way.
     wake_armed: bool,
     /// How long a batch that could be sealed at once gathers at most.
@@ -280,7 +285,7 @@ impl WriterState {
 
     /// When the next upload may start under `min_object_interval`.
     fn start_due(&self) -> Option<Instant> {
-        Some(self.last_start? + self.args.config.min_object_interval)
+        self.next_slot
     }
 
     /// When the next upload may start; `None`: now.
@@ -396,7 +401,14 @@ impl WriterState {
             }
             flight.started = true;
             self.uploading += 1;
-            self.last_start = Some(now);
+            // The next slot is an interval after this one, or after this start if it
+            // came more than a timer tick late (idle): starts are never closer than an
+            // interval less a tick, and never more than one per interval on average.
+            let interval = self.args.config.min_object_interval;
+            let slack = interval.min(TIMER_TICK);
+            let on_grid = self.next_slot.map(|slot| slot + interval);
+            let from_now = now + interval - slack;
+            self.next_slot = Some(on_grid.map_or(now + interval, |g| g.max(from_now)));
             Counters::set(&self.args.counters.in_flight, self.uploading as u64);
             let sealed = flight.sealed.clone();
             let io = self.args.io.clone();
@@ -682,7 +694,7 @@ impl Actor for WriterActor {
             uploading: 0,
             pending_bytes: 0,
             waiting: VecDeque::new(),
-            last_start: None,
+            next_slot: None,
             wake_armed: false,
             expected_burst: 1,
             last_ack: None,
