@@ -23,6 +23,20 @@ pub enum CorruptSegmentPolicy {
     Skip,
 }
 
+/// The largest duration any field takes: one day.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+/// The largest count (concurrency, attempts) any field takes.
+pub const MAX_COUNT: u64 = 4096;
+/// The largest byte budget any field takes: 64 GiB.
+pub const MAX_BYTES: u64 = 64 << 30;
+
+fn too_large(field: &'static str, reason: &str) -> Result<()> {
+    Err(Error::Config {
+        field,
+        reason: reason.to_string(),
+    })
+}
+
 /// Bounds on retrying a create whose outcome is unknown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -249,6 +263,54 @@ impl Config {
                 "reclaim_grace",
                 "must be at least twice max_create_duration, so a stalled create cannot land on a reclaimed key and be acknowledged",
             );
+        }
+        self.validate_upper_bounds()
+    }
+
+    /// Every value has an upper bound that keeps the arithmetic on it (deadlines,
+    /// backoffs, sums of bytes) in range; the error names the first value above its.
+    fn validate_upper_bounds(&self) -> Result<()> {
+        let durations = [
+            ("min_object_interval", self.min_object_interval),
+            ("retry.initial_backoff", self.retry.initial_backoff),
+            ("retry.max_backoff", self.retry.max_backoff),
+            ("max_create_duration", self.max_create_duration),
+            ("reclaim_grace", self.reclaim_grace),
+            ("request_timeout", self.request_timeout),
+        ];
+        for (field, value) in durations {
+            if value > MAX_DURATION {
+                return too_large(field, "must be at most one day");
+            }
+        }
+        match self.hedge_after {
+            HedgeAfter::Fixed(d) | HedgeAfter::Adaptive { floor: d, .. } if d > MAX_DURATION => {
+                return too_large("hedge_after", "must be at most one day");
+            }
+            _ => {}
+        }
+        let counts = [
+            ("max_in_flight", self.max_in_flight as u64),
+            ("recovery_concurrency", self.recovery_concurrency as u64),
+            ("read_ahead", self.read_ahead as u64),
+            ("replay_concurrency", self.replay_concurrency as u64),
+            ("open_attempts", u64::from(self.open_attempts)),
+            ("retry.max_attempts", u64::from(self.retry.max_attempts)),
+        ];
+        for (field, value) in counts {
+            if value > MAX_COUNT {
+                return too_large(field, "must be at most 4096");
+            }
+        }
+        let bytes = [
+            ("max_pending_bytes", self.max_pending_bytes),
+            ("replay_budget_bytes", self.replay_budget_bytes),
+            ("whole_read_threshold", self.whole_read_threshold),
+        ];
+        for (field, value) in bytes {
+            if value > MAX_BYTES {
+                return too_large(field, "must be at most 64 GiB");
+            }
         }
         Ok(())
     }

@@ -45,6 +45,24 @@ fn invalid_configs() -> Vec<(&'static str, Config)> {
         c.replay_budget_bytes = c.max_batch_bytes - 1
     });
     push("request_timeout", &|c| c.request_timeout = Duration::ZERO);
+    // Upper bounds: values that would overflow a deadline or a sum.
+    let huge = Duration::from_secs(u64::MAX / 4);
+    push("min_object_interval", &|c| c.min_object_interval = huge);
+    push("request_timeout", &|c| c.request_timeout = huge);
+    push("max_create_duration", &|c| {
+        c.max_create_duration = huge;
+        c.reclaim_grace = huge.saturating_mul(2);
+    });
+    push("retry.initial_backoff", &|c| {
+        c.retry.max_backoff = huge;
+        c.retry.initial_backoff = huge;
+    });
+    push("hedge_after", &|c| c.hedge_after = HedgeAfter::Fixed(huge));
+    push("max_in_flight", &|c| c.max_in_flight = usize::MAX);
+    push("replay_concurrency", &|c| c.replay_concurrency = 1 << 20);
+    push("open_attempts", &|c| c.open_attempts = u32::MAX);
+    push("max_pending_bytes", &|c| c.max_pending_bytes = u64::MAX);
+    push("replay_budget_bytes", &|c| c.replay_budget_bytes = u64::MAX);
     push("hedge_after", &|c| {
         c.hedge_after = HedgeAfter::Fixed(Duration::ZERO)
     });
