@@ -23,8 +23,9 @@ pub enum CorruptSegmentPolicy {
     Skip,
 }
 
-/// The largest duration any field takes: one day.
-pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+/// The largest duration any field takes: a year (a retention-minded node may keep
+/// objects for weeks through `reclaim_grace`).
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// The largest count (concurrency, attempts) any field takes.
 pub const MAX_COUNT: u64 = 4096;
 /// The largest byte budget any field takes: 64 GiB.
@@ -280,12 +281,12 @@ impl Config {
         ];
         for (field, value) in durations {
             if value > MAX_DURATION {
-                return too_large(field, "must be at most one day");
+                return too_large(field, "must be at most a year");
             }
         }
         match self.hedge_after {
             HedgeAfter::Fixed(d) | HedgeAfter::Adaptive { floor: d, .. } if d > MAX_DURATION => {
-                return too_large("hedge_after", "must be at most one day");
+                return too_large("hedge_after", "must be at most a year");
             }
             _ => {}
         }
