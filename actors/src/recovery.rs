@@ -1,6 +1,9 @@
 //! The recovery actor: runs the open (listing, chain choice, claims, opening object) off
 //! the supervisor's mailbox and reports the result to it, then stops.
 
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
 use object_store_wal::io::WalIo;
 use object_store_wal::open::open_instance_with;
 use object_store_wal::{Config, CreateClock, Error};
@@ -21,6 +24,17 @@ pub struct RecoveryArgs {
     pub clock: std::sync::Arc<dyn CreateClock>,
 }
 
+/// What a panic said, as far as it can be read.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "the open panicked".to_string()
+    }
+}
+
 /// The recovery actor.
 pub struct RecoveryActor;
 
@@ -38,17 +52,15 @@ impl Actor for RecoveryActor {
         let task = tokio::spawn(
             async move {
                 // A panic inside the open is reported as a failed open, never as
-                // silence that would leave the supervisor waiting.
-                let (io, config, clock) =
-                    (args.io.clone(), args.config.clone(), args.clock.clone());
-                let opening =
-                    tokio::spawn(
-                        async move { open_instance_with(&io, &config, clock.as_ref()).await },
-                    );
-                let result = match opening.await {
+                // silence that would leave the supervisor waiting. The open runs in
+                // this task, so aborting the task ends it: an abandoned open sends
+                // nothing more (a claim or an opening object of an instance already
+                // replaced would fence its successor).
+                let opening = open_instance_with(&args.io, &args.config, args.clock.as_ref());
+                let result = match AssertUnwindSafe(opening).catch_unwind().await {
                     Ok(result) => result,
-                    Err(e) => Err(Error::OpenPanicked {
-                        reason: e.to_string(),
+                    Err(panic) => Err(Error::OpenPanicked {
+                        reason: panic_message(panic.as_ref()),
                     }),
                 };
                 let _ = args
@@ -66,9 +78,8 @@ impl Actor for RecoveryActor {
         _myself: ActorRef<Self::Msg>,
         task: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        // Stopped before it finished (the WAL is stopping). This aborts the outer task
-        // only: the open itself runs in a task of its own (to catch its panic), which
-        // goes on to its end and may still write claims and an opening object.
+        // Stopped before it finished (the WAL is stopping or aborted): the open ends
+        // here, at its next await, and sends nothing more.
         task.abort();
         Ok(())
     }

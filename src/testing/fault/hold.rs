@@ -22,6 +22,7 @@ struct HoldState {
     released: tokio::sync::watch::Sender<bool>,
     arrived: tokio::sync::watch::Sender<u64>,
     finished: tokio::sync::watch::Sender<u64>,
+    abandoned: tokio::sync::watch::Sender<u64>,
 }
 
 impl CreateHold {
@@ -31,6 +32,7 @@ impl CreateHold {
                 released: tokio::sync::watch::Sender::new(false),
                 arrived: tokio::sync::watch::Sender::new(0),
                 finished: tokio::sync::watch::Sender::new(0),
+                abandoned: tokio::sync::watch::Sender::new(0),
             }),
         }
     }
@@ -68,12 +70,43 @@ impl CreateHold {
         let _ = rx.wait_for(|f| *f >= n).await;
     }
 
+    /// Creates of the key whose caller gave up while they waited at the hold (their
+    /// future was dropped, say by an abort): they never reached the store.
+    pub fn abandoned(&self) -> u64 {
+        *self.state.abandoned.borrow()
+    }
+
+    /// Waits until `n` creates of the key were abandoned at the hold.
+    pub async fn wait_abandoned(&self, n: u64) {
+        let mut rx = self.state.abandoned.subscribe();
+        let _ = rx.wait_for(|a| *a >= n).await;
+    }
+
     /// Counts a create in, waits for the release; the guard counts it out when dropped.
     pub(super) async fn pass(&self) -> HoldPassage {
         self.state.arrived.send_modify(|a| *a += 1);
+        let mut waiting = Waiting {
+            hold: self.clone(),
+            passed: false,
+        };
         let mut rx = self.state.released.subscribe();
         let _ = rx.wait_for(|released| *released).await;
+        waiting.passed = true;
         HoldPassage { hold: self.clone() }
+    }
+}
+
+/// Counts a create dropped while it waited at the hold as abandoned.
+struct Waiting {
+    hold: CreateHold,
+    passed: bool,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if !self.passed {
+            self.hold.state.abandoned.send_modify(|a| *a += 1);
+        }
     }
 }
 
