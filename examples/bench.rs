@@ -352,7 +352,7 @@ fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
     let p = profile(c);
     let latent = (p != LatencyProfile::new(Duration::ZERO, Duration::ZERO).seed(c.seed))
         .then(|| with_latency_profile(base.clone(), p));
-    let counting = CountingStore::new(match &latent {
+    let counting = CountingStore::counts_only(match &latent {
         Some(l) => l.clone(),
         None => base.clone(),
     });

@@ -344,13 +344,9 @@ impl WalIo {
         &self,
         stream: futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>,
     ) -> Result<Listing> {
-        let metas: Vec<_> = tokio::time::timeout(self.requests.timeout, stream.try_collect())
-            .await
-            .map_err(|_| {
-                let stats = &self.requests.stats;
-                stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                self.timeout_error("list", &self.prefix)
-            })?
+        let metas: Vec<_> = self
+            .within_timeout("list", &self.prefix, stream.try_collect())
+            .await?
             .map_err(|e| Error::store("list", &self.prefix, e))?;
         let mut listing = Listing::default();
         for meta in metas {
@@ -373,14 +369,15 @@ impl WalIo {
     pub async fn create(&self, object: &EncodedObject) -> CreateAttempt {
         let key = self.key(object.header().sequence);
         let timed_out = CreateAttempt::Unknown(self.timeout_error("create", &key));
-        match tokio::time::timeout(self.requests.timeout, self.create_attempt(object)()).await {
-            Ok(answer) => answer,
-            Err(_) => {
-                let stats = &self.requests.stats;
-                stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                timed_out
-            }
-        }
+        let definite = |a: &CreateAttempt| !matches!(a, CreateAttempt::Unknown(_));
+        self.race(
+            Kind::Create,
+            false,
+            timed_out,
+            definite,
+            self.create_attempt(object),
+        )
+        .await
     }
 
     /// Creates a data object only if its key is absent, hedged (unless it is larger than
@@ -425,6 +422,23 @@ impl WalIo {
                 }
             })
         }
+    }
+
+    /// `request`, unhedged, under the request timeout: past it, a
+    /// [`Error::RequestTimeout`] for `op` on `key`, counted.
+    async fn within_timeout<T>(
+        &self,
+        op: &'static str,
+        key: &Path,
+        request: impl Future<Output = T>,
+    ) -> Result<T> {
+        tokio::time::timeout(self.requests.timeout, request)
+            .await
+            .map_err(|_| {
+                let stats = &self.requests.stats;
+                stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                self.timeout_error(op, key)
+            })
     }
 
     fn timeout_error(&self, op: &'static str, key: &Path) -> Error {
@@ -552,15 +566,12 @@ impl WalIo {
     /// Deletes the object with `sequence` (a missing object is not an error).
     pub async fn delete(&self, sequence: u64) -> Result<()> {
         let key = self.key(sequence);
-        let deleted = tokio::time::timeout(self.requests.timeout, self.store.delete(&key)).await;
-        match deleted {
-            Ok(Ok(())) | Ok(Err(object_store::Error::NotFound { .. })) => Ok(()),
-            Ok(Err(e)) => Err(Error::store("delete", key, e)),
-            Err(_) => {
-                let stats = &self.requests.stats;
-                stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                Err(self.timeout_error("delete", &key))
-            }
+        match self
+            .within_timeout("delete", &key, self.store.delete(&key))
+            .await?
+        {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(Error::store("delete", key, e)),
         }
     }
 }

@@ -24,6 +24,16 @@ pub struct RecoveryArgs {
     pub clock: std::sync::Arc<dyn CreateClock>,
 }
 
+/// The task running the open, aborted when the actor's state goes, however the actor
+/// ends (stopped, or killed with its supervisor, which skips `post_stop`).
+pub struct OpenTask(tokio::task::JoinHandle<()>);
+
+impl Drop for OpenTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// What a panic said, as far as it can be read.
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
@@ -40,7 +50,7 @@ pub struct RecoveryActor;
 
 impl Actor for RecoveryActor {
     type Msg = ();
-    type State = tokio::task::JoinHandle<()>;
+    type State = OpenTask;
     type Arguments = RecoveryArgs;
 
     async fn pre_start(
@@ -70,7 +80,7 @@ impl Actor for RecoveryActor {
             }
             .instrument(span),
         );
-        Ok(task)
+        Ok(OpenTask(task))
     }
 
     async fn post_stop(
@@ -80,7 +90,7 @@ impl Actor for RecoveryActor {
     ) -> Result<(), ActorProcessingErr> {
         // Stopped before it finished (the WAL is stopping or aborted): the open ends
         // here, at its next await, and sends nothing more.
-        task.abort();
+        task.0.abort();
         Ok(())
     }
 }

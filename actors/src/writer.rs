@@ -3,10 +3,10 @@
 //! - **Sealing.** One decision (`WriterState::seal_reason`) says when the open batch
 //!   becomes the next object: when it is full (`max_batch_bytes`, or a region at 2^20
 //!   entries), and as soon as it holds entries while an upload slot is free
-//!   (fewer than `max_in_flight` uploading, nothing sealed waiting) and
-//!   `min_object_interval` has passed since the last create started. An admitted entry
-//!   thus never waits for another object's upload while a slot is free, and the PUT rate
-//!   stays at most one per `min_object_interval`. A batch that becomes sealable by its
+//!   (fewer than `max_in_flight` uploading, nothing sealed waiting) and the next start
+//!   slot has come (slots one `min_object_interval` apart). An admitted entry thus never
+//!   waits for another object's upload while a slot is free, and the PUT rate stays at
+//!   most one per `min_object_interval`. A batch that becomes sealable by its
 //!   first entry, or by the end of the interval it waited for, gathers first: until it
 //!   holds as many appends as the last object acknowledged (in a closed loop, the
 //!   callers that object answered come back within a few milliseconds), for at most a
@@ -111,13 +111,6 @@ const MAX_GATHER: Duration = Duration::from_millis(5);
 
 /// The granularity of tokio's timers: a timer fires up to this late.
 const TIMER_TICK: Duration = Duration::from_millis(1);
-
-/// What the sealing decision waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Due {
-    /// The end of `min_object_interval`, or of the longest gathering.
-    At(Instant),
-}
 
 /// The writer's state.
 pub struct WriterState {
@@ -231,7 +224,7 @@ impl WriterState {
         self.batch_waiters.push(port);
         self.pending_bytes += bytes;
         Counters::set(&self.args.counters.pending_bytes, self.pending_bytes);
-        if self.seal_reason(now) == Some(SealReason::Full) {
+        if self.batch_full() {
             self.seal_logged(SealReason::Full);
         }
     }
@@ -248,11 +241,15 @@ impl WriterState {
             let since = self.epoch.since_last_create(self.args.clock.now());
             return (idle && since >= half).then_some(SealReason::KeepAlive);
         }
-        if self.batch.encoded_len() >= self.args.config.max_batch_bytes || self.batch.region_full()
-        {
+        if self.batch_full() {
             return Some(SealReason::Full);
         }
         (self.slot_free() && self.seal_due(now).is_none()).then_some(SealReason::SlotFree)
+    }
+
+    /// Whether the open batch reached `max_batch_bytes` or a region its 2^20 entries.
+    fn batch_full(&self) -> bool {
+        self.batch.encoded_len() >= self.args.config.max_batch_bytes || self.batch.region_full()
     }
 
     /// Whether an object sealed now could start uploading: fewer than `max_in_flight`
@@ -262,16 +259,16 @@ impl WriterState {
         self.uploading < self.args.config.max_in_flight && self.objects.values().all(|f| f.started)
     }
 
-    /// When the open batch may be sealed for a free slot: once `min_object_interval`
-    /// passed since the last start and the batch gathered; `None`: now.
-    fn seal_due(&self, now: Instant) -> Option<Due> {
+    /// When the open batch may be sealed for a free slot: once its start slot came and
+    /// the batch gathered; `None`: now.
+    fn seal_due(&self, now: Instant) -> Option<Instant> {
         if let Some(due) = self.next_start_due(now) {
-            return Some(Due::At(due));
+            return Some(due);
         }
         // Gathering counts from when the batch could first have been sealed: its first
         // entry, or the end of the interval it waited for.
         let opened = self.batch_opened?;
-        let sealable_since = self.start_due().map_or(opened, |due| due.max(opened));
+        let sealable_since = self.next_slot.map_or(opened, |slot| slot.max(opened));
         let gathered_until = sealable_since + self.gather;
         // A batch whose first entry came after the last acknowledgement may be its
         // callers coming back (a closed loop): it gathers as many appends as that object
@@ -280,17 +277,12 @@ impl WriterState {
         let returning = self.last_ack.is_some_and(|ack| opened >= ack);
         let gathered =
             !returning || self.batch.append_count() >= self.expected_burst || now >= gathered_until;
-        (!gathered).then_some(Due::At(gathered_until))
+        (!gathered).then_some(gathered_until)
     }
 
-    /// When the next upload may start under `min_object_interval`.
-    fn start_due(&self) -> Option<Instant> {
-        self.next_slot
-    }
-
-    /// When the next upload may start; `None`: now.
+    /// When the next upload may start under `min_object_interval`; `None`: now.
     fn next_start_due(&self, now: Instant) -> Option<Instant> {
-        self.start_due().filter(|due| now < *due)
+        self.next_slot.filter(|slot| now < *slot)
     }
 
     /// Seals the open batch as the next object of the epoch (not yet started).
@@ -346,7 +338,7 @@ impl WriterState {
         match self.seal_reason(now) {
             Some(reason) => self.seal_logged(reason),
             None if !self.batch.is_empty() && self.slot_free() => {
-                if let Some(Due::At(due)) = self.seal_due(now) {
+                if let Some(due) = self.seal_due(now) {
                     self.wake_at(myself, now, due);
                 }
             }

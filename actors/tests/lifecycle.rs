@@ -9,9 +9,13 @@ use std::sync::Arc;
 
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
+use object_store_wal::format::decode_header;
 use object_store_wal::testing::FaultStore;
 use object_store_wal_actors::spawn_wal;
-use support::harness::{bounded, config_no_reclaim, key, payload, restart_policy, spawn, stop};
+use support::harness::{
+    bounded, config_no_reclaim, key, listing, object_at, payload, restart_policy, spawn, stats,
+    stop,
+};
 
 /// Instance A's open stalls on its opening object's create; A is aborted; B opens the
 /// prefix (its opening object takes the same key). When the stalled create is let go,
@@ -41,11 +45,18 @@ async fn an_aborted_open_never_fences_its_successor() {
 
     // Letting the hold go changes nothing: A sent nothing and never will.
     hold.release();
-    assert_eq!(hold.finished(), 0, "A's create never reached the store");
     let second = bounded("B's next append", b.append(1, vec![payload("b-2")]))
         .await
         .expect("B is not fenced");
     assert_eq!(second.sequence, first.sequence + 1);
     assert!(b.terminal_error().is_none());
+    // Every object under the prefix is B's: nothing of A's epoch landed.
+    let epoch = stats(&b).await.epoch;
+    let (keys, _) = listing(&store).await;
+    assert_eq!(keys, vec![1, 2, 3]);
+    for sequence in keys {
+        let bytes = object_at(&store, sequence).await.expect("listed object");
+        assert_eq!(decode_header(&bytes).expect("a header").epoch, epoch);
+    }
     stop(b, b_join).await;
 }

@@ -81,7 +81,11 @@ async fn a_hedged_create_is_acknowledged_once() {
         .expect("acknowledged by the twin");
     assert_eq!(first.sequence, 2);
     assert_eq!(hold.arrived(), 1);
-    assert_eq!(hold.finished(), 0, "the first attempt is still in flight");
+    assert_eq!(
+        (hold.finished(), hold.abandoned()),
+        (0, 0),
+        "the first attempt is still in flight, not cancelled"
+    );
 
     // The stalled attempt answers late ("already exists"): nothing more is acknowledged
     // or counted, and the next append takes the next sequence.

@@ -60,7 +60,8 @@ pub type CountingStore = Wrapper<CountingHooks>;
 #[derive(Debug)]
 pub struct CountingHooks {
     counts: Arc<Counts>,
-    gets: Mutex<Vec<GetRecord>>,
+    /// The GET log; `None` when not kept (a long benchmark would grow it without bound).
+    gets: Mutex<Option<Vec<GetRecord>>>,
 }
 
 impl CountingStore {
@@ -70,7 +71,19 @@ impl CountingStore {
             inner,
             CountingHooks {
                 counts: Arc::new(Counts::default()),
-                gets: Mutex::new(Vec::new()),
+                gets: Mutex::new(Some(Vec::new())),
+            },
+        )
+    }
+
+    /// Wraps `inner`, counting only: no GET log is kept, so memory stays flat however
+    /// long it runs (benchmarks).
+    pub fn counts_only(inner: Arc<dyn ObjectStore>) -> Arc<Self> {
+        Wrapper::wrap(
+            inner,
+            CountingHooks {
+                counts: Arc::new(Counts::default()),
+                gets: Mutex::new(None),
             },
         )
     }
@@ -80,14 +93,16 @@ impl CountingStore {
         &self.hooks.counts
     }
 
-    /// Every GET so far, in order.
+    /// Every GET so far, in order (empty for [`counts_only`](Self::counts_only)).
     pub fn get_log(&self) -> Vec<GetRecord> {
-        lock(&self.hooks.gets).clone()
+        lock(&self.hooks.gets).clone().unwrap_or_default()
     }
 
     /// Forgets the GET log and zeroes the counts.
     pub fn reset(&self) {
-        lock(&self.hooks.gets).clear();
+        if let Some(log) = lock(&self.hooks.gets).as_mut() {
+            log.clear();
+        }
         let counts = &self.hooks.counts;
         for c in [
             &counts.puts,
@@ -151,10 +166,12 @@ impl Hooks for CountingHooks {
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
         self.counts.gets.fetch_add(1, Ordering::Relaxed);
-        lock(&self.gets).push(GetRecord {
-            key: location.to_string(),
-            range: range_of(&options.range),
-        });
+        if let Some(log) = lock(&self.gets).as_mut() {
+            log.push(GetRecord {
+                key: location.to_string(),
+                range: range_of(&options.range),
+            });
+        }
         let result = inner.get_opts(location, options).await?;
         self.counts.get_bytes.fetch_add(
             result.range.end.saturating_sub(result.range.start),

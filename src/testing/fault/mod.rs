@@ -246,15 +246,13 @@ impl Hooks for FaultHooks {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        let hold = matches!(opts.mode, PutMode::Create)
-            .then(|| self.hold_for(location))
-            .flatten();
+        let is_create = matches!(opts.mode, PutMode::Create);
+        let hold = is_create.then(|| self.hold_for(location)).flatten();
         let _passage = match hold {
             Some(hold) => Some(hold.pass().await),
             None => None,
         };
         self.tick(inner).await;
-        let is_create = matches!(opts.mode, PutMode::Create);
         if is_create {
             self.log.sent(location, &payload);
         }
