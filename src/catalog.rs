@@ -193,7 +193,11 @@ impl Catalog {
             return;
         }
         self.floor = floor;
-        while self.objects.first_key_value().is_some_and(|(s, _)| *s < floor) {
+        while self
+            .objects
+            .first_key_value()
+            .is_some_and(|(s, _)| *s < floor)
+        {
             self.objects.pop_first();
         }
         while let Some(&(first, region)) = self.firsts.first() {

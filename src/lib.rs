@@ -112,7 +112,7 @@ pub mod testing;
 pub use batch::{AppendParts, AppendReceipt, RegionIds};
 pub use clock::{BootClock, CreateClock};
 pub use config::{Config, CorruptSegmentPolicy, HedgeAfter, RetryPolicy};
-pub use error::{Durability, EpochEndReason, Error, Result};
+pub use error::{BackpressureLimit, Durability, EpochEndReason, Error, Result};
 pub use format::{entry_id, FormatError, Header, Link};
 pub use io::store_from_url;
 pub use open::{ObjectInfo, RecoveryReport};

@@ -235,7 +235,8 @@ impl WalHandle {
             .await?
     }
 
-    /// The last entry id of `region`.
+    /// The last entry id of `region` on the live chain (`None` once its entries all fell
+    /// below the floor, as after a restart).
     pub async fn last_entry_id(&self, region: u64) -> Result<Option<u64>> {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
@@ -247,7 +248,7 @@ impl WalHandle {
             },
             gone,
         )
-        .await
+        .await?
     }
 
     /// The last entry id of the whole log.
@@ -262,7 +263,7 @@ impl WalHandle {
             },
             gone,
         )
-        .await
+        .await?
     }
 
     /// Counters and positions.

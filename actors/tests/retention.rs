@@ -405,10 +405,16 @@ impl Run {
         );
     }
 
-    /// Reads and replays every region, and the delete audit.
+    /// Reads and replays every region, the delete audit, and what the catalog keeps.
     async fn check(&self) {
         let violations = self.audit.violations();
         assert!(violations.is_empty(), "bad deletes: {violations:?}");
+        // The catalog holds the regions with an entry at or above the floor, no other.
+        let live = REGIONS
+            .iter()
+            .filter(|r| self.catalog(**r).next().is_some())
+            .count();
+        assert_eq!(stats(&self.wal).await.catalog_regions, live as u64);
         let mut from = Vec::new();
         for region in REGIONS {
             let acked = self.acked.get(&region).cloned().unwrap_or_default();
