@@ -8,6 +8,12 @@
 //! keys and anything at or above `F` are never touched. A failed delete is retried later,
 //! never fatal. After a restart the reclaimer starts from the recovered chain's floor,
 //! with a fresh grace.
+//!
+//! One grace timer at most is pending, whatever the rate at which the floor rises: a
+//! floor acknowledged while it runs is remembered (the latest only, with when it was
+//! acknowledged) and timed once the pending one fires. The floors in between are
+//! reclaimed with the latest one, at most a grace later than they could have been;
+//! deleting later is always safe.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +21,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use object_store_wal::io::WalIo;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::messages::Counters;
@@ -60,12 +67,23 @@ pub struct ReclaimerState {
     /// Everything below this is deleted.
     reclaimed_below: u64,
     running: bool,
+    /// The floor the pending grace timer is for.
+    timing: Option<u64>,
+    /// The latest floor acknowledged while a timer was pending, and when.
+    next: Option<(u64, Instant)>,
 }
 
 /// The reclaimer actor.
 pub struct ReclaimerActor;
 
 impl ReclaimerState {
+    /// Times the grace of `floor`, acknowledged at `at`.
+    fn time(&mut self, myself: &ActorRef<ReclaimerMsg>, floor: u64, at: Instant) {
+        self.timing = Some(floor);
+        let wait = (at + self.args.grace).saturating_duration_since(Instant::now());
+        myself.send_after(wait, move || ReclaimerMsg::Due(floor));
+    }
+
     fn start(&mut self, myself: &ActorRef<ReclaimerMsg>) {
         if self.running || self.due <= self.reclaimed_below {
             return;
@@ -121,6 +139,8 @@ impl Actor for ReclaimerActor {
             due: 0,
             reclaimed_below: 0,
             running: false,
+            timing: None,
+            next: None,
         })
     }
 
@@ -134,11 +154,22 @@ impl Actor for ReclaimerActor {
             ReclaimerMsg::Floor(floor) => {
                 if floor > state.target {
                     state.target = floor;
-                    myself.send_after(state.args.grace, move || ReclaimerMsg::Due(floor));
+                    if state.timing.is_some() {
+                        state.next = Some((floor, Instant::now()));
+                    } else {
+                        state.time(&myself, floor, Instant::now());
+                    }
                 }
             }
             ReclaimerMsg::Due(floor) => {
                 state.due = state.due.max(floor);
+                // The pending timer fired (not a retry): time the latest floor since.
+                if state.timing == Some(floor) {
+                    state.timing = None;
+                    if let Some((next, at)) = state.next.take() {
+                        state.time(&myself, next, at);
+                    }
+                }
                 state.start(&myself);
             }
             ReclaimerMsg::Done { floor, result } => {
