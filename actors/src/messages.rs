@@ -43,7 +43,9 @@ pub enum WalMsg {
         reply: RpcReplyPort<Result<EntryReceiver>>,
     },
     /// Follow a region: its entries with id `>= from`, then every new one as it is
-    /// acknowledged, until the WAL stops. Survives writer restarts.
+    /// acknowledged, until the WAL stops. Survives writer restarts. Entries declared
+    /// obsolete that fall below the floor before the follower reaches them are skipped,
+    /// as a read started then would hide them (the catalog no longer holds them).
     Follow {
         /// The region.
         region: u64,
