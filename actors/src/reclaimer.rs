@@ -9,12 +9,13 @@
 //! never fatal. After a restart the reclaimer starts from the recovered chain's floor,
 //! with a fresh grace.
 //!
-//! One grace timer at most is pending, whatever the rate at which the floor rises: a
-//! floor acknowledged while it runs is remembered (the latest only, with when it was
-//! acknowledged) and timed once the pending one fires. The floors in between are
-//! reclaimed with the latest one, at most a grace later than they could have been;
-//! deleting later is always safe.
+//! One grace timer at most is pending, for the oldest of the floors waiting out their
+//! grace; those are kept in order, [`MAX_PENDING_FLOORS`] at most, whatever the rate at
+//! which the floor rises: past that the newest waiting floor is replaced by the one just
+//! acknowledged (and its time by now), so floors in between are reclaimed a little later
+//! than they could have been, never earlier. Deleting later is always safe.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +29,8 @@ use crate::messages::Counters;
 
 /// Deletes in flight at once.
 pub const MAX_DELETES_IN_FLIGHT: usize = 8;
+/// Floors waiting out their grace, at most (see the module doc).
+pub const MAX_PENDING_FLOORS: usize = 64;
 /// Wait before retrying a reclaim whose listing or deletes failed.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 
@@ -69,19 +72,24 @@ pub struct ReclaimerState {
     running: bool,
     /// The floor the pending grace timer is for.
     timing: Option<u64>,
-    /// The latest floor acknowledged while a timer was pending, and when.
-    next: Option<(u64, Instant)>,
+    /// Floors acknowledged and not yet due, ascending, with when they were acknowledged.
+    waiting: VecDeque<(u64, Instant)>,
 }
 
 /// The reclaimer actor.
 pub struct ReclaimerActor;
 
 impl ReclaimerState {
-    /// Times the grace of `floor`, acknowledged at `at`.
-    fn time(&mut self, myself: &ActorRef<ReclaimerMsg>, floor: u64, at: Instant) {
-        self.timing = Some(floor);
-        let wait = (at + self.args.grace).saturating_duration_since(Instant::now());
-        myself.send_after(wait, move || ReclaimerMsg::Due(floor));
+    /// Times the grace of the oldest waiting floor, unless a timer is pending.
+    fn time(&mut self, myself: &ActorRef<ReclaimerMsg>) {
+        if self.timing.is_some() {
+            return;
+        }
+        if let Some(&(floor, at)) = self.waiting.front() {
+            self.timing = Some(floor);
+            let wait = (at + self.args.grace).saturating_duration_since(Instant::now());
+            myself.send_after(wait, move || ReclaimerMsg::Due(floor));
+        }
     }
 
     fn start(&mut self, myself: &ActorRef<ReclaimerMsg>) {
@@ -140,7 +148,7 @@ impl Actor for ReclaimerActor {
             reclaimed_below: 0,
             running: false,
             timing: None,
-            next: None,
+            waiting: VecDeque::new(),
         })
     }
 
@@ -154,21 +162,22 @@ impl Actor for ReclaimerActor {
             ReclaimerMsg::Floor(floor) => {
                 if floor > state.target {
                     state.target = floor;
-                    if state.timing.is_some() {
-                        state.next = Some((floor, Instant::now()));
-                    } else {
-                        state.time(&myself, floor, Instant::now());
+                    let now = Instant::now();
+                    let full = state.waiting.len() >= MAX_PENDING_FLOORS;
+                    match state.waiting.back_mut() {
+                        Some(newest) if full => *newest = (floor, now),
+                        _ => state.waiting.push_back((floor, now)),
                     }
+                    state.time(&myself);
                 }
             }
             ReclaimerMsg::Due(floor) => {
                 state.due = state.due.max(floor);
-                // The pending timer fired (not a retry): time the latest floor since.
+                // The pending timer fired (not a retry): time the next waiting floor.
                 if state.timing == Some(floor) {
                     state.timing = None;
-                    if let Some((next, at)) = state.next.take() {
-                        state.time(&myself, next, at);
-                    }
+                    state.waiting.pop_front();
+                    state.time(&myself);
                 }
                 state.start(&myself);
             }
