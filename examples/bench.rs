@@ -62,8 +62,11 @@
 //! 60), one JSON line: `minute`, `rss_mib` and `peak_rss_mib`, `appends_per_s` over the
 //! interval, `live_keys` (keys under the prefix, listed on the base store),
 //! `catalog_objects`, `catalog_regions`, `readers`, `queued`, `watermarks`, `floor`,
-//! `reclaimed_below`. Then the `write` line, and a `soak-summary` line comparing the last
-//! interval with the third (the first two hold the warm-up): appends/s and RSS, in %.
+//! `reclaimed_below`, and `heap_mib` (bytes allocated and not freed, counted by the
+//! bench's global allocator: RSS also holds what glibc keeps after frees, in one arena
+//! per thread that ever allocated) and `threads`. Then the `write` line, and a
+//! `soak-summary` line comparing the last interval with the third (the first two hold the
+//! warm-up): appends/s, RSS and heap, in %.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -88,6 +91,69 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+/// The system allocator, counting the bytes allocated and not yet freed: the soak
+/// reports them beside RSS, which also holds what the allocator keeps after a free
+/// (glibc keeps an arena per thread that ever allocated, and tokio's blocking pool,
+/// which runs the file store's calls, starts and ends threads as load varies).
+struct CountingAlloc;
+
+/// Bytes allocated through [`CountingAlloc`] and not yet freed.
+static HEAP_BYTES: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call goes to `System` unchanged; only a counter is added.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        if !p.is_null() {
+            HEAP_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            HEAP_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) };
+        HEAP_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        let p = unsafe { std::alloc::System.realloc(ptr, layout, new) };
+        if !p.is_null() {
+            HEAP_BYTES.fetch_add(new as u64, Ordering::Relaxed);
+            HEAP_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAlloc = CountingAlloc;
+
+/// The heap in use now, in MiB (see [`CountingAlloc`]).
+fn heap_mib() -> f64 {
+    HEAP_BYTES.load(Ordering::Relaxed) as f64 / MIB
+}
+
+/// Threads of this process now (`Threads:` of `/proc/self/status`).
+fn threads() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Threads:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
 
 #[derive(Parser, Debug)]
 #[command(about = "object-store-wal benchmark")]
@@ -122,6 +188,11 @@ struct SoakArgs {
     /// Seconds between two report lines.
     #[arg(long, default_value_t = 60.0)]
     report_seconds: f64,
+    /// After each report's RSS sample, return free memory to the system
+    /// (`malloc_trim(0)`, glibc only) and report the RSS then (`rss_trimmed_mib`): what
+    /// RSS holds beyond the heap is then seen to be the allocator's, not the WAL's.
+    #[arg(long)]
+    trim: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -692,6 +763,7 @@ struct WriteResult {
 struct SoakSample {
     appends_per_s: f64,
     rss_mib: f64,
+    heap_mib: f64,
 }
 
 /// Prints, every `period`, one JSON line of the soak: the interval's appends/s, RSS
@@ -704,6 +776,7 @@ async fn soak_reporter(
     period: Duration,
     started: Instant,
     samples: Arc<Mutex<Vec<SoakSample>>>,
+    trim: bool,
 ) {
     let mut ticker = tokio::time::interval_at((started + period).into(), period);
     let mut last_appends = 0u64;
@@ -724,19 +797,27 @@ async fn soak_reporter(
         let sample = SoakSample {
             appends_per_s: rate,
             rss_mib: status_mib("VmRSS:"),
+            heap_mib: heap_mib(),
         };
         samples
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(sample);
+        let trimmed = trim.then(|| {
+            malloc_trim();
+            round2(status_mib("VmRSS:"))
+        });
         println!(
             "{}",
             json!({
+                "rss_trimmed_mib": trimmed,
                 "workload": "soak",
                 "report": n,
                 "minute": round2(now.duration_since(started).as_secs_f64() / 60.0),
                 "rss_mib": round2(sample.rss_mib),
                 "peak_rss_mib": round2(peak_rss_mib()),
+                "heap_mib": round2(sample.heap_mib),
+                "threads": threads(),
                 "appends_per_s": rate.round(),
                 "appends": st.appends,
                 "failed_appends": st.failed_appends,
@@ -751,6 +832,15 @@ async fn soak_reporter(
                 "pending_bytes": st.pending_bytes,
             })
         );
+    }
+}
+
+/// Returns the allocator's free memory to the system, where it can (glibc).
+fn malloc_trim() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only releases free memory; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -777,7 +867,7 @@ async fn soak(a: &SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
     c.seconds = a.minutes * 60.0;
     let s = stores(&c)?;
     let samples = Arc::new(Mutex::new(Vec::new()));
-    let report = Some((secs(a.report_seconds.max(1.0)), samples.clone()));
+    let report = Some((secs(a.report_seconds.max(1.0)), samples.clone(), a.trim));
     let r = write_reporting(&c, &s, report).await?;
     stop(&r.wal).await?;
     println!("{}", r.line);
@@ -797,6 +887,9 @@ async fn soak(a: &SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
                 "third_rss_mib": round2(third.rss_mib),
                 "last_rss_mib": round2(last.rss_mib),
                 "rss_change_pct": pct(third.rss_mib, last.rss_mib),
+                "third_heap_mib": round2(third.heap_mib),
+                "last_heap_mib": round2(last.heap_mib),
+                "heap_change_pct": pct(third.heap_mib, last.heap_mib),
                 "peak_rss_mib": round2(peak_rss_mib()),
             })
         );
@@ -808,8 +901,8 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
     write_reporting(c, s, None).await
 }
 
-/// A soak's reporting: its period and where its samples go.
-type SoakReport = Option<(Duration, Arc<Mutex<Vec<SoakSample>>>)>;
+/// A soak's reporting: its period, where its samples go, and whether to trim.
+type SoakReport = Option<(Duration, Arc<Mutex<Vec<SoakSample>>>, bool)>;
 
 /// [`write`], with a soak's report lines instead of the per-second progress when
 /// `report` is given.
@@ -827,9 +920,11 @@ async fn write_reporting(
     let payload = Bytes::from(vec![0xa5u8; c.entry_bytes]);
     let recorder = Recorder::new()?;
     let started = Instant::now();
-    let progress = if let Some((period, samples)) = report {
+    let progress = if let Some((period, samples, trim)) = report {
         let (wal, base, prefix) = (wal.clone(), s.base.clone(), cfg.prefix.clone());
-        tokio::spawn(soak_reporter(wal, base, prefix, period, started, samples))
+        tokio::spawn(soak_reporter(
+            wal, base, prefix, period, started, samples, trim,
+        ))
     } else {
         let (wal, recorder) = (wal.clone(), recorder.clone());
         tokio::spawn(async move {
