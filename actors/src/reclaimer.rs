@@ -9,11 +9,14 @@
 //! never fatal. After a restart the reclaimer starts from the recovered chain's floor,
 //! with a fresh grace.
 //!
-//! One grace timer at most is pending, for the oldest of the floors waiting out their
-//! grace; those are kept in order, [`MAX_PENDING_FLOORS`] at most, whatever the rate at
-//! which the floor rises: past that the newest waiting floor is replaced by the one just
-//! acknowledged (and its time by now), so floors in between are reclaimed a little later
-//! than they could have been, never earlier. Deleting later is always safe.
+//! Floors waiting out their grace are kept in order, one per [`FLOOR_BUCKETS`]th of the
+//! grace: a floor acknowledged within that time of the newest waiting one replaces it
+//! (with its own, later, time), whatever the rate at which the floor rises. So at most
+//! about `FLOOR_BUCKETS` floors wait and one grace timer is pending (for the oldest), a
+//! floor is reclaimed at most `reclaim_grace / FLOOR_BUCKETS` later than it could have
+//! been (never earlier: deleting later is always safe), and a pass, which lists the whole
+//! prefix, starts at most about `FLOOR_BUCKETS` times per grace instead of once per floor
+//! rise.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -29,8 +32,8 @@ use crate::messages::Counters;
 
 /// Deletes in flight at once.
 pub const MAX_DELETES_IN_FLIGHT: usize = 8;
-/// Floors waiting out their grace, at most (see the module doc).
-pub const MAX_PENDING_FLOORS: usize = 64;
+/// Floors waiting out their grace per `reclaim_grace`, at most (see the module doc).
+pub const FLOOR_BUCKETS: u32 = 16;
 /// Wait before retrying a reclaim whose listing or deletes failed.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 
@@ -72,8 +75,19 @@ pub struct ReclaimerState {
     running: bool,
     /// The floor the pending grace timer is for.
     timing: Option<u64>,
-    /// Floors acknowledged and not yet due, ascending, with when they were acknowledged.
-    waiting: VecDeque<(u64, Instant)>,
+    /// Floors acknowledged and not yet due, ascending.
+    waiting: VecDeque<Waiting>,
+}
+
+/// A floor waiting out its grace.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    floor: u64,
+    /// When the first floor this one replaced was acknowledged: floors acknowledged
+    /// within a bucket of that replace it.
+    opened: Instant,
+    /// When `floor` was acknowledged: its grace counts from here.
+    acknowledged: Instant,
 }
 
 /// The reclaimer actor.
@@ -85,10 +99,31 @@ impl ReclaimerState {
         if self.timing.is_some() {
             return;
         }
-        if let Some(&(floor, at)) = self.waiting.front() {
-            self.timing = Some(floor);
-            let wait = (at + self.args.grace).saturating_duration_since(Instant::now());
-            myself.send_after(wait, move || ReclaimerMsg::Due(floor));
+        if let Some(&w) = self.waiting.front() {
+            self.timing = Some(w.floor);
+            let due = w.acknowledged + self.args.grace;
+            let floor = w.floor;
+            myself.send_after(due.saturating_duration_since(Instant::now()), move || {
+                ReclaimerMsg::Due(floor)
+            });
+        }
+    }
+
+    /// Adds a floor acknowledged `now` to those waiting out their grace: it replaces the
+    /// newest one if that opened less than a bucket ago and is not the one being timed.
+    fn wait(&mut self, floor: u64, now: Instant) {
+        let bucket = self.args.grace / FLOOR_BUCKETS;
+        let timed = self.timing.is_some() && self.waiting.len() == 1;
+        match self.waiting.back_mut() {
+            Some(w) if !timed && now.saturating_duration_since(w.opened) < bucket => {
+                w.floor = floor;
+                w.acknowledged = now;
+            }
+            _ => self.waiting.push_back(Waiting {
+                floor,
+                opened: now,
+                acknowledged: now,
+            }),
         }
     }
 
@@ -162,12 +197,7 @@ impl Actor for ReclaimerActor {
             ReclaimerMsg::Floor(floor) => {
                 if floor > state.target {
                     state.target = floor;
-                    let now = Instant::now();
-                    let full = state.waiting.len() >= MAX_PENDING_FLOORS;
-                    match state.waiting.back_mut() {
-                        Some(newest) if full => *newest = (floor, now),
-                        _ => state.waiting.push_back((floor, now)),
-                    }
+                    state.wait(floor, Instant::now());
                     state.time(&myself);
                 }
             }
