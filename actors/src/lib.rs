@@ -10,7 +10,8 @@
 //! - [`RecoveryActor`](recovery::RecoveryActor): the open, off the supervisor's mailbox.
 //! - [`WriterActor`](writer::WriterActor): owns the batch and the sequence counter; seals, uploads
 //!   up to `max_in_flight` objects at once, acknowledges in sequence order.
-//! - [`ReaderActor`](reader::ReaderActor): one per region; reads lazily through bounded channels.
+//! - [`ReaderActor`](reader::ReaderActor): one per region read recently (at most
+//!   [`MAX_READERS`](supervisor::MAX_READERS)); reads lazily through bounded channels.
 //! - [`ReclaimerActor`](reclaimer::ReclaimerActor): deletes the objects below the acknowledged
 //!   floor, `reclaim_grace` after it was acknowledged.
 //!
