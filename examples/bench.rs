@@ -45,6 +45,13 @@
 //! (puts − objects) / objects × 100, `puts_per_s`, and `hedged`, `hedge_wins`,
 //! `timeouts` from `WalStats`.
 //!
+//! **Cost.** Every `write` line has `requests_per_hour` (put, get, list, delete: the
+//! run's counts scaled to an hour; a LIST is billed per page of 1,000 keys) and
+//! `usd_per_month` under each price table of `support/prices.rs` (S3 Standard, S3 Express
+//! One Zone, GCS Standard, Azure Blob hot; dated and cited in the README's "What it
+//! costs"); `--idle-seconds` adds the same for the idle time (`idle_requests_per_hour`,
+//! `idle_usd_per_month`).
+//!
 //! **Replay.** `replay --objects N` builds N data objects through the core, without
 //! latency, each with `--entries-per-object` entries (default: one per region) of
 //! `--entry-bytes` spread over `--regions`: `--objects 1300 --regions 100` gives about
@@ -70,12 +77,16 @@ use object_store_wal::io::WalIo;
 use object_store_wal::open::open_instance;
 use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{
-    with_latency_profile, CountingStore, LatencyCounts, LatencyProfile, LatencyStore, SplitMix64,
+    with_latency_profile, CountingStore, Counts, LatencyCounts, LatencyProfile, LatencyStore,
+    SplitMix64,
 };
 use object_store_wal::{Config, HedgeAfter, ObjectStoreLogStore};
 use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
 use serde_json::json;
 use tokio::task::JoinSet;
+
+#[path = "support/prices.rs"]
+mod prices;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -768,6 +779,7 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
         }
     }
     latency_fields(c, &drawn, &mut line);
+    cost_fields(&counts, elapsed, "", &mut line);
     if c.obsolete_lag > 0 {
         // Let the reclaimer catch up with the last floor, then time a fresh open.
         let floor = stats.floor;
@@ -795,12 +807,31 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
         tokio::time::sleep(secs(c.idle_seconds)).await;
         line["idle_seconds"] = json!(c.idle_seconds);
         line["idle_requests"] = json!(s.counting.counts().requests());
+        cost_fields(&s.counting.counts(), c.idle_seconds, "idle_", &mut line);
     }
     Ok(WriteResult {
         line,
         mib_per_s: mib / elapsed,
         wal,
     })
+}
+
+/// `requests_per_hour` and `usd_per_month` (by price table, `support/prices.rs`) of a
+/// run's counts over `seconds`, under `prefix`-ed names.
+fn cost_fields(counts: &Counts, seconds: f64, prefix: &str, line: &mut serde_json::Value) {
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let run = prices::RunCounts {
+        puts: load(&counts.puts),
+        gets: load(&counts.gets),
+        lists: load(&counts.lists),
+        listed_keys: load(&counts.listed_keys),
+        deletes: load(&counts.deletes),
+        put_bytes: load(&counts.put_bytes),
+        get_bytes: load(&counts.get_bytes),
+    };
+    let (requests, usd) = prices::HourlyRequests::from_run(run, seconds).fields();
+    line[format!("{prefix}requests_per_hour")] = requests;
+    line[format!("{prefix}usd_per_month")] = usd;
 }
 
 /// Keys under the WAL prefix in the base store (no latency, not counted): after a run,
