@@ -14,7 +14,9 @@
 //! scripts/latency_sweep.sh && python3 scripts/plot_latency.py
 //! ```
 //!
-//! **Stores.** `--store memory|file:<dir>` picks the store; `--put-latency-ms` /
+//! **Stores.** `--store memory|discard|file:<dir>` picks the store (`discard` keeps
+//! keys but drops the bytes of objects over 64 KiB: write runs without the memory
+//! store's copying); `--put-latency-ms` /
 //! `--get-latency-ms` add a latency per request (`testing::with_latency_profile`),
 //! standing in for S3. `--put-tail P:MS` / `--get-tail P:MS` make a fraction P (0 to 1)
 //! of PUTs / GETs take MS more; `--put-hang P` / `--get-hang P` make a fraction never
@@ -77,8 +79,8 @@ use object_store_wal::io::WalIo;
 use object_store_wal::open::open_instance;
 use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{
-    with_latency_profile, CountingStore, Counts, LatencyCounts, LatencyProfile, LatencyStore,
-    SplitMix64,
+    with_latency_profile, CountingStore, Counts, Hooks, LatencyCounts, LatencyProfile,
+    LatencyStore, SplitMix64, Wrapper,
 };
 use object_store_wal::{Config, HedgeAfter, ObjectStoreLogStore};
 use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
@@ -350,15 +352,55 @@ fn profile(c: &Common) -> LatencyProfile {
     p
 }
 
+/// `--store discard`: an in-memory store that keeps every key but not the bytes of
+/// objects over [`DISCARD_OVER`] (it stores them empty), so a write run measures the WAL
+/// without the memory store copying and holding gigabytes. Writes only: what it
+/// discarded cannot be read back (a conflict on a discarded key would compare unequal).
+#[derive(Debug)]
+struct DiscardHooks;
+
+/// Objects up to this size keep their bytes in `--store discard` (opening objects,
+/// keep-alives and small batches stay readable).
+const DISCARD_OVER: usize = 64 * 1024;
+
+#[async_trait::async_trait]
+impl Hooks for DiscardHooks {
+    const NAME: &'static str = "Discard";
+
+    async fn put_opts(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        let payload = if payload.content_length() > DISCARD_OVER {
+            object_store::PutPayload::new()
+        } else {
+            payload
+        };
+        inner.put_opts(location, payload, opts).await
+    }
+}
+
 fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
     let base: Arc<dyn ObjectStore> = if c.store == "memory" {
         Arc::new(object_store::memory::InMemory::new())
+    } else if c.store == "discard" {
+        Wrapper::wrap(
+            Arc::new(object_store::memory::InMemory::new()),
+            DiscardHooks,
+        )
     } else if let Some(dir) = c.store.strip_prefix("file:") {
         let dir = std::path::absolute(dir)?;
         std::fs::create_dir_all(&dir)?;
         Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&dir)?.with_fsync(true))
     } else {
-        return Err(format!("--store must be memory or file:<dir>, not {}", c.store).into());
+        return Err(format!(
+            "--store must be memory, discard or file:<dir>, not {}",
+            c.store
+        )
+        .into());
     };
     let p = profile(c);
     let latent = (p != LatencyProfile::new(Duration::ZERO, Duration::ZERO).seed(c.seed))
