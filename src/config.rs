@@ -7,10 +7,26 @@
 //! they imply) are the assumption reclaiming rests on (DESIGN.md, "Reclaiming space").
 //!
 //! A node builds it in code with chained setters (`Config::new("node-7")
-//! .with_max_batch_bytes(8 << 20)`), one `with_<field>` per field, or, under the `serde`
-//! feature, reads it from its configuration file ([`WalSection`] and `Config` implement
-//! `Deserialize`; the file form is described there). Either way nothing is checked until
-//! [`Config::validate`], which reading a file runs for the node.
+//! .with_max_batch_bytes(8 << 20)`), one `with_<field>` per field, which check nothing
+//! ([`Config::validate`] does), or reads it from its configuration file.
+//!
+//! ## In a configuration file (feature `serde`)
+//!
+//! `Config` and `WalSection` implement `Deserialize`. The field names are `Config`'s.
+//! Durations are humantime strings (`"10ms"`, `"2s"`, `"10min"`); sizes are a number of
+//! bytes or a string with an IEC or SI unit (`"8MiB"` is 8 × 2^20 bytes, `"8MB"`
+//! 8 × 10^6); counts are integers; `retry`, `hedge_after` and `corrupt_segment_policy`
+//! take the forms their types document. Every field but the prefix may be left out and
+//! then takes [`Config::new`]'s value. A field this version does not know is refused
+//! with its name, so a misspelt knob (or `flush_interval`, which sealing no longer has:
+//! `min_object_interval` paces it) fails the read instead of being ignored. The values
+//! are validated once read: a bad one fails the read with the message of the
+//! [`Error::Config`] (or [`Error::InvalidPrefix`]) that [`Config::validate`] returns for
+//! it; a deserializer carries only that message, not the typed error.
+//!
+//! Two shapes: `Config` itself (the knobs and `prefix`; the node builds the store
+//! apart) and `WalSection` (the knobs and `url`, naming the store and the prefix in
+//! one string, as [`split_store_url`](crate::split_store_url) splits it).
 
 #[cfg(feature = "serde")]
 mod file;

@@ -1,17 +1,5 @@
-//! [`Config`] as a node's configuration file writes it (feature `serde`).
-//!
-//! Durations are humantime strings (`"10ms"`, `"2s"`, `"10min"`); sizes are a number of
-//! bytes or a string with an IEC or SI unit (`"8MiB"` is 8 × 2^20 bytes, `"8MB"`
-//! 8 × 10^6); counts are integers. Every field but the prefix may be left out and then
-//! takes [`Config::new`]'s value. A field this version does not know is refused with
-//! its name, so a misspelt knob (or `flush_interval`, which sealing no longer has:
-//! `min_object_interval` paces it) fails the read instead of being ignored. The values
-//! are validated once read: a bad one fails the read with the message of the
-//! [`Error::Config`](crate::Error::Config) that [`Config::validate`] returns for it.
-//!
-//! Two shapes: `Config` itself (the knobs and `prefix`; the node builds the store
-//! apart) and [`WalSection`] (the knobs and `url`, naming the store and the prefix in
-//! one string, as [`split_store_url`](crate::split_store_url) splits it).
+//! The `Deserialize` impls of the configuration (feature `serde`); the file form they
+//! read is described in the [`config`](crate::config) module docs.
 
 use std::fmt;
 use std::sync::Arc;
@@ -90,7 +78,7 @@ impl Fields {
 }
 
 /// Reads the knobs and `prefix`; a `url` is refused (a `Config` holds no store: read a
-/// [`WalSection`] for that). Validated: see the [module docs](self).
+/// [`WalSection`] for that). Validated: see the [`config`](crate::config) module docs.
 impl<'de> Deserialize<'de> for Config {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let mut fields = Fields::deserialize(d)?;
@@ -135,7 +123,7 @@ impl WalSection {
 }
 
 /// Reads `url` and the knobs; a `prefix` is refused (the URL names it). Validated: see
-/// the [module docs](self).
+/// the [`config`](crate::config) module docs.
 impl<'de> Deserialize<'de> for WalSection {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let mut fields = Fields::deserialize(d)?;
