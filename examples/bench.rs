@@ -82,7 +82,7 @@ use object_store_wal::testing::{
     with_latency_profile, CountingStore, Counts, Hooks, LatencyCounts, LatencyProfile,
     LatencyStore, SplitMix64, Wrapper,
 };
-use object_store_wal::{Config, HedgeAfter, ObjectStoreLogStore};
+use object_store_wal::{Config, Error, HedgeAfter, ObjectStoreLogStore};
 use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
 use serde_json::json;
 use tokio::task::JoinSet;
@@ -717,7 +717,7 @@ struct WriteResult {
 async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error::Error>> {
     let cfg = config(c);
     let (wal, _) = spawn_wal(s.wal.clone(), cfg.clone(), RestartPolicy::default()).await?;
-    wal.last_entry_id_overall().await?;
+    wal.ready().await?;
     s.counting.reset();
     let drawn_before = s.latency_counts();
     let keys_before = count_keys(s, &cfg.prefix).await?;
@@ -913,12 +913,12 @@ fn latency_fields(c: &Common, drawn: &LatencyCounts, line: &mut serde_json::Valu
 /// Stops `wal`, waiting at most 5 s (a hung request the WAL still waits for would
 /// otherwise keep the benchmark from ending).
 async fn stop(wal: &WalHandle) -> Result<(), Box<dyn std::error::Error>> {
-    match tokio::time::timeout(Duration::from_secs(5), wal.stop()).await {
-        Ok(r) => Ok(r?),
-        Err(_) => {
+    match wal.with_timeout(Duration::from_secs(5)).stop().await {
+        Err(Error::CallTimeout { .. }) => {
             eprintln!("bench: the WAL did not stop within 5 s; leaving it");
             Ok(())
         }
+        r => Ok(r?),
     }
 }
 
@@ -1114,7 +1114,7 @@ async fn replay(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn std
         }
     };
     let (wal, _) = spawn_wal(s.wal.clone(), cfg.clone(), RestartPolicy::default()).await?;
-    wal.last_entry_id_overall().await?;
+    wal.ready().await?;
     let stats = wal.stats().await?;
     reset_peak_rss();
     let rss_before = status_mib("VmRSS:");

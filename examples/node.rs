@@ -248,7 +248,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     let store = store_from_url(&url)?;
     let (wal, _) = spawn_wal(store.clone(), config(&args), RestartPolicy::default()).await?;
     // Wait for recovery; this run's entries all follow its opening object.
-    wal.last_entry_id_overall().await?;
+    wal.ready().await?;
     let first_epoch = wal.stats().await?.epoch;
     let run_start_id = entry_id(first_epoch.saturating_sub(1), 0);
     eprintln!(
@@ -320,7 +320,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
 
     let recovery_started = Instant::now();
     let (wal2, _) = spawn_wal(store, config(&args), RestartPolicy::default()).await?;
-    wal2.last_entry_id_overall().await?;
+    wal2.ready().await?;
     let recovery_ms = recovery_started.elapsed().as_secs_f64() * 1000.0;
 
     let logs = std::mem::take(&mut *shared.logs.lock().unwrap_or_else(|p| p.into_inner()));

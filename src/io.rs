@@ -618,6 +618,58 @@ pub fn store_from_url(url: &str) -> Result<Arc<dyn ObjectStore>> {
     }
 }
 
+/// Splits a URL that names a store and a WAL prefix in one into the store's URL (what
+/// [`store_from_url`] takes) and the prefix: the prefix is the URL's last path component.
+///
+/// `s3://bucket/path/prefix` gives `s3://bucket/path` and `prefix`; `file:///dir/prefix`
+/// gives `file:///dir` and `prefix`; `memory:///prefix` gives `memory:///` and `prefix`.
+/// Either way the WAL's keys are `<path>/<prefix>/<sequence>.wal` from the bucket's (or
+/// the filesystem's) root. A URL without a path component after the bucket, one ending
+/// in `/`, one with a query or fragment, or one whose prefix is percent-encoded is
+/// refused with [`Error::InvalidUrl`]. Nothing is built or contacted: the scheme is
+/// checked when the store is built.
+pub fn split_store_url(url: &str) -> Result<(String, String)> {
+    let invalid = |reason: &str| Error::InvalidUrl {
+        url: url.to_string(),
+        reason: reason.to_string(),
+    };
+    let mut parsed = url::Url::parse(url).map_err(|e| invalid(&e.to_string()))?;
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(invalid("a store URL takes no query or fragment"));
+    }
+    let path = parsed.path().to_string();
+    if path.ends_with('/') {
+        return Err(invalid(
+            "it ends with '/': the last path component is the WAL prefix",
+        ));
+    }
+    let Some((store_path, prefix)) = path.rsplit_once('/') else {
+        return Err(invalid(
+            "no path: the last path component is the WAL prefix",
+        ));
+    };
+    if prefix.contains('%') {
+        return Err(invalid(
+            "the WAL prefix is percent-encoded; name it plainly",
+        ));
+    }
+    validate_prefix(prefix).map_err(|e| invalid(&e.to_string()))?;
+    let prefix = prefix.to_string();
+    parsed.set_path(if store_path.is_empty() {
+        "/"
+    } else {
+        store_path
+    });
+    Ok((parsed.to_string(), prefix))
+}
+
+/// Builds the store a URL names and returns it with the WAL prefix: the URL is split by
+/// [`split_store_url`] and the store built by [`store_from_url`].
+pub fn store_and_prefix_from_url(url: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
+    let (store_url, prefix) = split_store_url(url)?;
+    Ok((store_from_url(&store_url)?, prefix))
+}
+
 #[allow(unused_variables, unreachable_code, unreachable_patterns)]
 fn cloud_store(scheme: &str, url: &url::Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
     let store: Arc<dyn ObjectStore> = match scheme {

@@ -62,6 +62,14 @@
 //! - [`Config`], [`RetryPolicy`], [`Error`] and [`EpochEndReason`] are `#[non_exhaustive]`:
 //!   start from [`Config::new`] (or [`RetryPolicy::new`]) and set fields, and match errors
 //!   with a fallback arm, so new knobs and variants are not breaking changes.
+//! - A URL naming the store and the prefix in one ([`split_store_url`]) splits at its
+//!   last path component: `s3://bucket/path/prefix` is the store `s3://bucket/path` and
+//!   the prefix `prefix` (the keys are the same whichever way a path is cut; this way a
+//!   `file://` store is rooted at the WAL's parent directory).
+//! - Under the `serde` feature a configuration file's `[wal]` section is read by
+//!   [`Config`]'s or `WalSection`'s `Deserialize`, validated once read; its field names
+//!   are `Config`'s (there is no `flush_interval`), durations humantime strings, sizes
+//!   bytes or IEC/SI strings (`config` module docs).
 //! - Recovery reads every listed object's summary, including objects below the tip's
 //!   floor that the reclaimer has not deleted yet (within `reclaim_grace`).
 
@@ -111,10 +119,12 @@ pub mod testing;
 
 pub use batch::{AppendParts, AppendReceipt, RegionIds};
 pub use clock::{BootClock, CreateClock};
+#[cfg(feature = "serde")]
+pub use config::WalSection;
 pub use config::{Config, CorruptSegmentPolicy, HedgeAfter, RetryPolicy};
 pub use error::{Durability, EpochEndReason, Error, Result};
 pub use format::{entry_id, FormatError, Header, Link};
-pub use io::store_from_url;
+pub use io::{split_store_url, store_and_prefix_from_url, store_from_url};
 pub use open::{ObjectInfo, RecoveryReport};
 pub use read::Entry;
 pub use sequential::{FlushReceipt, ObjectStoreLogStore};

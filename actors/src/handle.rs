@@ -1,19 +1,25 @@
 //! `WalHandle`: async methods over the supervisor's messages, for callers that are not
 //! actors, and the functions that spawn the WAL.
+//!
+//! A call waits as long as the WAL takes unless the handle has a per-call timeout
+//! ([`WalHandle::with_timeout`]); then it gives up with [`Error::CallTimeout`], which
+//! withdraws nothing: the request stays with the WAL, and a timed-out append may still
+//! become durable, so its error says [`Durability::MayBeDurable`].
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
-use futures::Stream;
 use object_store::ObjectStore;
 use object_store_wal::{
-    AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Entry, Error, Result,
+    AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Error, Result,
 };
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
 use tokio::task::JoinHandle;
 
-use crate::messages::{AppendRequest, EntryReceiver, WalMsg, WalStats};
+use crate::messages::{AppendRequest, EntryReceiver, EntryStream, WalMsg, WalStats};
 use crate::supervisor::{RestartPolicy, Supervisor, SupervisorArgs};
 
 /// Why the WAL could not be spawned.
@@ -71,7 +77,12 @@ pub async fn spawn_wal_with(
         Some(p) => Actor::spawn_linked(None, Supervisor, args, p).await?,
         None => Actor::spawn(None, Supervisor, args).await?,
     };
-    Ok((WalHandle { actor, terminal }, join))
+    let handle = WalHandle {
+        actor,
+        terminal,
+        timeout: None,
+    };
+    Ok((handle, join))
 }
 
 /// A cloneable handle on a running WAL.
@@ -79,6 +90,8 @@ pub async fn spawn_wal_with(
 pub struct WalHandle {
     actor: ActorRef<WalMsg>,
     terminal: Arc<Mutex<Option<Error>>>,
+    /// Each call's timeout, if any.
+    timeout: Option<Duration>,
 }
 
 impl WalHandle {
@@ -93,6 +106,61 @@ impl WalHandle {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// A handle on the same WAL whose every call gives up after `timeout` with
+    /// [`Error::CallTimeout`] (this handle and its other clones keep theirs).
+    ///
+    /// Giving up withdraws nothing: the request stays with the WAL and may still be
+    /// served. A timed-out append may still be admitted, become durable and be replayed,
+    /// so its error is [`Durability::MayBeDurable`], never `NotWritten`: retrying it
+    /// could duplicate its entries (read the region to learn whether it landed). A
+    /// timed-out `obsolete` may still be recorded, a timed-out `stop` still stops. For
+    /// reads the timeout bounds getting the stream, not consuming it. It is measured on
+    /// tokio's clock (virtual time when the clock is paused).
+    pub fn with_timeout(&self, timeout: Duration) -> WalHandle {
+        WalHandle {
+            timeout: Some(timeout),
+            ..self.clone()
+        }
+    }
+
+    /// The per-call timeout of this handle, if it has one.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Runs `call` under the handle's timeout, if any.
+    async fn timed<T>(
+        &self,
+        op: &'static str,
+        durability: Durability,
+        call: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let Some(after) = self.timeout else {
+            return call.await;
+        };
+        match tokio::time::timeout(after, call).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::CallTimeout {
+                op,
+                after,
+                durability,
+            }),
+        }
+    }
+
+    /// Waits until the first recovery is done and the WAL serves appends and reads.
+    /// Fails with the error that ended the WAL if its first open failed terminally
+    /// (damaged data, a store without conditional creates, restarts exhausted: the
+    /// error of the last attempt) or it stopped first ([`Error::Stopped`]). A retryable
+    /// failure of an open is not an answer: the WAL opens again and `ready` waits on.
+    pub async fn ready(&self) -> Result<()> {
+        self.timed("ready", Durability::NotWritten, async {
+            self.call(|reply| WalMsg::Ready { reply }, || self.gone())
+                .await?
+        })
+        .await
     }
 
     fn gone(&self) -> Error {
@@ -123,13 +191,23 @@ impl WalHandle {
     /// Appends to several regions at once, atomically (one object); waits for room
     /// under backpressure.
     pub async fn append_many(&self, parts: AppendParts) -> Result<AppendReceipt> {
-        self.append_inner(parts, false).await
+        self.timed(
+            "append",
+            Durability::MayBeDurable,
+            self.append_inner(parts, false),
+        )
+        .await
     }
 
     /// Like [`append_many`](Self::append_many), but fails at once with
     /// [`Error::Backpressure`] when `max_pending_bytes` are held.
     pub async fn try_append_many(&self, parts: AppendParts) -> Result<AppendReceipt> {
-        self.append_inner(parts, true).await
+        self.timed(
+            "append",
+            Durability::MayBeDurable,
+            self.append_inner(parts, true),
+        )
+        .await
     }
 
     async fn append_inner(&self, parts: AppendParts, fail_fast: bool) -> Result<AppendReceipt> {
@@ -158,6 +236,15 @@ impl WalHandle {
     /// The entries of `region` with id `>= from` (and above its obsolete watermark), in
     /// order, through a bounded channel.
     pub async fn read(&self, region: u64, from: u64) -> Result<EntryReceiver> {
+        self.timed(
+            "read",
+            Durability::NotWritten,
+            self.read_inner(region, from),
+        )
+        .await
+    }
+
+    async fn read_inner(&self, region: u64, from: u64) -> Result<EntryReceiver> {
         // A read that reached a reader just as it failed is dropped unanswered; reads
         // are idempotent, so it is sent again (to the restarted reader), a few times.
         for _ in 0..3 {
@@ -191,8 +278,16 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(|reply| WalMsg::Replay { regions, reply }, gone)
-            .await?
+        self.timed("replay", Durability::NotWritten, async {
+            self.call(|reply| WalMsg::Replay { regions, reply }, gone)
+                .await?
+        })
+        .await
+    }
+
+    /// [`replay`](Self::replay) as a `Stream`.
+    pub async fn replay_stream(&self, regions: Vec<(u64, u64)>) -> Result<EntryStream> {
+        Ok(self.replay(regions).await?.into_stream())
     }
 
     /// Follows `region`: its entries with id `>= from`, then every new one as it is
@@ -201,15 +296,24 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(
-            |reply| WalMsg::Follow {
-                region,
-                from,
-                reply,
-            },
-            gone,
-        )
-        .await?
+        self.timed("follow", Durability::NotWritten, async {
+            self.call(
+                |reply| WalMsg::Follow {
+                    region,
+                    from,
+                    reply,
+                },
+                gone,
+            )
+            .await?
+        })
+        .await
+    }
+
+    /// [`follow`](Self::follow) as a `Stream`: it ends only when the WAL stops (or
+    /// with an error).
+    pub async fn follow_stream(&self, region: u64, from: u64) -> Result<EntryStream> {
+        Ok(self.follow(region, from).await?.into_stream())
     }
 
     /// Records that every entry `region` has now is safe elsewhere (a dropped region).
@@ -218,11 +322,7 @@ impl WalHandle {
     }
 
     /// [`read`](Self::read) as a `Stream`.
-    pub async fn read_stream(
-        &self,
-        region: u64,
-        from: u64,
-    ) -> Result<impl Stream<Item = Result<Entry>> + Send + 'static> {
+    pub async fn read_stream(&self, region: u64, from: u64) -> Result<EntryStream> {
         Ok(self.read(region, from).await?.into_stream())
     }
 
@@ -231,8 +331,11 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(|reply| WalMsg::Obsolete { region, id, reply }, gone)
-            .await?
+        self.timed("obsolete", Durability::NotWritten, async {
+            self.call(|reply| WalMsg::Obsolete { region, id, reply }, gone)
+                .await?
+        })
+        .await
     }
 
     /// The last entry id of `region`.
@@ -240,14 +343,15 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(
+        let call = self.call(
             |reply| WalMsg::LastEntryId {
                 region: Some(region),
                 reply,
             },
             gone,
-        )
-        .await
+        );
+        self.timed("last_entry_id", Durability::NotWritten, call)
+            .await
     }
 
     /// The last entry id of the whole log.
@@ -255,14 +359,15 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(
+        let call = self.call(
             |reply| WalMsg::LastEntryId {
                 region: None,
                 reply,
             },
             gone,
-        )
-        .await
+        );
+        self.timed("last_entry_id", Durability::NotWritten, call)
+            .await
     }
 
     /// Counters and positions.
@@ -270,15 +375,26 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(|reply| WalMsg::Stats { reply }, gone).await
+        let call = self.call(|reply| WalMsg::Stats { reply }, gone);
+        self.timed("stats", Durability::NotWritten, call).await
     }
 
     /// Stops gracefully: uploads in flight finish and are acknowledged or failed; appends
-    /// not sent get [`Error::Stopped`]. Idempotent: stopping a stopped WAL succeeds.
+    /// not sent get [`Error::Stopped`]. Returns `Ok` once the WAL has stopped, or the
+    /// error that had ended it (e.g. [`Error::Fenced`], damaged data, restarts exhausted;
+    /// as [`terminal_error`](Self::terminal_error), with `NotWritten`: it says nothing
+    /// of any append). Idempotent: a second stop answers as the first. An append
+    /// failing during the stop gets its own error, not the stop.
     pub async fn stop(&self) -> Result<()> {
-        match self.actor.call(|reply| WalMsg::Stop { reply }, None).await {
-            Ok(_) | Err(_) => Ok(()),
-        }
+        self.timed("stop", Durability::NotWritten, async {
+            // Answered once stopped; an error means the supervisor had already ended.
+            let _ = self.actor.call(|reply| WalMsg::Stop { reply }, None).await;
+            match self.terminal_error() {
+                Some(e) => Err(e.with_durability(Durability::NotWritten)),
+                None => Ok(()),
+            }
+        })
+        .await
     }
 
     /// Ends the WAL at once, as a crash would: no upload is waited for, nothing more is

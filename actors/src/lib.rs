@@ -27,6 +27,9 @@
 //! - [`Error::Fenced`]: another instance owns the prefix; this WAL has stopped for good
 //!   and its supervisor failed (the node sees it).
 //! - [`Error::Stopped`]: the WAL was stopped.
+//! - [`Error::CallTimeout`] (a handle made by [`WalHandle::with_timeout`]): the caller
+//!   stopped waiting, the request goes on. A timed-out append is `MayBeDurable`: it may
+//!   still become durable and be replayed.
 //! - Input errors (`EmptyAppend`, `EntryTooLarge`, `AppendTooLarge`, `TooManyEntries`):
 //!   nothing was sent; fix the input.
 
@@ -41,6 +44,6 @@ pub mod supervisor;
 pub mod writer;
 
 pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
-pub use messages::{AppendRequest, EntryReceiver, WalMsg, WalStats};
+pub use messages::{AppendRequest, EntryReceiver, EntryStream, WalMsg, WalStats};
 pub use object_store_wal::{Durability, Error};
 pub use supervisor::RestartPolicy;

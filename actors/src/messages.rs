@@ -15,6 +15,10 @@ use ractor::RpcReplyPort;
 /// A stream of a region's entries: a bounded channel fed by the region's reader.
 pub type EntryReceiver = flume::Receiver<Result<Entry>>;
 
+/// An [`EntryReceiver`] as a `futures::Stream` (from the handle's `*_stream` calls): it
+/// ends when the read does; dropping it ends the read.
+pub type EntryStream = flume::r#async::RecvStream<'static, Result<Entry>>;
+
 /// One append: its parts (one region or several, landing atomically in one object).
 #[derive(Debug)]
 pub struct AppendRequest {
@@ -76,6 +80,12 @@ pub enum WalMsg {
         region: Option<u64>,
         /// Gets the id, `None` when there is no entry.
         reply: RpcReplyPort<Option<u64>>,
+    },
+    /// Answered once the first recovery is done (`Ok`), or with the error that ended
+    /// the WAL before it was (the first open failed terminally, or the WAL stopped).
+    Ready {
+        /// Gets the answer.
+        reply: RpcReplyPort<Result<()>>,
     },
     /// Counters and positions.
     Stats {

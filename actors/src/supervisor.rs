@@ -151,7 +151,7 @@ fn refuse(msg: WalMsg, error: &Error) {
         | WalMsg::Follow { reply, .. } => {
             let _ = reply.send(Err(e));
         }
-        WalMsg::Obsolete { reply, .. } => {
+        WalMsg::Obsolete { reply, .. } | WalMsg::Ready { reply } => {
             let _ = reply.send(Err(e));
         }
         WalMsg::LastEntryId { reply, .. } => {
@@ -427,6 +427,9 @@ impl SupervisorState {
                 self.on_obsolete(region, id);
                 let _ = reply.send(Ok(()));
             }
+            WalMsg::Ready { reply } => {
+                let _ = reply.send(Ok(()));
+            }
             WalMsg::LastEntryId { region, reply } => {
                 let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
                 let id = match region {
@@ -606,7 +609,8 @@ impl Actor for Supervisor {
             | WalMsg::Replay { .. }
             | WalMsg::Follow { .. }
             | WalMsg::Obsolete { .. }
-            | WalMsg::LastEntryId { .. }) => state.on_catalog_request(&myself, msg).await?,
+            | WalMsg::LastEntryId { .. }
+            | WalMsg::Ready { .. }) => state.on_catalog_request(&myself, msg).await?,
             WalMsg::Stats { reply } => {
                 let _ = reply.send(state.stats());
             }
