@@ -369,6 +369,16 @@ async fn verify_object(io: &WalIo, sequence: u64) -> Verdict {
     }
 }
 
+/// An object that failed verification: named on stderr, one line on stdout.
+fn emit_failure(sequence: u64, e: &Error) -> Result<(), Failure> {
+    eprintln!("walctl: {e}");
+    emit(&[
+        ("seq", json!(sequence)),
+        ("ok", json!(false)),
+        ("error", json!(e.to_string())),
+    ])
+}
+
 /// Progress on stderr for long runs: every `every` objects, and at least once a second.
 struct Progress {
     every: u64,
@@ -411,7 +421,8 @@ async fn verify(
         last: std::time::Instant::now(),
         printed: false,
     };
-    let (mut done, mut unusable, mut damaged_objects, mut damaged_segments) = (0, 0, 0, 0);
+    let (mut done, mut unusable, mut crc_only) = (0, 0, 0);
+    let (mut damaged_objects, mut damaged_segments) = (0, 0);
     while let Some((sequence, verdict)) = checks.next().await {
         let key = io.key(sequence).to_string();
         match verdict {
@@ -420,14 +431,13 @@ async fn verify(
                 eprintln!("walctl: note: {key} was deleted since the listing");
                 emit(&[("seq", json!(sequence)), ("vanished", json!(true))])?;
             }
-            Verdict::Unusable(e) | Verdict::ObjectCrc(e) => {
+            Verdict::Unusable(e) => {
                 unusable += 1;
-                eprintln!("walctl: {e}");
-                emit(&[
-                    ("seq", json!(sequence)),
-                    ("ok", json!(false)),
-                    ("error", json!(e.to_string())),
-                ])?;
+                emit_failure(sequence, &e)?;
+            }
+            Verdict::ObjectCrc(e) => {
+                crc_only += 1;
+                emit_failure(sequence, &e)?;
             }
             Verdict::Segments(errors) => {
                 damaged_objects += 1;
@@ -455,10 +465,14 @@ async fn verify(
         done += 1;
         progress.tick(done);
     }
-    if unusable + damaged_segments > 0 {
+    if unusable + crc_only + damaged_segments > 0 {
+        let crc_only = match crc_only {
+            0 => String::new(),
+            n => format!(", {n} objects whose only damage is their object CRC"),
+        };
         eprintln!(
             "walctl: {damaged_segments} damaged segments in {damaged_objects} objects, \
-             {unusable} unusable objects, of {} objects",
+             {unusable} unusable objects{crc_only}, of {} objects",
             listing.objects.len()
         );
         return Err(Failure::Reported);

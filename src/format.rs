@@ -20,6 +20,13 @@
 //! copied. Decoding never trusts a length or count before checking it against the
 //! object's size: damaged input yields a [`FormatError`], never a panic or a large
 //! allocation.
+//!
+//! Damage is told apart by part (FORMAT.md, "What a reader verifies"): a header, footer
+//! or trailer that fails makes the object unusable, while a segment that fails its own
+//! CRC damages only its region. [`check_object`] checks a whole object that way, as
+//! recovery does for an object it reads whole: damaged segments come back as
+//! [`SegmentDamage`], not as an error. [`decode_object`] and [`check_object_crc`] check
+//! everything, the object CRC too, for tools.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use crc32fast::Hasher;

@@ -536,6 +536,32 @@ fn damaged_segments_are_named_and_stay_local() {
     let run = walctl(dir, &["dump", "--region", "8", "--from", &from]);
     assert_eq!(payloads(&run.ok(), 8), ["b2", "b3", "b4"]);
 
+    // Only the object CRC of object 5 (an opening object) damaged: recovery, which does
+    // not check it, is unaffected; verify names it.
+    let path = key_file(dir, 5);
+    let mut bytes = std::fs::read(&path).expect("read object");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    std::fs::write(&path, &bytes).expect("write object");
+    walctl(dir, &["chain"]).ok();
+    let run = walctl(dir, &["verify"]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    let line = run.lines.iter().find(|l| l["seq"] == 5).expect("object 5");
+    assert_eq!(line["ok"], false);
+    let error = line["error"].as_str().unwrap();
+    assert!(
+        error.contains(&key(5)) && error.contains("object CRC mismatch"),
+        "{error}"
+    );
+    assert!(
+        run.stderr.contains(
+            "2 damaged segments in 2 objects, 0 unusable objects, \
+             1 objects whose only damage is their object CRC, of 6 objects"
+        ),
+        "{}",
+        run.stderr
+    );
+
     // A damaged header makes the object unusable: recovery fails naming it.
     let path = key_file(dir, s3);
     let mut bytes = std::fs::read(&path).expect("read object");
@@ -557,8 +583,10 @@ fn damaged_segments_are_named_and_stay_local() {
     assert_eq!(line["ok"], false);
     assert!(line["error"].as_str().unwrap().contains(&tip), "{line}");
     assert!(
-        run.stderr
-            .contains("2 damaged segments in 2 objects, 1 unusable objects, of 6 objects"),
+        run.stderr.contains(
+            "2 damaged segments in 2 objects, 1 unusable objects, \
+             1 objects whose only damage is their object CRC, of 6 objects"
+        ),
         "{}",
         run.stderr
     );
