@@ -39,8 +39,10 @@ use crate::batch::BatchLimits;
 use crate::error::{Error, Result};
 use crate::format;
 
-/// What a read does with a segment whose CRC or decoding fails twice. In a file:
-/// `"fail"` or `"skip"`.
+/// What a read of a region does with a segment of it whose CRC or decoding fails twice
+/// ([`Error::CorruptSegment`]), alike in a read, a follow and each region of a replay.
+/// Other regions are never affected, and any other error (a failed GET) ends the read
+/// under either policy. In a file: `"fail"` or `"skip"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(
     feature = "serde",
@@ -49,10 +51,12 @@ use crate::format;
 )]
 #[non_exhaustive]
 pub enum CorruptSegmentPolicy {
-    /// The read yields the error and ends.
+    /// The region's read yields the error and ends (in a replay, only that region's part
+    /// ends; the other regions go on).
     #[default]
     Fail,
-    /// The read yields the error as a report of the hole and goes on with the next segment.
+    /// The region's read yields the error as a report of the hole and goes on with the
+    /// next segment.
     Skip,
 }
 

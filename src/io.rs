@@ -10,6 +10,10 @@
 //!   is at most `whole_read_threshold`, else with two ranged GETs computed from the
 //!   listed size (Azure refuses suffix ranges), plus one for a footer larger than the
 //!   tail read. Segments are read with one ranged GET of exactly their bytes.
+//! - Damage inside a segment never fails a summary read, even of an object read whole
+//!   (FORMAT.md, "What a reader verifies"): the whole read checks each segment on its
+//!   own and reports the damaged ones ([`WalIo::report_damaged_segment`]: a warning
+//!   naming key and region, and [`RequestStats::damaged_segments`]).
 //! - No request waits forever: each has `request_timeout`, past which a create's outcome
 //!   is unknown and a read failed. A create of a data object and every GET that has
 //!   not answered within the hedge delay ([`crate::hedge`]) is sent again beside the
@@ -35,7 +39,8 @@ use object_store::{
 use crate::config::{Config, HedgeAfter};
 use crate::error::{Error, Result};
 use crate::format::{
-    self, EncodedObject, ObjectSummary, EMPTY_OBJECT_LEN, HEADER_LEN, MAX_SEQUENCE, TRAILER_LEN,
+    self, EncodedObject, FormatError, ObjectSummary, SegmentDamage, EMPTY_OBJECT_LEN, HEADER_LEN,
+    MAX_SEQUENCE, TRAILER_LEN,
 };
 use crate::hedge::HedgeDelay;
 
@@ -45,6 +50,17 @@ pub const SEQUENCE_DIGITS: usize = 20;
 pub const KEY_SUFFIX: &str = ".wal";
 /// Bytes read from the end of a large object to get its trailer and, usually, its footer.
 pub const TAIL_READ_BYTES: u64 = 64 * 1024;
+
+/// An object's summary as a recovery read it, with the segments found damaged when the
+/// object was read whole (always empty for an object read with ranged GETs, whose
+/// segments are not fetched).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryRead {
+    /// Header, footer and trailer, verified.
+    pub summary: ObjectSummary,
+    /// The segments that failed their own checks twice (read again once).
+    pub damaged: Vec<SegmentDamage>,
+}
 
 /// An object found by listing: its sequence and listed size.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +147,10 @@ pub struct RequestStats {
     pub hedge_wins: AtomicU64,
     /// Request attempts that had not answered within the request timeout.
     pub timeouts: AtomicU64,
+    /// Damaged segments found: by a recovery that read their object whole, or by a read
+    /// of their region (after its one read again). Each finding counts, so a segment
+    /// found by a recovery and then by two reads counts three times.
+    pub damaged_segments: AtomicU64,
 }
 
 /// The kinds of request whose latencies are tracked apart for hedging.
@@ -229,9 +249,25 @@ impl WalIo {
         self
     }
 
-    /// What happened to the requests so far (hedges, wins, timeouts).
+    /// What happened to the requests so far (hedges, wins, timeouts, damaged segments).
     pub fn request_stats(&self) -> &RequestStats {
         &self.requests.stats
+    }
+
+    /// Records damage found inside the segment of `region` in the object `sequence`: a
+    /// warning naming the key and region, and one more
+    /// [`damaged_segments`](RequestStats::damaged_segments).
+    pub fn report_damaged_segment(&self, sequence: u64, region: u64, error: &FormatError) {
+        self.requests
+            .stats
+            .damaged_segments
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            key = %self.key(sequence),
+            region,
+            error = %error,
+            "damaged segment: reads of this region fail there (or skip it)"
+        );
     }
 
     /// Runs `attempt` under the request timeout (`timed_out` is its answer past it) and,
@@ -501,23 +537,38 @@ impl WalIo {
         Ok(bytes)
     }
 
-    /// Reads and verifies an object's header, footer and trailer, never a segment.
+    /// Reads and verifies an object's header, footer and trailer. An object no larger
+    /// than `whole_read_threshold` is read whole: its segments are then checked too, and
+    /// a damaged one is reported ([`report_damaged_segment`](Self::report_damaged_segment))
+    /// and returned in [`SummaryRead::damaged`], never an error.
     ///
-    /// An object that fails verification is read once more, as a segment is: bytes
-    /// damaged in transit must not pass for a damaged object, which fails recovery.
-    pub async fn read_summary(&self, listed: &ListedObject) -> Result<ObjectSummary> {
-        read_again_once(|| async {
+    /// An object that fails verification, or has a damaged segment, is read once more,
+    /// as a segment is: bytes damaged in transit must not pass for a damaged object,
+    /// which fails recovery, nor be reported as damage at rest.
+    pub async fn read_summary(&self, listed: &ListedObject) -> Result<SummaryRead> {
+        let checked = read_again_once(|| async {
             match self.read_summary_once(listed).await {
                 Err(e @ (Error::CorruptObject { .. } | Error::SequenceMismatch { .. })) => {
-                    Ok(Err(e))
+                    Ok(Err(Err(e)))
                 }
+                Ok(read) if !read.damaged.is_empty() => Ok(Err(Ok(read))),
                 other => other.map(Ok),
             }
         })
-        .await?
+        .await?;
+        match checked {
+            Ok(read) => Ok(read),
+            Err(Ok(read)) => {
+                for damage in &read.damaged {
+                    self.report_damaged_segment(listed.sequence, damage.region, &damage.error);
+                }
+                Ok(read)
+            }
+            Err(Err(e)) => Err(e),
+        }
     }
 
-    async fn read_summary_once(&self, listed: &ListedObject) -> Result<ObjectSummary> {
+    async fn read_summary_once(&self, listed: &ListedObject) -> Result<SummaryRead> {
         let key = self.key(listed.sequence);
         let corrupt = |source| Error::CorruptObject {
             key: key.to_string(),
@@ -531,9 +582,15 @@ impl WalIo {
                 got: size,
             }));
         }
+        let mut damaged = Vec::new();
         let summary = if size <= self.whole_read_threshold {
             let bytes = self.read_whole(listed.sequence).await?;
-            format::decode_object_summary(&bytes).map_err(corrupt)?
+            // Header, footer and trailer decide whether the object is usable; a damaged
+            // segment fails only reads of its region (FORMAT.md, "What a reader
+            // verifies"), so the object CRC, which cannot tell them apart, is not checked.
+            let checked = format::check_object(&bytes).map_err(corrupt)?;
+            damaged = checked.damaged;
+            checked.summary
         } else {
             let tail_len = TAIL_READ_BYTES.min(size - HEADER_LEN as u64);
             let (head, tail) = futures::try_join!(
@@ -560,7 +617,7 @@ impl WalIo {
             });
         }
         debug_assert!(summary.length >= TRAILER_LEN as u64);
-        Ok(summary)
+        Ok(SummaryRead { summary, damaged })
     }
 
     /// Deletes the object with `sequence` (a missing object is not an error).

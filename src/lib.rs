@@ -38,9 +38,13 @@
 //!
 //! - An append with several parts for the same region keeps them in order, each part
 //!   getting its own consecutive ids.
-//! - A read or a replay under [`CorruptSegmentPolicy::Skip`] yields the segment's error
-//!   as an item (the report of the hole) and goes on; under `Fail` (the default) it ends
-//!   there.
+//! - A damaged segment fails only its region, as [`Error::CorruptSegment`] naming key and
+//!   region. Under [`CorruptSegmentPolicy::Skip`] a read, a follow, or a region of a
+//!   replay yields that error as an item (the report of the hole) and goes on; under
+//!   `Fail` (the default) that region's read ends there: a replay of many regions goes on
+//!   with the others and sends nothing more of that region. Only damage is skipped: any
+//!   other error (a failed GET) ends the read under either policy, since skipping would
+//!   lose entries that are intact at rest.
 //! - The sequential write path ([`ObjectStoreLogStore::append`] /
 //!   [`flush`](ObjectStoreLogStore::flush)) answers [`Error::BatchFull`] instead of
 //!   flushing by itself, so the caller always knows which object holds its append.
@@ -56,9 +60,14 @@
 //!   append one at a time); under load batches grow instead.
 //! - Obsolete watermarks live in memory: after a restart every region pins the floor at
 //!   its first entry until it reports its watermark again.
-//! - A summary or a create conflict that fails verification is read once more before it
-//!   counts as damage, as a segment is; the object CRC is checked whenever recovery
-//!   reads a whole (small) object, so a damaged segment there fails recovery.
+//! - A summary, a segment or a create conflict that fails verification is read once more
+//!   before it counts as damage. When recovery reads a small object whole it checks each
+//!   segment's own CRC instead of the object CRC: a damaged segment is reported (a
+//!   `warn!` naming key and region, [`RecoveryReport::damaged_segments`], and the
+//!   `damaged_segments` counter of the request stats, which the actor runtime's
+//!   `WalStats` shows) and recovery goes on. Every finding counts, a segment found by
+//!   recovery and again by a read counts twice: the counter says how often damage was
+//!   met, the report and `walctl verify` say where.
 //! - [`Config`], [`RetryPolicy`], [`Error`] and [`EpochEndReason`] are `#[non_exhaustive]`:
 //!   start from [`Config::new`] (or [`RetryPolicy::new`]) and set fields, and match errors
 //!   with a fallback arm, so new knobs and variants are not breaking changes.
@@ -71,7 +80,12 @@
 //!   are `Config`'s (there is no `flush_interval`), durations humantime strings, sizes
 //!   bytes or IEC/SI strings (`config` module docs).
 //! - Recovery reads every listed object's summary, including objects below the tip's
-//!   floor that the reclaimer has not deleted yet (within `reclaim_grace`).
+//!   floor that the reclaimer has not deleted yet (within `reclaim_grace`); one of those
+//!   that cannot be read (damaged, or deleted since the listing) is reported in
+//!   [`RecoveryReport::unread_below_floor`] and does not fail recovery (DESIGN.md allows
+//!   not reading them at all). A listed object at or above the floor that cannot be read
+//!   still fails recovery, naming its key (a vanished one makes a writer's open start
+//!   over from a fresh listing).
 
 #![warn(missing_docs)]
 
@@ -125,6 +139,6 @@ pub use config::{Config, CorruptSegmentPolicy, HedgeAfter, RetryPolicy};
 pub use error::{Durability, EpochEndReason, Error, Result};
 pub use format::{entry_id, FormatError, Header, Link};
 pub use io::{split_store_url, store_and_prefix_from_url, store_from_url};
-pub use open::{ObjectInfo, RecoveryReport};
+pub use open::{DamagedSegment, ObjectInfo, RecoveryReport, UnreadObject};
 pub use read::Entry;
 pub use sequential::{FlushReceipt, ObjectStoreLogStore};

@@ -290,6 +290,10 @@ pub struct WalStats {
     pub hedge_wins: u64,
     /// Requests that had not answered within `request_timeout`.
     pub timeouts: u64,
+    /// Damaged segments met: by a recovery that read their object whole, or by a read,
+    /// replay or follow of their region. Each finding counts (a segment met twice counts
+    /// twice); the warnings in the log name key and region.
+    pub damaged_segments: u64,
 }
 
 impl WalStats {

@@ -539,6 +539,7 @@ impl SupervisorState {
             hedged: requests.hedged.load(Ordering::Relaxed),
             hedge_wins: requests.hedge_wins.load(Ordering::Relaxed),
             timeouts: requests.timeouts.load(Ordering::Relaxed),
+            damaged_segments: requests.damaged_segments.load(Ordering::Relaxed),
             ..WalStats::from_counters(&self.counters)
         }
     }
