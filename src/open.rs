@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures::stream::{self, StreamExt};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::catalog::{choose_chain, plan_opening, Catalog};
+use crate::catalog::{choose_chain, plan_opening_above, Catalog};
 use crate::clock::{BootClock, CreateClock};
 use crate::config::Config;
 use crate::epoch::EpochState;
@@ -173,6 +173,21 @@ pub async fn open_instance_with(
     config: &Config,
     clock: &dyn CreateClock,
 ) -> Result<Opened> {
+    open_instance_above(io, config, clock, 0).await
+}
+
+/// [`open_instance_with`] for an instance that reopens after its epoch ended: the
+/// opening object goes above `above` as well as above everything present, and every
+/// absent sequence up to it is claimed ([`plan_opening_above`]). The actor runtime
+/// passes the highest sequence whose entry ids it handed out at admission, so that ids
+/// of objects never created (refused, stopped, or lost to an unknown outcome) are
+/// never given again by a later epoch.
+pub async fn open_instance_above(
+    io: &WalIo,
+    config: &Config,
+    clock: &dyn CreateClock,
+    above: u64,
+) -> Result<Opened> {
     let mut last = String::new();
     let mut cache: BTreeMap<u64, ObjectSummary> = BTreeMap::new();
     // The store error that ended the last attempt, returned if it was the last one.
@@ -205,7 +220,7 @@ pub async fn open_instance_with(
                 .iter()
                 .map(|o| o.header.sequence)
                 .collect();
-            let plan = plan_opening(&present, recovery.report.chain_end.as_ref())?;
+            let plan = plan_opening_above(&present, recovery.report.chain_end.as_ref(), above)?;
             let claims: Vec<EncodedObject> = plan
                 .claims
                 .iter()
