@@ -7,6 +7,13 @@
 //! object above everything present, in a new epoch: that fences every earlier instance.
 //! An `AlreadyExists` or an unknown outcome is never taken as success: the open starts
 //! over from a fresh listing, reusing the summaries it already read.
+//!
+//! A writer that reopens after its epoch ended may also name a sequence to open above
+//! ([`open_instance_above`]): the highest whose entry ids it handed out at admission.
+//! DESIGN.md puts the opening object at `M + 1`, `M` the largest sequence present; ids
+//! handed out in objects that were never created are not present, so `M` is taken at
+//! least that high, and the sequences up to it are claimed like any other hole (the
+//! fencing argument is the same for a larger `M`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;

@@ -284,8 +284,9 @@ impl WalHandle {
     /// one (`NotWritten`). A failure is permanent: every later barrier at or above it
     /// fails too, since the ids below can no longer all be durable (the failed appends'
     /// own `durable` futures say which entries; a region that dealt with them, say by
-    /// rebuilding from a replay, decides on its own when to flush). Ids of a failed
-    /// plain [`append`](Self::append) were never handed out and fail no barrier.
+    /// rebuilding from a replay, goes on by the `durable` futures of its later appends).
+    /// Ids of a failed plain [`append`](Self::append) were never handed out and fail no
+    /// barrier.
     pub async fn durable_through(&self, id: u64) -> Result<()> {
         let closed = || match self.terminal_error() {
             Some(e) => e.with_durability(Durability::MayBeDurable),
