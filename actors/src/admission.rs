@@ -47,7 +47,9 @@ use tokio::sync::{oneshot, watch};
 /// Where the ids this WAL handed out stand; see the module doc.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ProgressState {
-    /// The sequence of the last object acknowledged.
+    /// The sequence of the last object acknowledged, or of the last opening object
+    /// (durable, and above every id handed out before it): every handed-out sequence
+    /// up to it was acknowledged or failed.
     durable: u64,
     /// The highest sequence whose ids were handed out at admission.
     handed_out: u64,
@@ -100,7 +102,8 @@ impl Progress {
         self.tx.borrow().handed_out
     }
 
-    /// The object at `sequence` was acknowledged (every earlier one of its epoch was).
+    /// The object at `sequence` was acknowledged (every earlier one of its epoch was),
+    /// or an epoch opened there.
     pub(crate) fn acknowledged(&self, sequence: u64) {
         self.tx.send_if_modified(|p| {
             let moved = sequence > p.durable;

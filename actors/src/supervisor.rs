@@ -216,6 +216,9 @@ impl SupervisorState {
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = opened.recovery.catalog;
         // Followers read on from the recovered chain.
         self.commits.send_replace(last_sequence);
+        // The opening object is durable, and above every id handed out before (the open
+        // went above them): a barrier below it has its verdict.
+        self.progress.acknowledged(epoch.link.sequence);
         if self.reclaimer.is_none() {
             self.spawn_reclaimer(myself).await?;
         }

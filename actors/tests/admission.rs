@@ -213,6 +213,38 @@ async fn admission_answers_while_the_create_is_held() {
     assert_eq!(ids(&replayed), vec![(entry_id(2, 0), entry("held"))]);
 }
 
+/// Ids of an earlier instance's chain were never handed out by this WAL: a barrier on
+/// one passes at once, even while this WAL's own first object is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_barrier_below_this_wals_ids_passes_at_once() {
+    let (faults, store) = memory();
+    let config = config();
+    let (wal, join) = spawn(&store, &config).await;
+    let receipt = wal
+        .append(1, vec![entry("earlier")])
+        .await
+        .expect("durable");
+    assert_eq!(receipt.sequence, 2);
+    stop(wal, join).await;
+
+    // The next instance: opening object 3, first data object 4 (held).
+    let hold = faults.hold_creates_of(&key(4));
+    let (wal, join) = spawn(&store, &config).await;
+    let mut held = admit(&wal, &vec![(1, vec![entry("held")])]).await;
+    assert_eq!(held.ids.sequence, 4);
+    bounded("the create of 4 to be held", hold.wait_arrived(1)).await;
+    bounded(
+        "the barrier on the earlier id",
+        wal.durable_through(entry_id(2, 0)),
+    )
+    .await
+    .expect("nothing of this WAL's is below it");
+    assert!(pending(&mut held.durable).await, "durable while held");
+    hold.release();
+    assert_eq!(durable(held).await.expect("durable").sequence, 4);
+    stop(wal, join).await;
+}
+
 /// A barrier on an id of a later object waits for every earlier object, even when its
 /// own object is already durable (acknowledgements go in sequence order).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
