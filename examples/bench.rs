@@ -821,7 +821,7 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
         }
     }
     latency_fields(c, &drawn, &mut line);
-    cost_fields(&counts, elapsed, "", &mut line);
+    cost_fields(counts, elapsed, "", &mut line);
     if c.obsolete_lag > 0 {
         // Let the reclaimer catch up with the last floor, then time a fresh open.
         let floor = stats.floor;
@@ -849,7 +849,7 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
         tokio::time::sleep(secs(c.idle_seconds)).await;
         line["idle_seconds"] = json!(c.idle_seconds);
         line["idle_requests"] = json!(s.counting.counts().requests());
-        cost_fields(&s.counting.counts(), c.idle_seconds, "idle_", &mut line);
+        cost_fields(s.counting.counts(), c.idle_seconds, "idle_", &mut line);
     }
     Ok(WriteResult {
         line,

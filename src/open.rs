@@ -20,6 +20,13 @@
 //! object above everything present, in a new epoch: that fences every earlier instance.
 //! An `AlreadyExists` or an unknown outcome is never taken as success: the open starts
 //! over from a fresh listing, reusing the summaries it already read.
+//!
+//! A writer that reopens after its epoch ended may also name a sequence to open above
+//! ([`open_instance_above`]): the highest whose entry ids it handed out at admission.
+//! DESIGN.md puts the opening object at `M + 1`, `M` the largest sequence present; ids
+//! handed out in objects that were never created are not present, so `M` is taken at
+//! least that high, and the sequences up to it are claimed like any other hole (the
+//! fencing argument is the same for a larger `M`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -27,7 +34,7 @@ use std::time::Duration;
 use futures::stream::{self, StreamExt};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::catalog::{choose_chain, plan_opening, Catalog};
+use crate::catalog::{choose_chain, plan_opening_above, Catalog};
 use crate::clock::{BootClock, CreateClock};
 use crate::config::Config;
 use crate::epoch::EpochState;
@@ -273,6 +280,21 @@ pub async fn open_instance_with(
     config: &Config,
     clock: &dyn CreateClock,
 ) -> Result<Opened> {
+    open_instance_above(io, config, clock, 0).await
+}
+
+/// [`open_instance_with`] for an instance that reopens after its epoch ended: the
+/// opening object goes above `above` as well as above everything present, and every
+/// absent sequence up to it is claimed ([`plan_opening_above`]). The actor runtime
+/// passes the highest sequence whose entry ids it handed out at admission, so that ids
+/// of objects never created (refused, stopped, or lost to an unknown outcome) are
+/// never given again by a later epoch.
+pub async fn open_instance_above(
+    io: &WalIo,
+    config: &Config,
+    clock: &dyn CreateClock,
+    above: u64,
+) -> Result<Opened> {
     let mut last = String::new();
     let mut cache: BTreeMap<u64, SummaryRead> = BTreeMap::new();
     // The store error that ended the last attempt, returned if it was the last one.
@@ -305,7 +327,7 @@ pub async fn open_instance_with(
                 .iter()
                 .map(|o| o.header.sequence)
                 .collect();
-            let plan = plan_opening(&present, recovery.report.chain_end.as_ref())?;
+            let plan = plan_opening_above(&present, recovery.report.chain_end.as_ref(), above)?;
             let claims: Vec<EncodedObject> = plan
                 .claims
                 .iter()

@@ -24,12 +24,13 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
 use object_store_wal::batch::{Batch, SealedObject};
 use object_store_wal::epoch::EpochState;
 use object_store_wal::format::{self, encode_object, EncodedObject, FormatError, Header, Link};
-use object_store_wal::io::{object_key, parse_key};
+use object_store_wal::io::{object_key, parse_key, WalIo};
+use object_store_wal::open::open_instance_above;
 use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::read::{follow_region, replay_regions, ReplayLimits};
 use object_store_wal::testing::{CountingStore, CreateFault, FaultStore, GetRecord};
 use object_store_wal::{
-    entry_id, AppendParts, Config, CorruptSegmentPolicy, DamagedSegment, Durability,
+    entry_id, AppendParts, BootClock, Config, CorruptSegmentPolicy, DamagedSegment, Durability,
     EpochEndReason, Error, ObjectStoreLogStore, RecoveryReport, RegionIds, RetryPolicy,
 };
 
@@ -94,6 +95,7 @@ on_every_store!(
     sequence_mismatch_names_its_key,
     foreign_keys_are_skipped_and_kept,
     open_claims_holes_and_writes_the_opening_object,
+    open_above_claims_up_to_the_sequences_handed_out,
     floor_bounds_recovery,
     two_instances_one_after_the_other,
     late_create_meets_the_claim_and_is_fenced,
@@ -1101,6 +1103,40 @@ async fn open_claims_holes_and_writes_the_opening_object(store: Arc<dyn ObjectSt
     assert_eq!(on_chain(report), vec![2, 3, 7]);
     assert_eq!(orphans(report), vec![4, 5, 6]);
     assert_eq!(stored_empty(&store, 8).await, header(8, 9, (7, 8), 2));
+    assert_eq!(replay(&next, 1, 0).await, ids(&[(2, 0, "a"), (3, 0, "b")]));
+}
+
+/// An instance that reopens after handing out ids at sequences it never created (the
+/// actor runtime's two-stage acknowledgement) opens above them: the absent sequences up
+/// to `above` are claimed like any hole, and the next object is above them all.
+async fn open_above_claims_up_to_the_sequences_handed_out(store: Arc<dyn ObjectStore>) {
+    // Chain 2 -> 3; the ended epoch had handed out ids at 4 and 5, never created.
+    put_object(&store, header(2, 3, (0, 0), 0), &[(1, &["a"])]).await;
+    put_object(&store, header(3, 3, (2, 3), 0), &[(1, &["b"])]).await;
+    let io = WalIo::for_config(store.clone(), &config()).expect("io");
+
+    let opened = open_instance_above(&io, &config(), &BootClock, 5)
+        .await
+        .expect("open");
+    assert_eq!(opened.recovery.report.max_sequence, 3);
+    // M = max(3, 5): claims 4 and 5, opening object 6 in epoch 7, writing from 7.
+    let opening = stored_empty(&store, 6).await;
+    assert_eq!(opening, header(6, 7, (3, 3), 0));
+    for hole in [4, 5] {
+        let c = stored_empty(&store, hole).await;
+        assert_eq!(c, claim(hole, 7, (3, 3), 0));
+    }
+    assert_eq!(opened.epoch.next_sequence, 7);
+
+    // Below what is present, `above` changes nothing: M = 6, opening object 7.
+    let opened = open_instance_above(&io, &config(), &BootClock, 2)
+        .await
+        .expect("open");
+    assert_eq!(opened.epoch.next_sequence, 8);
+    assert_eq!(stored_empty(&store, 7).await, header(7, 8, (6, 7), 0));
+    let present: Vec<u64> = stored(&store).await.into_keys().collect();
+    assert_eq!(present, vec![2, 3, 4, 5, 6, 7]);
+    let next = open(&store).await;
     assert_eq!(replay(&next, 1, 0).await, ids(&[(2, 0, "a"), (3, 0, "b")]));
 }
 

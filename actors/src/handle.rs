@@ -17,8 +17,10 @@ use object_store_wal::{
 };
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::admission::{wait_durable_through, Admitted, Durable, Progress, ProgressState};
 use crate::messages::{AppendRequest, EntryReceiver, EntryStream, WalMsg, WalStats};
 use crate::supervisor::{RestartPolicy, Supervisor, SupervisorArgs};
 
@@ -66,12 +68,14 @@ pub async fn spawn_wal_with(
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
     config.validate()?;
     let terminal = Arc::new(Mutex::new(None));
+    let (progress, progress_rx) = Progress::new();
     let args = SupervisorArgs {
         store,
         config,
         restarts,
         terminal: terminal.clone(),
         clock,
+        progress,
     };
     let (actor, join) = match parent {
         Some(p) => Actor::spawn_linked(None, Supervisor, args, p).await?,
@@ -81,6 +85,7 @@ pub async fn spawn_wal_with(
         actor,
         terminal,
         timeout: None,
+        progress: progress_rx,
     };
     Ok((handle, join))
 }
@@ -92,6 +97,8 @@ pub struct WalHandle {
     terminal: Arc<Mutex<Option<Error>>>,
     /// Each call's timeout, if any.
     timeout: Option<Duration>,
+    /// Where the ids handed out at admission stand (the barrier waits on it).
+    progress: watch::Receiver<ProgressState>,
 }
 
 impl WalHandle {
@@ -210,6 +217,91 @@ impl WalHandle {
         .await
     }
 
+    /// Appends `entries` to `region` and returns as soon as they are admitted into the
+    /// open batch, with their ids and a future for their durability (the two-stage
+    /// acknowledgement, [`crate::admission`]): apply them to memory now, and await
+    /// [`Admitted::durable`] (or [`durable_through`](Self::durable_through)) before
+    /// answering a client or flushing.
+    ///
+    /// The ids are final: the receipt `durable` resolves with has the same ids, and a
+    /// replay returns the entries with them. If the append fails after admission,
+    /// `durable` says how ([`Error::durability`]), and its ids are never given to
+    /// other entries by this WAL, nor replayed unless its object turned out durable
+    /// (possible only when the error is `MayBeDurable`). Waits for room under
+    /// backpressure; a refusal before admission (bad input, the WAL stopped or ended)
+    /// is returned here. Under the handle's timeout, the wait for admission is bounded
+    /// (`MayBeDurable`: it may still be admitted), `durable` is not.
+    pub async fn append_admitted(&self, region: u64, entries: Vec<Bytes>) -> Result<Admitted> {
+        self.append_many_admitted(vec![(region, entries)]).await
+    }
+
+    /// [`append_admitted`](Self::append_admitted) for several regions at once,
+    /// atomically (one object).
+    pub async fn append_many_admitted(&self, parts: AppendParts) -> Result<Admitted> {
+        self.timed(
+            "append",
+            Durability::MayBeDurable,
+            self.append_admitted_inner(parts),
+        )
+        .await
+    }
+
+    async fn append_admitted_inner(&self, parts: AppendParts) -> Result<Admitted> {
+        let (reply, durable_rx) = ractor::concurrency::oneshot();
+        let (admitted, admitted_rx) = ractor::concurrency::oneshot();
+        let durable = Durable::new(durable_rx, self.terminal.clone());
+        let request = AppendRequest {
+            parts,
+            fail_fast: false,
+            reply: reply.into(),
+            admitted: Some(admitted.into()),
+        };
+        if self.actor.cast(WalMsg::Append(request)).is_err() {
+            return Err(self.gone());
+        }
+        match admitted_rx.await {
+            Ok(ids) => Ok(Admitted { ids, durable }),
+            // Not admitted: the durability reply has the refusal. (A receipt there
+            // would mean it was admitted and acknowledged unannounced: take its ids.)
+            Err(_) => {
+                let receipt = durable.await?;
+                Ok(Admitted {
+                    ids: receipt.clone(),
+                    durable: Durable::resolved(Ok(receipt), self.terminal.clone()),
+                })
+            }
+        }
+    }
+
+    /// Waits until every entry id up to `id` that this WAL handed out (at admission or
+    /// in a receipt) before the call is durable: the barrier before a flush or an
+    /// [`obsolete`](Self::obsolete). Ids are object-granular, so the whole object
+    /// holding `id` is waited for; `u64::MAX` waits for everything handed out so far.
+    ///
+    /// Fails if an object holding such an id failed, with that object's error: the
+    /// lowest one that may still be durable ([`Durability::MayBeDurable`]: an unknown
+    /// outcome may land and be replayed, even after recovery), else the lowest failed
+    /// one (`NotWritten`). A failure is permanent: every later barrier at or above it
+    /// fails too, since the ids below can no longer all be durable (the failed appends'
+    /// own `durable` futures say which entries; a region that dealt with them, say by
+    /// rebuilding from a replay, goes on by the `durable` futures of its later appends).
+    /// Ids of a failed plain [`append`](Self::append) were never handed out and fail no
+    /// barrier.
+    pub async fn durable_through(&self, id: u64) -> Result<()> {
+        let closed = || match self.terminal_error() {
+            Some(e) => e.with_durability(Durability::MayBeDurable),
+            None => Error::Stopped {
+                durability: Durability::MayBeDurable,
+            },
+        };
+        self.timed(
+            "durable_through",
+            Durability::MayBeDurable,
+            wait_durable_through(self.progress.clone(), id, closed),
+        )
+        .await
+    }
+
     async fn append_inner(&self, parts: AppendParts, fail_fast: bool) -> Result<AppendReceipt> {
         // A reply port dropped unanswered means the writer failed holding the append.
         // If the WAL ended by failing (e.g. fenced), the reply port may instead have been
@@ -226,6 +318,7 @@ impl WalHandle {
                     parts,
                     fail_fast,
                     reply,
+                    admitted: None,
                 })
             },
             dropped,

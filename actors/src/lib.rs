@@ -17,6 +17,11 @@
 //! Callers that are actors send [`WalMsg`]s with `RpcReplyPort`s; others use the
 //! cloneable [`WalHandle`].
 //!
+//! A node that applies entries to memory as soon as their ids are fixed uses the
+//! two-stage acknowledgement ([`admission`]): [`WalHandle::append_admitted`] answers at
+//! admission with the final ids and a [`Durable`] future, and
+//! [`WalHandle::durable_through`] waits until every id up to one is durable.
+//!
 //! ## What each error means for the caller
 //!
 //! - `Ok(receipt)`: durable; the ids are final and will be replayed.
@@ -35,6 +40,7 @@
 
 #![warn(missing_docs)]
 
+pub mod admission;
 pub mod handle;
 pub mod messages;
 pub mod reader;
@@ -43,6 +49,7 @@ pub mod recovery;
 pub mod supervisor;
 pub mod writer;
 
+pub use admission::{Admitted, Durable};
 pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
 pub use messages::{AppendRequest, EntryReceiver, EntryStream, WalMsg, WalStats};
 pub use object_store_wal::{Durability, Error};

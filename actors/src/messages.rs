@@ -29,6 +29,12 @@ pub struct AppendRequest {
     pub fail_fast: bool,
     /// Gets the receipt once the append is durable, or the error.
     pub reply: RpcReplyPort<Result<AppendReceipt>>,
+    /// If set, gets the append's ids as soon as it is admitted into the open batch,
+    /// before it is durable (the two-stage acknowledgement: [`crate::admission`]). The
+    /// ids are final; `reply` still answers once the append is durable or failed. Left
+    /// unanswered (dropped) when the append is refused before admission: `reply` then
+    /// has the error.
+    pub admitted: Option<RpcReplyPort<AppendReceipt>>,
 }
 
 /// What the supervisor (the WAL) accepts.

@@ -28,6 +28,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Super
 use tokio::time::Instant;
 use tracing::{error, info, info_span, warn};
 
+use crate::admission::Progress;
 use crate::messages::{
     AppendRequest, Counters, EntryReceiver, Internal, InternalMsg, ReaderMsg, WalMsg, WalStats,
     WriterMsg,
@@ -92,6 +93,9 @@ pub struct SupervisorArgs {
     pub terminal: Arc<Mutex<Option<Error>>>,
     /// Measures create durations (`max_create_duration`).
     pub clock: Arc<dyn CreateClock>,
+    /// Where the ids handed out at admission stand, shared with the writers and the
+    /// handles; each new epoch opens above the highest sequence handed out.
+    pub progress: Progress,
 }
 
 /// Where the supervisor is in its cycle of opens.
@@ -128,6 +132,7 @@ pub struct SupervisorState {
     clock: Arc<dyn CreateClock>,
     commits: tokio::sync::watch::Sender<u64>,
     reclaimer: Option<ActorRef<ReclaimerMsg>>,
+    progress: Progress,
 }
 
 /// The supervisor actor.
@@ -175,6 +180,8 @@ impl SupervisorState {
             config: self.config.clone(),
             supervisor: myself.clone(),
             clock: self.clock.clone(),
+            // Ids handed out by an epoch that ended are never given again.
+            above: self.progress.handed_out_through(),
         };
         let (recovery, _) =
             Actor::spawn_linked(None, RecoveryActor, args, myself.get_cell()).await?;
@@ -209,6 +216,9 @@ impl SupervisorState {
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = opened.recovery.catalog;
         // Followers read on from the recovered chain.
         self.commits.send_replace(last_sequence);
+        // The opening object is durable, and above every id handed out before (the open
+        // went above them): a barrier below it has its verdict.
+        self.progress.acknowledged(epoch.link.sequence);
         if self.reclaimer.is_none() {
             self.spawn_reclaimer(myself).await?;
         }
@@ -233,6 +243,7 @@ impl SupervisorState {
             retention,
             commits: self.commits.clone(),
             reclaimer: self.reclaimer.clone(),
+            progress: self.progress.clone(),
         };
         let (writer, _) = Actor::spawn_linked(None, WriterActor, args, myself.get_cell()).await?;
         info!(
@@ -575,6 +586,7 @@ impl Actor for Supervisor {
             clock: args.clock,
             commits: tokio::sync::watch::Sender::new(0),
             reclaimer: None,
+            progress: args.progress,
         };
         state.start_recovery(&myself).await?;
         Ok(state)
@@ -662,6 +674,8 @@ impl Actor for Supervisor {
                 let cause = Error::WriterFailed {
                     durability: Durability::MayBeDurable,
                 };
+                // Its waiters' ports were dropped (`WriterFailed`); barriers learn it here.
+                state.progress.failed_unacknowledged(&cause);
                 return state.schedule_restart(&myself, cause);
             }
         }

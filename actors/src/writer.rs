@@ -14,6 +14,9 @@
 //!   ship one entry and make the rest wait a whole interval. An idle epoch seals an empty object to
 //!   stay inside its link window. Every admission, completion and timer comes back to
 //!   this decision.
+//! - **Admitting.** An append joins the open batch; if it asked for its ids at
+//!   admission (`AppendRequest::admitted`), it gets them now: the batch is sealed whole
+//!   at the epoch's next sequence, so they are final ([`crate::admission`]).
 //! - **Uploading.** Up to `max_in_flight` objects are created at once, each in a spawned
 //!   task running the core's [`persist_within`]; completions come back as messages.
 //! - **Acknowledging.** Strictly in sequence order: an object is acknowledged only when it
@@ -39,6 +42,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 use tracing::{debug, info_span, warn, Instrument};
 
+use crate::admission::Progress;
 use crate::messages::{AppendRequest, Counters, InternalMsg, WalMsg, WriterMsg};
 use crate::reclaimer::ReclaimerMsg;
 
@@ -66,6 +70,9 @@ pub struct WriterArgs {
     pub reclaimer: Option<ActorRef<ReclaimerMsg>>,
     /// When the opening object's create started, on `clock`.
     pub opening_started: Duration,
+    /// Where the ids handed out at admission stand (the barrier's state, shared with
+    /// the supervisor and the handles).
+    pub progress: Progress,
 }
 
 type Waiter = RpcReplyPort<Result<AppendReceipt, Error>>;
@@ -78,6 +85,8 @@ struct Flight {
     outcome: Option<PersistOutcome>,
     /// Never sent, for this reason; the epoch ends when it reaches the head.
     refused: Option<Error>,
+    /// Some of its ids were handed out at admission.
+    handed_out: bool,
 }
 
 /// What the writer is doing. Whether the epoch ended is the [`Epoch`]'s to say: a
@@ -119,6 +128,8 @@ pub struct WriterState {
     lifecycle: Lifecycle,
     batch: Batch,
     batch_waiters: Vec<Waiter>,
+    /// Some ids of the open batch were handed out at admission.
+    batch_handed_out: bool,
     /// When the open batch took its first entry.
     batch_opened: Option<Instant>,
     objects: BTreeMap<u64, Flight>,
@@ -194,10 +205,13 @@ impl WriterState {
 
     fn admit(&mut self, req: AppendRequest, bytes: u64) {
         let AppendRequest {
-            parts, reply: port, ..
+            parts,
+            reply: port,
+            admitted: admission,
+            ..
         } = req;
         let parts = match self.batch.admit(parts) {
-            Ok(_) => return self.admitted(port, bytes),
+            Ok(index) => return self.admitted(port, admission, index, bytes),
             Err(Admit::Invalid(e)) => {
                 Counters::add(&self.args.counters.failed_appends, 1);
                 return reply(port, Err(e));
@@ -209,17 +223,33 @@ impl WriterState {
             return reply(port, Err(e));
         }
         match self.batch.admit(parts) {
-            Ok(_) => self.admitted(port, bytes),
+            Ok(index) => self.admitted(port, admission, index, bytes),
             // Validated alone, so an empty batch takes it; anything else is a bug.
             Err(Admit::Invalid(e)) => reply(port, Err(e)),
             Err(Admit::Full(_)) => reply(port, Err(Error::BatchFull)),
         }
     }
 
-    fn admitted(&mut self, port: Waiter, bytes: u64) {
+    fn admitted(
+        &mut self,
+        port: Waiter,
+        admission: Option<RpcReplyPort<AppendReceipt>>,
+        index: usize,
+        bytes: u64,
+    ) {
         let now = Instant::now();
         if self.batch_opened.is_none() {
             self.batch_opened = Some(now);
+        }
+        if let Some(admission) = admission {
+            // The open batch becomes the next sequence, whole (crate::admission): the
+            // ids are final. Noted before the caller learns them.
+            let sequence = self.epoch.position().next_sequence;
+            if let Some(ids) = self.batch.receipt(index, sequence) {
+                self.args.progress.handed_out(sequence);
+                self.batch_handed_out = true;
+                reply(admission, ids);
+            }
         }
         self.batch_waiters.push(port);
         self.pending_bytes += bytes;
@@ -317,6 +347,7 @@ impl WriterState {
                 started: false,
                 outcome: None,
                 refused: None,
+                handed_out: std::mem::take(&mut self.batch_handed_out),
             },
         );
         Ok(())
@@ -485,6 +516,9 @@ impl WriterState {
             .unwrap_or_else(|p| p.into_inner())
             .commit(encoded);
         if let Err(error) = committed {
+            if flight.handed_out {
+                self.args.progress.failed(sealed.sequence(), &error);
+            }
             for w in flight.waiters {
                 reply(w, Err(error.clone()));
             }
@@ -496,6 +530,7 @@ impl WriterState {
             .retention
             .committed(header.sequence, encoded.records());
         self.args.commits.send_replace(header.sequence);
+        self.args.progress.acknowledged(header.sequence);
         let c = &self.args.counters;
         if header.floor > Counters::get(&c.floor) {
             Counters::set(&c.floor, header.floor);
@@ -550,12 +585,16 @@ impl WriterState {
                 }
             };
             first = false;
+            if flight.handed_out {
+                self.args.progress.failed(flight.sealed.sequence(), &e);
+            }
             for w in flight.waiters {
                 failed += 1;
                 reply(w, Err(e.clone()));
             }
         }
         let not_written = error.with_durability(Durability::NotWritten);
+        self.batch_ids_failed(&not_written);
         for w in std::mem::take(&mut self.batch_waiters) {
             failed += 1;
             reply(w, Err(not_written.clone()));
@@ -573,6 +612,15 @@ impl WriterState {
             .args
             .supervisor
             .cast(InternalMsg::WriterEnded { epoch, error }.into());
+    }
+
+    /// The open batch fails with `error` (it is dropped unsent): if ids of it were
+    /// handed out, the barrier learns that its sequence failed.
+    fn batch_ids_failed(&mut self, error: &Error) {
+        if std::mem::take(&mut self.batch_handed_out) {
+            let sequence = self.epoch.position().next_sequence;
+            self.args.progress.failed(sequence, error);
+        }
     }
 
     fn admit_waiting(&mut self) {
@@ -616,6 +664,7 @@ impl WriterState {
             durability: Durability::NotWritten,
         };
         let mut failed = 0u64;
+        self.batch_ids_failed(&stopped);
         for w in std::mem::take(&mut self.batch_waiters) {
             failed += 1;
             reply(w, Err(stopped.clone()));
@@ -634,6 +683,9 @@ impl WriterState {
         for s in unsent {
             if let Some(f) = self.objects.remove(&s) {
                 self.pending_bytes = self.pending_bytes.saturating_sub(f.sealed.payload_bytes);
+                if f.handed_out {
+                    self.args.progress.failed(s, &stopped);
+                }
                 for w in f.waiters {
                     failed += 1;
                     reply(w, Err(stopped.clone()));
@@ -681,6 +733,7 @@ impl Actor for WriterActor {
             lifecycle: Lifecycle::Writing,
             batch: Batch::new(args.config.batch_limits()),
             batch_waiters: Vec::new(),
+            batch_handed_out: false,
             batch_opened: None,
             objects: BTreeMap::new(),
             uploading: 0,
