@@ -21,6 +21,8 @@
 //!   attempt is left to finish (it may still land, which the outcome table covers); a
 //!   read's is cancelled. Claims and opening objects are never hedged: their twin's
 //!   "already exists" could not be told from another opener's.
+//! - Every request is counted once when it ends, by op and outcome
+//!   ([`Metrics::request`]): the twin of a hedged request that lost counts as `hedged`.
 
 use std::future::Future;
 use std::ops::Range;
@@ -43,6 +45,7 @@ use crate::format::{
     MAX_SEQUENCE, TRAILER_LEN,
 };
 use crate::hedge::HedgeDelay;
+use crate::metrics::{Metrics, Op, Outcome};
 
 /// Digits of the zero-padded sequence in a key.
 pub const SEQUENCE_DIGITS: usize = 20;
@@ -160,6 +163,15 @@ enum Kind {
     Get,
 }
 
+impl Kind {
+    fn op(self) -> Op {
+        match self {
+            Kind::Create => Op::Put,
+            Kind::Get => Op::Get,
+        }
+    }
+}
+
 /// How requests are bounded and hedged, shared by the clones of a [`WalIo`].
 #[derive(Debug)]
 struct Requests {
@@ -211,6 +223,30 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 type Attempt<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
+/// How a request under [`WalIo::within_timeout`] ended.
+fn outcome_of<T, E>(answer: &Result<std::result::Result<T, E>>) -> Outcome {
+    match answer {
+        Ok(Ok(_)) => Outcome::Ok,
+        Ok(Err(_)) => Outcome::Error,
+        Err(_) => Outcome::TimedOut,
+    }
+}
+
+fn create_outcome(answer: &CreateAttempt) -> Outcome {
+    match answer {
+        CreateAttempt::Created => Outcome::Ok,
+        CreateAttempt::AlreadyExists => Outcome::Conflict,
+        CreateAttempt::Unsupported | CreateAttempt::Unknown(_) => Outcome::Error,
+    }
+}
+
+fn get_outcome(answer: &Result<Bytes>) -> Outcome {
+    match answer {
+        Ok(_) => Outcome::Ok,
+        Err(_) => Outcome::Error,
+    }
+}
+
 /// The WAL's view of one prefix of one store.
 #[derive(Debug, Clone)]
 pub struct WalIo {
@@ -218,6 +254,7 @@ pub struct WalIo {
     prefix: Path,
     whole_read_threshold: u64,
     requests: Arc<Requests>,
+    metrics: Arc<Metrics>,
 }
 
 impl WalIo {
@@ -233,6 +270,7 @@ impl WalIo {
             prefix: validate_prefix(prefix)?,
             whole_read_threshold: whole_read_threshold.max(EMPTY_OBJECT_LEN as u64),
             requests: Arc::new(Requests::new(HedgeAfter::Off, DEFAULT_REQUEST_TIMEOUT)),
+            metrics: Arc::new(Metrics::new(prefix)),
         })
     }
 
@@ -254,6 +292,11 @@ impl WalIo {
         &self.requests.stats
     }
 
+    /// The metric handles of this WAL (labelled with its prefix).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     /// Records damage found inside the segment of `region` in the object `sequence`: a
     /// warning naming the key and region, and one more
     /// [`damaged_segments`](RequestStats::damaged_segments).
@@ -262,6 +305,7 @@ impl WalIo {
             .stats
             .damaged_segments
             .fetch_add(1, Ordering::Relaxed);
+        self.metrics.damaged_segments.increment(1);
         tracing::warn!(
             key = %self.key(sequence),
             region,
@@ -274,19 +318,21 @@ impl WalIo {
     /// when `kind` is hedged and no answer came within the hedge delay, a second attempt
     /// beside it: the first `definite` answer decides; if neither is definite, the last
     /// answer is returned. A create's slower attempt is left to run to its end (its
-    /// timeout bounds it); a read's is cancelled.
+    /// timeout bounds it); a read's is cancelled. Each attempt is counted when it ends,
+    /// as `outcome` says, or as hedged if it lost.
     async fn race<T>(
         &self,
         kind: Kind,
         hedgeable: bool,
         timed_out: T,
         definite: fn(&T) -> bool,
+        outcome: fn(&T) -> Outcome,
         attempt: impl Fn() -> Attempt<T>,
     ) -> T
     where
         T: Clone + Send + 'static,
     {
-        let timed = || -> Attempt<T> {
+        let timed = || -> Attempt<(T, Outcome)> {
             let fut = attempt();
             let requests = self.requests.clone();
             let timed_out = timed_out.clone();
@@ -297,46 +343,62 @@ impl WalIo {
                         if definite(&answer) {
                             requests.record(kind, started.elapsed());
                         }
-                        answer
+                        let how = outcome(&answer);
+                        (answer, how)
                     }
                     Err(_) => {
                         requests.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                        timed_out
+                        (timed_out, Outcome::TimedOut)
                     }
                 }
             })
         };
+        let op = kind.op();
+        let count = |(answer, how): (T, Outcome)| {
+            self.metrics.request(op, how);
+            answer
+        };
         let mut first = timed();
         let Some(delay) = self.requests.delay(kind).filter(|_| hedgeable) else {
-            return first.await;
+            return count(first.await);
         };
         tokio::select! {
-            answer = &mut first => return answer,
+            answer = &mut first => return count(answer),
             _ = tokio::time::sleep(delay) => {}
         }
         self.requests.stats.hedged.fetch_add(1, Ordering::Relaxed);
         let mut second = timed();
-        let leave = |loser: Attempt<T>| {
+        let leave = |loser: Attempt<(T, Outcome)>| {
             if kind == Kind::Create {
                 // Not cancelled: it may still land, like any retry.
-                tokio::spawn(loser);
+                let metrics = self.metrics.clone();
+                tokio::spawn(async move {
+                    loser.await;
+                    metrics.request(op, Outcome::Hedged);
+                });
+            } else {
+                self.metrics.request(op, Outcome::Hedged);
             }
         };
         tokio::select! {
-            answer = &mut first => {
-                if definite(&answer) {
-                    leave(second);
-                    return answer;
-                }
-                second.await
-            }
+            // The twin first: polled once, it is sent, whichever answers first.
+            biased;
             answer = &mut second => {
-                if definite(&answer) {
+                if definite(&answer.0) {
                     self.requests.stats.hedge_wins.fetch_add(1, Ordering::Relaxed);
                     leave(first);
-                    return answer;
+                    return count(answer);
                 }
-                first.await
+                count(answer);
+                count(first.await)
+            }
+            answer = &mut first => {
+                if definite(&answer.0) {
+                    leave(second);
+                    return count(answer);
+                }
+                count(answer);
+                count(second.await)
             }
         }
     }
@@ -380,10 +442,11 @@ impl WalIo {
         &self,
         stream: futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>,
     ) -> Result<Listing> {
-        let metas: Vec<_> = self
-            .within_timeout("list", &self.prefix, stream.try_collect())
-            .await?
-            .map_err(|e| Error::store("list", &self.prefix, e))?;
+        let answer = self
+            .within_timeout("list", &self.prefix, stream.try_collect::<Vec<_>>())
+            .await;
+        self.metrics.request(Op::List, outcome_of(&answer));
+        let metas = answer?.map_err(|e| Error::store("list", &self.prefix, e))?;
         let mut listing = Listing::default();
         for meta in metas {
             match parse_key(&self.prefix, &meta.location) {
@@ -411,6 +474,7 @@ impl WalIo {
             false,
             timed_out,
             definite,
+            create_outcome,
             self.create_attempt(object),
         )
         .await
@@ -430,6 +494,7 @@ impl WalIo {
             object.len() <= HEDGE_MAX_BYTES,
             timed_out,
             definite,
+            create_outcome,
             self.create_attempt(object),
         )
         .await
@@ -511,8 +576,15 @@ impl WalIo {
                     .map_err(get)
             })
         };
-        self.race(Kind::Get, hedgeable, timed_out, Result::is_ok, attempt)
-            .await
+        self.race(
+            Kind::Get,
+            hedgeable,
+            timed_out,
+            Result::is_ok,
+            get_outcome,
+            attempt,
+        )
+        .await
     }
 
     /// Reads a whole object.
@@ -623,13 +695,15 @@ impl WalIo {
     /// Deletes the object with `sequence` (a missing object is not an error).
     pub async fn delete(&self, sequence: u64) -> Result<()> {
         let key = self.key(sequence);
-        match self
+        let answer = self
             .within_timeout("delete", &key, self.store.delete(&key))
-            .await?
-        {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(Error::store("delete", key, e)),
-        }
+            .await
+            .map(|r| match r {
+                Err(object_store::Error::NotFound { .. }) => Ok(()),
+                other => other,
+            });
+        self.metrics.request(Op::Delete, outcome_of(&answer));
+        answer?.map_err(|e| Error::store("delete", key, e))
     }
 }
 

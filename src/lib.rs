@@ -120,6 +120,7 @@ pub mod format;
 pub mod hedge;
 #[doc(hidden)]
 pub mod io;
+pub mod metrics;
 #[doc(hidden)]
 pub mod open;
 #[doc(hidden)]

@@ -295,6 +295,7 @@ pub async fn open_instance_above(
     clock: &dyn CreateClock,
     above: u64,
 ) -> Result<Opened> {
+    let started = tokio::time::Instant::now();
     let mut last = String::new();
     let mut cache: BTreeMap<u64, SummaryRead> = BTreeMap::new();
     // The store error that ended the last attempt, returned if it was the last one.
@@ -417,7 +418,10 @@ pub async fn open_instance_above(
             }))
         };
         match step.instrument(span).await? {
-            Ok(opened) => return Ok(opened),
+            Ok(opened) => {
+                io.metrics().opened(&opened, started.elapsed());
+                return Ok(opened);
+            }
             Err(why) => {
                 debug!(attempt, why = %why, "open starts over");
                 last = why;

@@ -119,6 +119,7 @@ pub async fn persist(io: &WalIo, object: &EncodedObject, retry: &RetryPolicy) ->
         if attempt >= retry.max_attempts {
             return PersistOutcome::Unknown { last };
         }
+        io.metrics().create_retries.increment(1);
         tokio::time::sleep(retry.backoff(attempt)).await;
         attempt += 1;
     }

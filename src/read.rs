@@ -226,8 +226,13 @@ pub fn replay_regions(
         handing_bytes: 0,
         ended: false,
     };
-    stream::unfold(replay, |mut replay| async move {
-        let item = replay.next_entry().await?;
+    let started = tokio::time::Instant::now();
+    stream::unfold(replay, move |mut replay| async move {
+        let Some(item) = replay.next_entry().await else {
+            let took = started.elapsed();
+            replay.io.metrics().replay_duration.record(took);
+            return None;
+        };
         Some((item, replay))
     })
     .boxed()

@@ -7,6 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use object_store_wal::metrics::{Counter, Gauge, Metrics};
 use object_store_wal::open::Opened;
 use object_store_wal::persist::PersistOutcome;
 use object_store_wal::{AppendParts, AppendReceipt, Entry, Error, Result};
@@ -198,50 +199,106 @@ pub enum ReaderMsg {
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Objects acknowledged (opening objects excluded).
-    pub objects: AtomicU64,
+    pub objects: Stat,
     /// Bytes of the objects acknowledged.
-    pub object_bytes: AtomicU64,
+    pub object_bytes: Stat,
     /// Entries acknowledged.
-    pub entries: AtomicU64,
+    pub entries: Stat,
     /// Appends acknowledged.
-    pub appends: AtomicU64,
+    pub appends: Stat,
     /// Payload bytes acknowledged.
-    pub payload_bytes: AtomicU64,
+    pub payload_bytes: Stat,
     /// Create requests sent for acknowledged objects.
-    pub puts: AtomicU64,
+    pub puts: Stat,
     /// Creates retried after an unknown outcome.
-    pub retries: AtomicU64,
+    pub retries: Stat,
     /// Creates that met an existing object of another epoch or content.
-    pub conflicts: AtomicU64,
+    pub conflicts: Stat,
     /// Appends failed.
-    pub failed_appends: AtomicU64,
+    pub failed_appends: Stat,
     /// Writers replaced.
-    pub restarts: AtomicU64,
+    pub restarts: Stat,
     /// Reads started.
-    pub reads: AtomicU64,
+    pub reads: Stat,
     /// Payload bytes admitted and not yet acknowledged or failed.
-    pub pending_bytes: AtomicU64,
+    pub pending_bytes: Stat,
     /// Uploads in flight.
-    pub in_flight: AtomicU64,
+    pub in_flight: Stat,
     /// The floor of the last object acknowledged.
-    pub floor: AtomicU64,
+    pub floor: Stat,
     /// Everything below this sequence was deleted by the reclaimer.
-    pub reclaimed_below: AtomicU64,
+    pub reclaimed_below: Stat,
     /// Objects deleted by the reclaimer.
-    pub deleted: AtomicU64,
+    pub deleted: Stat,
 }
 
 impl Counters {
-    pub(crate) fn add(c: &AtomicU64, n: u64) {
-        c.fetch_add(n, Ordering::Relaxed);
+    /// Counters that also feed the WAL's metrics ([`object_store_wal::metrics`]): failed
+    /// appends, restarts, reclaimed objects, pending bytes and uploads in flight. The
+    /// rest are `WalStats`' only (the core emits the acknowledgements' metrics).
+    pub fn new(metrics: &Metrics) -> Self {
+        Counters {
+            failed_appends: Stat::counting(&metrics.appends_failed),
+            restarts: Stat::counting(&metrics.writer_restarts),
+            deleted: Stat::counting(&metrics.reclaimed_objects),
+            pending_bytes: Stat::gauging(&metrics.pending_bytes),
+            in_flight: Stat::gauging(&metrics.uploads_in_flight),
+            ..Counters::default()
+        }
     }
 
-    pub(crate) fn set(c: &AtomicU64, n: u64) {
-        c.store(n, Ordering::Relaxed);
+    pub(crate) fn add(c: &Stat, n: u64) {
+        c.value.fetch_add(n, Ordering::Relaxed);
+        match &c.metric {
+            Feeds::Nothing => {}
+            Feeds::Counter(m) => m.increment(n),
+            Feeds::Gauge(m) => m.increment(n as f64),
+        }
     }
 
-    pub(crate) fn get(c: &AtomicU64) -> u64 {
-        c.load(Ordering::Relaxed)
+    pub(crate) fn set(c: &Stat, n: u64) {
+        c.value.store(n, Ordering::Relaxed);
+        match &c.metric {
+            Feeds::Nothing => {}
+            Feeds::Counter(m) => m.absolute(n),
+            Feeds::Gauge(m) => m.set(n as f64),
+        }
+    }
+
+    pub(crate) fn get(c: &Stat) -> u64 {
+        c.value.load(Ordering::Relaxed)
+    }
+}
+
+/// One of the [`Counters`]: its value for `WalStats`, and the metric it feeds, if any.
+#[derive(Debug, Default)]
+pub struct Stat {
+    value: AtomicU64,
+    metric: Feeds,
+}
+
+/// The metric a [`Stat`] feeds.
+#[derive(Debug, Default)]
+enum Feeds {
+    #[default]
+    Nothing,
+    Counter(Counter),
+    Gauge(Gauge),
+}
+
+impl Stat {
+    fn counting(counter: &Counter) -> Self {
+        Stat {
+            value: AtomicU64::new(0),
+            metric: Feeds::Counter(counter.clone()),
+        }
+    }
+
+    fn gauging(gauge: &Gauge) -> Self {
+        Stat {
+            value: AtomicU64::new(0),
+            metric: Feeds::Gauge(gauge.clone()),
+        }
     }
 }
 

@@ -567,13 +567,14 @@ impl Actor for Supervisor {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let io = WalIo::for_config(args.store, &args.config)?;
+        let counters = Arc::new(Counters::new(io.metrics()));
         let mut state = SupervisorState {
             io,
             config: args.config,
             restarts: args.restarts,
             terminal: args.terminal,
             catalog: Arc::new(RwLock::new(Catalog::new())),
-            counters: Arc::new(Counters::default()),
+            counters,
             phase: Phase::Recovering,
             recovered_once: false,
             recovery: None,

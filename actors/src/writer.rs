@@ -75,7 +75,31 @@ pub struct WriterArgs {
     pub progress: Progress,
 }
 
-type Waiter = RpcReplyPort<Result<AppendReceipt, Error>>;
+type ReplyPort = RpcReplyPort<Result<AppendReceipt, Error>>;
+
+/// An admitted append's caller, waiting for durability.
+struct Waiter {
+    port: ReplyPort,
+    /// When it was admitted (its `wal_append_to_durable_seconds` sample starts here).
+    admitted: Instant,
+}
+
+/// Where an answer goes: a reply port, or a waiter's.
+trait Answer<T> {
+    fn port(self) -> RpcReplyPort<T>;
+}
+
+impl<T> Answer<T> for RpcReplyPort<T> {
+    fn port(self) -> Self {
+        self
+    }
+}
+
+impl Answer<Result<AppendReceipt, Error>> for Waiter {
+    fn port(self) -> ReplyPort {
+        self.port
+    }
+}
 
 /// A sealed object, from sealing to its acknowledgement.
 struct Flight {
@@ -87,6 +111,8 @@ struct Flight {
     refused: Option<Error>,
     /// Some of its ids were handed out at admission.
     handed_out: bool,
+    /// When it was sealed (its `wal_seal_to_durable_seconds` sample starts here).
+    sealed_at: Instant,
 }
 
 /// What the writer is doing. Whether the epoch ended is the [`Epoch`]'s to say: a
@@ -162,9 +188,9 @@ fn payload_bytes(req: &AppendRequest) -> u64 {
         .sum()
 }
 
-fn reply<T>(port: RpcReplyPort<T>, value: T) {
+fn reply<T>(to: impl Answer<T>, value: T) {
     // A caller that gave up waiting dropped its end; nothing to do.
-    let _ = port.send(value);
+    let _ = to.port().send(value);
 }
 
 impl WriterState {
@@ -232,7 +258,7 @@ impl WriterState {
 
     fn admitted(
         &mut self,
-        port: Waiter,
+        port: ReplyPort,
         admission: Option<RpcReplyPort<AppendReceipt>>,
         index: usize,
         bytes: u64,
@@ -251,7 +277,10 @@ impl WriterState {
                 reply(admission, ids);
             }
         }
-        self.batch_waiters.push(port);
+        self.batch_waiters.push(Waiter {
+            port,
+            admitted: now,
+        });
         self.pending_bytes += bytes;
         Counters::set(&self.args.counters.pending_bytes, self.pending_bytes);
         if self.batch_full() {
@@ -348,6 +377,7 @@ impl WriterState {
                 outcome: None,
                 refused: None,
                 handed_out: std::mem::take(&mut self.batch_handed_out),
+                sealed_at: Instant::now(),
             },
         );
         Ok(())
@@ -551,9 +581,19 @@ impl WriterState {
             self.expected_burst = sealed.receipts.len();
             self.last_ack = Some(Instant::now());
         }
+        let live_objects = self.catalog_objects();
+        let metrics = self.args.io.metrics();
+        metrics.acknowledged(sealed, flight.sealed_at.elapsed(), live_objects);
         for (waiter, receipt) in flight.waiters.into_iter().zip(sealed.receipts.iter()) {
+            metrics.append_to_durable.record(waiter.admitted.elapsed());
             reply(waiter, Ok(receipt.clone()));
         }
+    }
+
+    /// Objects on the chain in the catalog (`wal_live_objects`).
+    fn catalog_objects(&self) -> usize {
+        let catalog = self.args.catalog.read();
+        catalog.unwrap_or_else(|p| p.into_inner()).object_count()
     }
 
     /// Ends the epoch: every waiter gets an error with its durability; nothing more is
