@@ -22,11 +22,17 @@
 //! watermark is written there (`flushed region id`) before `obsolete` is called, so the
 //! crash gate does not count what a region flushed as lost.
 //!
+//! With `--metrics-addr 127.0.0.1:9464` the node installs a Prometheus exporter
+//! (`metrics-exporter-prometheus`) before it spawns the WAL and serves the WAL's
+//! metrics there (`curl http://127.0.0.1:9464/metrics`; the README lists them); both
+//! WALs of the run share the prefix, so their counts add up.
+//!
 //! ```text
 //! cargo run --release --example node -- --regions 1000 --seconds 10
 //! ```
 
 use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -76,6 +82,24 @@ struct Args {
     /// flushed once the barrier passed (see the module doc).
     #[arg(long, default_value_t = 10)]
     admitting_regions: u64,
+    /// Serve the WAL's metrics for Prometheus on this address (e.g. 127.0.0.1:9464).
+    #[arg(long)]
+    metrics_addr: Option<SocketAddr>,
+}
+
+/// Histogram buckets of the WAL's latencies and durations, in seconds.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// Installs the Prometheus exporter on `addr`, inside the running tokio runtime. It must
+/// come before the WAL is spawned: the WAL registers its metrics when it opens.
+fn serve_metrics(addr: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets(SECONDS_BUCKETS)?
+        .install()?;
+    Ok(())
 }
 
 /// Appends an admitting region keeps awaiting durability before it waits for the oldest.
@@ -459,6 +483,10 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         None => format!("file://{}/wal-data", std::env::current_dir()?.display()),
     };
     let store = store_from_url(&url)?;
+    if let Some(addr) = args.metrics_addr {
+        serve_metrics(addr)?;
+        eprintln!("node: metrics on http://{addr}/metrics");
+    }
     let (wal, _) = spawn_wal(store.clone(), config(&args), RestartPolicy::default()).await?;
     // Wait for recovery; this run's entries all follow its opening object.
     wal.ready().await?;
