@@ -49,7 +49,9 @@
 //!   [`flush`](ObjectStoreLogStore::flush)) answers [`Error::BatchFull`] instead of
 //!   flushing by itself, so the caller always knows which object holds its append.
 //! - `futures` (already part of `object_store`) is used for bounded-concurrency streams,
-//!   and `libc` for `CLOCK_BOOTTIME` ([`BootClock`]).
+//!   `libc` for `CLOCK_BOOTTIME` ([`BootClock`]), and the `metrics` facade (no
+//!   exporter: the node installs its own) for [`metrics`](mod@metrics); requests are
+//!   counted in `io`, where they end, so every caller's are.
 //! - **Link window** (added to DESIGN.md's two timing bounds): each create of an epoch
 //!   starts within `reclaim_grace - max_create_duration` of the previous one
 //!   ([`Config::link_window`]), else the epoch ends unsent; an idle writer writes an

@@ -1,4 +1,4 @@
-//! Metrics, through the [`metrics`](::metrics) facade.
+//! Metrics, through the `metrics` facade crate.
 //!
 //! The WAL only emits; the node installs whatever recorder (exporter) it uses, before it
 //! opens or spawns the WAL: the handles are registered once per open, from the WAL's
@@ -19,7 +19,7 @@
 //! | `wal_entries_acknowledged_total` | counter | `prefix` | Entries acknowledged (durable). |
 //! | `wal_appends_acknowledged_total` | counter | `prefix` | Appends acknowledged (durable). |
 //! | `wal_appends_failed_total` | counter | `prefix` | Appends answered with an error (actor runtime). |
-//! | `wal_writer_restarts_total` | counter | `prefix` | Writers replaced by a new open (actor runtime). |
+//! | `wal_writer_restarts_total` | counter | `prefix` | Writers replaced by a new open: an epoch ended, a writer or an open failed (actor runtime). |
 //! | `wal_damaged_segments_total` | counter | `prefix` | Damaged segments met, by a recovery that read their object whole or by a read of their region; each finding counts. |
 //! | `wal_reclaimed_objects_total` | counter | `prefix` | Objects deleted below the floor by the reclaimer (actor runtime). |
 //! | `wal_epoch` | gauge | `prefix` | The epoch of the last open as the writer. |
@@ -30,7 +30,7 @@
 //! | `wal_append_to_durable_seconds` | histogram | `prefix` | Per append acknowledged: from its admission into a batch to its acknowledgement. |
 //! | `wal_seal_to_durable_seconds` | histogram | `prefix` | Per object acknowledged: from sealing its batch to its acknowledgement (waiting for an upload slot, the create and its retries, waiting for earlier objects). |
 //! | `wal_recovery_duration_seconds` | histogram | `prefix` | Per open as the writer that succeeded: from the first listing to the opening object created, every attempt of the open included. |
-//! | `wal_replay_duration_seconds` | histogram | `prefix` | Per replay of many regions that ran to its end: from its start to its last entry handed on (a consumer that reads slowly lengthens it; a replay dropped early is not recorded). |
+//! | `wal_replay_duration_seconds` | histogram | `prefix` | Per replay of many regions that ran to its end: from its start to its last entry handed on (a consumer that reads slowly lengthens it; a replay dropped early is not recorded; actor runtime). |
 //!
 //! Choices: requests are counted where they end in [`io`](crate::io), the only module
 //! that calls the store, so the counts hold for both front ends and for every caller

@@ -22,6 +22,12 @@
 //! admission with the final ids and a [`Durable`] future, and
 //! [`WalHandle::durable_through`] waits until every id up to one is durable.
 //!
+//! Metrics go through the `metrics` facade: the node installs a recorder before it
+//! spawns the WAL ([`object_store_wal::metrics`] lists them). The supervisor's
+//! `Counters` feed the actor-only ones (failed appends, restarts, reclaimed objects,
+//! pending bytes, uploads in flight); the writer records each append's and each
+//! object's latency to durable. [`WalStats`] stays for callers that poll.
+//!
 //! ## What each error means for the caller
 //!
 //! - `Ok(receipt)`: durable; the ids are final and will be replayed.

@@ -27,6 +27,8 @@
 //!   fenced). A sequence whose outcome is unknown is never skipped.
 //! - **Backpressure.** Appends wait (or fail fast) while `max_pending_bytes` of admitted
 //!   payload is not yet acknowledged.
+//! - **Metrics.** Each waiter keeps its admission instant and each flight its sealing
+//!   instant; the acknowledgement records both latencies ([`object_store_wal::metrics`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, RwLock};
