@@ -61,6 +61,7 @@ pub enum Op {
 }
 
 impl Op {
+    /// In declaration order: `op as usize` is its index here.
     const ALL: [Op; 4] = [Op::Put, Op::Get, Op::List, Op::Delete];
 
     fn label(self) -> &'static str {
@@ -89,6 +90,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// In declaration order: `outcome as usize` is its index here.
     const ALL: [Outcome; 5] = [
         Outcome::Ok,
         Outcome::Conflict,
