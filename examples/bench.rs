@@ -11,6 +11,7 @@
 //! cargo run --release --example bench -- recover --objects 10000 --get-latency-ms 10 --recovery-concurrency 64
 //! cargo run --release --example bench -- replay --seconds 5
 //! cargo run --release --example bench -- replay --objects 1300 --regions 100 --get-latency-ms 10 --replay-concurrency 32 --replay-budget-mib 64
+//! cargo run --release --example bench -- soak --minutes 30 --store file:/tmp/soak --regions 1000 --entry-bytes 128 --min-object-interval-ms 0 --obsolete-lag 8 --reclaim-grace-ms 2000 --max-create-duration-ms 1000
 //! scripts/latency_sweep.sh && python3 scripts/plot_latency.py
 //! ```
 //!
@@ -63,6 +64,15 @@
 //! (the peak since just before the replay; with `--store memory` it includes the store,
 //! see `rss_before_mib`), `replay_concurrency`, `replay_budget_mib`, and `ideal_ms` =
 //! objects × GET latency / `replay_concurrency` with `ratio_to_ideal`.
+//!
+//! **Soak.** `soak --minutes N` (fractions allowed) runs `write` (every `write` flag;
+//! give `--obsolete-lag` so the log is reclaimed as it grows, and `--rate` for a steady
+//! open loop instead of the closed one) and prints, every `--report-seconds` (default
+//! 60), one JSON line: `minute`, `rss_mib` and `peak_rss_mib`, `appends_per_s` over the
+//! interval, `live_keys` (keys under the prefix, listed on the base store),
+//! `catalog_objects`, `catalog_regions`, `readers`, `queued`, `watermarks`, `floor`,
+//! `reclaimed_below`. Then the `write` line, and a `soak-summary` line comparing the last
+//! interval with the third (the first two hold the warm-up): appends/s and RSS, in %.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -111,6 +121,22 @@ enum Workload {
     /// Build a log (`--objects` objects through the core, or else a write run), then
     /// replay every region from its first entry.
     Replay(Common),
+    /// A long `write` run (use `--obsolete-lag` so the log is reclaimed as it grows):
+    /// one JSON line per `--report-seconds` with RSS, appends/s, live keys and what
+    /// the WAL holds, then a summary comparing the last interval with the third.
+    Soak(SoakArgs),
+}
+
+#[derive(ClapArgs, Debug, Clone)]
+struct SoakArgs {
+    /// How long to run, in minutes (fractions allowed).
+    #[arg(long, default_value_t = 30.0)]
+    minutes: f64,
+    /// Seconds between two report lines.
+    #[arg(long, default_value_t = 60.0)]
+    report_seconds: f64,
+    #[command(flatten)]
+    common: Common,
 }
 
 #[derive(ClapArgs, Debug, Clone)]
@@ -714,7 +740,137 @@ struct WriteResult {
     wal: WalHandle,
 }
 
+/// One soak report: what the interval that just ended came to.
+#[derive(Debug, Clone, Copy)]
+struct SoakSample {
+    appends_per_s: f64,
+    rss_mib: f64,
+}
+
+/// Prints, every `period`, one JSON line of the soak: the interval's appends/s, RSS
+/// (now and peak), the keys under the prefix and what the WAL holds; each interval's
+/// appends/s and RSS also go to `samples`, for the summary. Runs until aborted.
+async fn soak_reporter(
+    wal: WalHandle,
+    base: Arc<dyn ObjectStore>,
+    prefix: String,
+    period: Duration,
+    started: Instant,
+    samples: Arc<Mutex<Vec<SoakSample>>>,
+) {
+    let mut ticker = tokio::time::interval_at((started + period).into(), period);
+    let mut last_appends = 0u64;
+    let mut last_at = started;
+    let mut n = 0u64;
+    loop {
+        ticker.tick().await;
+        let Ok(st) = wal.stats().await else {
+            return;
+        };
+        let now = Instant::now();
+        let dt = now.duration_since(last_at).as_secs_f64().max(1e-9);
+        let rate = (st.appends - last_appends) as f64 / dt;
+        last_appends = st.appends;
+        last_at = now;
+        n += 1;
+        let live_keys = count_prefix(&base, &prefix).await.unwrap_or(0);
+        let sample = SoakSample {
+            appends_per_s: rate,
+            rss_mib: status_mib("VmRSS:"),
+        };
+        samples
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(sample);
+        println!(
+            "{}",
+            json!({
+                "workload": "soak",
+                "report": n,
+                "minute": round2(now.duration_since(started).as_secs_f64() / 60.0),
+                "rss_mib": round2(sample.rss_mib),
+                "peak_rss_mib": round2(peak_rss_mib()),
+                "appends_per_s": rate.round(),
+                "appends": st.appends,
+                "failed_appends": st.failed_appends,
+                "live_keys": live_keys,
+                "catalog_objects": st.chain_objects,
+                "catalog_regions": st.catalog_regions,
+                "readers": st.readers,
+                "queued": st.queued,
+                "watermarks": st.watermarks,
+                "floor": st.floor,
+                "reclaimed_below": st.reclaimed_below,
+                "pending_bytes": st.pending_bytes,
+            })
+        );
+    }
+}
+
+/// Keys under `prefix` in `store` (the soak's live keys).
+async fn count_prefix(
+    store: &Arc<dyn ObjectStore>,
+    prefix: &str,
+) -> Result<u64, object_store::Error> {
+    let prefix = object_store::path::Path::from(prefix);
+    let mut keys = 0u64;
+    let mut listing = store.list(Some(&prefix));
+    while let Some(meta) = listing.next().await {
+        meta?;
+        keys += 1;
+    }
+    Ok(keys)
+}
+
+/// The soak: a write run of `--minutes` with a report line every `--report-seconds`,
+/// then the write's own line and a summary: the last interval against the third (the
+/// first two hold the warm-up), appends/s and RSS.
+async fn soak(a: &SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let mut c = a.common.clone();
+    c.seconds = a.minutes * 60.0;
+    let s = stores(&c)?;
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let report = Some((secs(a.report_seconds.max(1.0)), samples.clone()));
+    let r = write_reporting(&c, &s, report).await?;
+    stop(&r.wal).await?;
+    println!("{}", r.line);
+    let samples = samples.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let third = samples.get(2).or(samples.first()).copied();
+    let last = samples.last().copied();
+    let pct = |a: f64, b: f64| round2((b - a) / a.max(1e-9) * 100.0);
+    if let (Some(third), Some(last)) = (third, last) {
+        println!(
+            "{}",
+            json!({
+                "workload": "soak-summary",
+                "reports": samples.len(),
+                "third_appends_per_s": third.appends_per_s.round(),
+                "last_appends_per_s": last.appends_per_s.round(),
+                "appends_per_s_change_pct": pct(third.appends_per_s, last.appends_per_s),
+                "third_rss_mib": round2(third.rss_mib),
+                "last_rss_mib": round2(last.rss_mib),
+                "rss_change_pct": pct(third.rss_mib, last.rss_mib),
+                "peak_rss_mib": round2(peak_rss_mib()),
+            })
+        );
+    }
+    Ok(())
+}
+
 async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error::Error>> {
+    write_reporting(c, s, None).await
+}
+
+/// A soak's reporting: its period and where its samples go.
+type SoakReport = Option<(Duration, Arc<Mutex<Vec<SoakSample>>>)>;
+
+/// [`write`], with a soak's report lines instead of the per-second progress when
+/// `report` is given.
+async fn write_reporting(
+    c: &Common,
+    s: &Stores,
+    report: SoakReport,
+) -> Result<WriteResult, Box<dyn std::error::Error>> {
     let cfg = config(c);
     let (wal, _) = spawn_wal(s.wal.clone(), cfg.clone(), RestartPolicy::default()).await?;
     wal.ready().await?;
@@ -724,7 +880,10 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
     let payload = Bytes::from(vec![0xa5u8; c.entry_bytes]);
     let recorder = Recorder::new()?;
     let started = Instant::now();
-    let progress = {
+    let progress = if let Some((period, samples)) = report {
+        let (wal, base, prefix) = (wal.clone(), s.base.clone(), cfg.prefix.clone());
+        tokio::spawn(soak_reporter(wal, base, prefix, period, started, samples))
+    } else {
         let (wal, recorder) = (wal.clone(), recorder.clone());
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(Duration::from_secs(1));
@@ -822,6 +981,10 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
     }
     latency_fields(c, &drawn, &mut line);
     cost_fields(counts, elapsed, "", &mut line);
+    line["catalog_objects"] = json!(stats.chain_objects);
+    line["catalog_regions"] = json!(stats.catalog_regions);
+    line["readers"] = json!(stats.readers);
+    line["watermarks"] = json!(stats.watermarks);
     if c.obsolete_lag > 0 {
         // Let the reclaimer catch up with the last floor, then time a fresh open.
         let floor = stats.floor;
@@ -879,14 +1042,7 @@ fn cost_fields(counts: &Counts, seconds: f64, prefix: &str, line: &mut serde_jso
 /// Keys under the WAL prefix in the base store (no latency, not counted): after a run,
 /// less before it, the objects that landed, acknowledged or not.
 async fn count_keys(s: &Stores, prefix: &str) -> Result<u64, Box<dyn std::error::Error>> {
-    let prefix = object_store::path::Path::from(prefix);
-    let mut keys = 0u64;
-    let mut listing = s.base.list(Some(&prefix));
-    while let Some(meta) = listing.next().await {
-        meta?;
-        keys += 1;
-    }
-    Ok(keys)
+    Ok(count_prefix(&s.base, prefix).await?)
 }
 
 /// The tails and hangs asked for, and how many were drawn, when any were.
@@ -1214,6 +1370,7 @@ async fn main() {
                 let s = stores(c)?;
                 println!("{}", replay(c, &s).await?);
             }
+            Workload::Soak(a) => soak(a).await?,
         }
         Ok::<(), Box<dyn std::error::Error>>(())
     }

@@ -1,10 +1,30 @@
-//! The in-memory index over the footers of the chain.
+//! The in-memory index over the footers of the live part of the chain.
 //!
 //! Recovery reads every chain object's footer (never a segment) and inserts it here in
 //! sequence order; the writer inserts each object it acknowledges. Reads then ask which
 //! segments of a region hold ids at or above a given id, and fetch exactly those bytes.
 //! The catalog refuses a sequence it already holds (or one below its last) and a region
 //! whose ids would not increase: either means the chain is inconsistent. Pure: no I/O.
+//!
+//! **Bounded by the live part of the log.** Each object carries the floor its writer
+//! computed (DESIGN.md, "Reclaiming space"); once an object with floor `F` is inserted,
+//! the catalog drops every object below `F`, the segments they held, and the regions left
+//! with none. It does so at once, not when the reclaimer has deleted them: the catalog
+//! then holds exactly the chain a recovery would choose now (recovery never reads below
+//! the chain end's floor), in the writer's process and in a follower's alike, and the
+//! rule needs no message from the reclaimer (a follower of another node's log never
+//! learns of its deletes). What is dropped is no longer needed by any region: each
+//! region's entries below `F` are at or below its obsolete watermark, which reads of this
+//! process already hide; a read-only reader sees the log as a fresh open would, and the
+//! owner may delete those objects any time after the grace. The floor a catalog has
+//! reached ([`Catalog::floor`]) never decreases.
+//!
+//! So a region whose entries all fell below the floor has no [`last_entry_id`] here, as
+//! after a restart; [`Catalog::last_entry_id_overall`] stays the largest id ever inserted
+//! (one number). Ids still increase per region across the drop: an entry id carries its
+//! object's sequence ([`entry_id`](crate::format::entry_id)), and sequences increase.
+//!
+//! [`last_entry_id`]: Catalog::last_entry_id
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -62,12 +82,43 @@ pub struct CatalogObject {
     pub entries: u64,
 }
 
-/// The index of the chain.
+/// A region's segments on the live chain, ascending. Dropping the ones below the floor
+/// advances `start`; the vector is compacted once half of it is dropped, so each drop
+/// costs O(1) amortized however long the region's live part is.
+#[derive(Debug, Clone, Default)]
+struct RegionSegments {
+    segments: Vec<SegmentLocation>,
+    start: usize,
+}
+
+impl RegionSegments {
+    fn live(&self) -> &[SegmentLocation] {
+        self.segments.get(self.start..).unwrap_or_default()
+    }
+
+    /// Drops the segments in objects below `floor`.
+    fn drop_below(&mut self, floor: u64) {
+        self.start += self.live().partition_point(|s| s.sequence < floor);
+        if self.start * 2 >= self.segments.len() {
+            self.segments.drain(..self.start);
+            self.start = 0;
+            if self.segments.capacity() > 4 * self.segments.len().max(4) {
+                self.segments.shrink_to(2 * self.segments.len());
+            }
+        }
+    }
+}
+
+/// The index of the live part of the chain: the objects at or above its floor.
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
     objects: BTreeMap<u64, CatalogObject>,
-    regions: RegionMap<Vec<SegmentLocation>>,
+    regions: RegionMap<RegionSegments>,
+    /// `(sequence of the first live segment, region)` for every region: which regions a
+    /// rising floor reaches, without visiting the others.
+    firsts: std::collections::BTreeSet<(u64, u64)>,
     last_entry_id: Option<u64>,
+    floor: u64,
 }
 
 impl Catalog {
@@ -76,7 +127,8 @@ impl Catalog {
         Self::default()
     }
 
-    /// Adds the next chain object from its header, footer records and length.
+    /// Adds the next chain object from its header, footer records and length, then drops
+    /// what lies below its floor.
     pub fn insert(
         &mut self,
         header: &Header,
@@ -109,13 +161,14 @@ impl Catalog {
         for r in records {
             entries += r.entry_count();
             self.last_entry_id = self.last_entry_id.max(Some(r.last_entry_id));
-            self.regions
-                .entry(r.region)
-                .or_default()
-                .push(SegmentLocation {
-                    sequence,
-                    record: *r,
-                });
+            let segments = self.regions.entry(r.region).or_default();
+            if segments.live().is_empty() {
+                self.firsts.insert((sequence, r.region));
+            }
+            segments.segments.push(SegmentLocation {
+                sequence,
+                record: *r,
+            });
         }
         self.objects.insert(
             sequence,
@@ -128,7 +181,43 @@ impl Catalog {
                 entries,
             },
         );
+        // A header's floor never exceeds its sequence (a decoded one is checked): the
+        // object just inserted always stays.
+        self.drop_below(header.floor.min(sequence));
         Ok(())
+    }
+
+    /// Drops the objects below `floor`, their segments, and the regions left with none.
+    fn drop_below(&mut self, floor: u64) {
+        if floor <= self.floor {
+            return;
+        }
+        self.floor = floor;
+        while self
+            .objects
+            .first_key_value()
+            .is_some_and(|(s, _)| *s < floor)
+        {
+            self.objects.pop_first();
+        }
+        while let Some(&(first, region)) = self.firsts.first() {
+            if first >= floor {
+                break;
+            }
+            self.firsts.pop_first();
+            let Some(segments) = self.regions.get_mut(&region) else {
+                continue;
+            };
+            segments.drop_below(floor);
+            match segments.live().first() {
+                Some(s) => {
+                    self.firsts.insert((s.sequence, region));
+                }
+                None => {
+                    self.regions.remove(&region);
+                }
+            }
+        }
     }
 
     /// Adds an object this instance created and found durable: it extends the chain
@@ -144,30 +233,39 @@ impl Catalog {
 
     /// The segments of `region` that hold ids `>= from`, in ascending order.
     pub fn segments_from(&self, region: u64, from: u64) -> &[SegmentLocation] {
-        let Some(segments) = self.regions.get(&region) else {
+        let Some(segments) = self.regions.get(&region).map(RegionSegments::live) else {
             return &[];
         };
         let start = segments.partition_point(|s| s.record.last_entry_id < from);
         segments.get(start..).unwrap_or_default()
     }
 
-    /// The last entry id of `region`, if it has any entry on the chain.
+    /// The last entry id of `region`, if it has any entry on the live chain (none once
+    /// its entries all fell below the floor).
     pub fn last_entry_id(&self, region: u64) -> Option<u64> {
         self.regions
             .get(&region)
-            .and_then(|s| s.last())
+            .and_then(|s| s.live().last())
             .map(|s| s.record.last_entry_id)
     }
 
-    /// The first entry id of `region` on the chain.
+    /// The first entry id of `region` on the live chain.
     pub fn first_entry_id(&self, region: u64) -> Option<u64> {
         self.regions
             .get(&region)
-            .and_then(|s| s.first())
+            .and_then(|s| s.live().first())
             .map(|s| s.record.first_entry_id)
     }
 
-    /// The largest entry id of any region on the chain.
+    /// Whether `region` still has an entry with id `<= id` on the live chain: a watermark
+    /// `id` that does not still hides nothing and may be forgotten (every later entry of
+    /// the region has a larger id).
+    pub fn holds_at_or_below(&self, region: u64, id: u64) -> bool {
+        self.first_entry_id(region).is_some_and(|first| first <= id)
+    }
+
+    /// The largest entry id of any region ever inserted (it stays when its region's
+    /// entries fall below the floor).
     pub fn last_entry_id_overall(&self) -> Option<u64> {
         self.last_entry_id
     }
@@ -182,29 +280,39 @@ impl Catalog {
         self.objects.iter().next_back().map(|(s, o)| (*s, o))
     }
 
-    /// The object at `sequence`, if it is on the chain.
+    /// The object at `sequence`, if it is on the live chain.
     pub fn object(&self, sequence: u64) -> Option<&CatalogObject> {
         self.objects.get(&sequence)
     }
 
-    /// Every chain object, in ascending sequence.
+    /// Every object on the live chain, in ascending sequence.
     pub fn objects(&self) -> impl Iterator<Item = (u64, &CatalogObject)> {
         self.objects.iter().map(|(s, o)| (*s, o))
     }
 
-    /// The chain objects with sequence `>= from`, ascending.
+    /// The live chain objects with sequence `>= from`, ascending.
     pub fn objects_from(&self, from: u64) -> impl Iterator<Item = (u64, &CatalogObject)> {
         self.objects.range(from..).map(|(s, o)| (*s, o))
     }
 
-    /// Number of objects on the chain.
+    /// Number of objects on the live chain.
     pub fn object_count(&self) -> usize {
         self.objects.len()
     }
 
-    /// Every region with entries on the chain, in no particular order.
+    /// Number of regions with entries on the live chain.
+    pub fn region_count(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// Every region with entries on the live chain, in no particular order.
     pub fn regions(&self) -> impl Iterator<Item = u64> + '_ {
         self.regions.keys().copied()
+    }
+
+    /// The highest floor of any object inserted: everything below it was dropped.
+    pub fn floor(&self) -> u64 {
+        self.floor
     }
 }
 
@@ -347,6 +455,10 @@ pub fn plan_opening_above(
     })
 }
 
+/// Watermarks that hide nothing kept beyond twice the live regions before they are
+/// forgotten (see [`Retention`]).
+pub const STALE_SLACK: usize = 64;
+
 /// The floor: the lowest chain sequence that still holds an entry some region needs
 /// (DESIGN.md, "Reclaiming space"). Pure bookkeeping beside the catalog.
 ///
@@ -354,6 +466,12 @@ pub fn plan_opening_above(
 /// watermark. A region on the chain whose watermark has not been reported since the
 /// open pins it at its first entry: nothing is reclaimed on a guess. A region whose
 /// entries are all obsolete pins nothing. The floor the writer uses never decreases.
+///
+/// Bounded like the catalog: a pin names a live segment (pins are never below the floor
+/// the catalog drops at), and a watermark that hides nothing any more (its region has
+/// no live entry at or below it, see [`Catalog::holds_at_or_below`]) is forgotten once
+/// such watermarks could outnumber the live regions; forgetting one changes nothing,
+/// since every later entry of the region has a larger id.
 #[derive(Debug, Clone, Default)]
 pub struct Retention {
     watermarks: RegionMap<u64>,
@@ -392,8 +510,15 @@ impl Retention {
     /// rises) and moves its pin.
     pub fn obsolete(&mut self, catalog: &Catalog, region: u64, id: u64) {
         // Only ids the chain holds can be obsolete: a watermark beyond the region's last
-        // committed entry would hide entries not written yet.
-        let id = id.min(catalog.last_entry_id(region).unwrap_or(0));
+        // committed entry would hide entries not written yet. A region with no live entry
+        // has nothing to hide or pin.
+        let Some(last) = catalog.last_entry_id(region) else {
+            self.watermarks.remove(&region);
+            self.set_pin(region, None);
+            return;
+        };
+        self.forget_stale(catalog);
+        let id = id.min(last);
         let w = self.watermarks.entry(region).or_insert(id);
         *w = (*w).max(id);
         let w = *w;
@@ -411,9 +536,29 @@ impl Retention {
         }
     }
 
-    /// The watermark of `region`, if reported since the open.
+    /// The watermark of `region`, if reported since the open (and it still hides a live
+    /// entry, or has not been forgotten yet).
     pub fn watermark(&self, region: u64) -> Option<u64> {
         self.watermarks.get(&region).copied()
+    }
+
+    /// Forgets the watermarks that hide nothing any more, once there could be more of
+    /// them than live regions (amortized O(1) per call).
+    fn forget_stale(&mut self, catalog: &Catalog) {
+        if self.watermarks.len() > 2 * catalog.region_count() + STALE_SLACK {
+            self.watermarks
+                .retain(|region, w| catalog.holds_at_or_below(*region, *w));
+        }
+    }
+
+    /// Regions with a watermark kept.
+    pub fn watermark_count(&self) -> usize {
+        self.watermarks.len()
+    }
+
+    /// Regions pinning the floor.
+    pub fn pin_count(&self) -> usize {
+        self.pin_of.len()
     }
 
     /// Accounts for a newly committed chain object: a region with no pin is pinned there.

@@ -59,6 +59,27 @@ impl std::fmt::Display for EpochEndReason {
     }
 }
 
+/// Which bound refused a request with [`Error::Backpressure`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackpressureLimit {
+    /// `max_pending_bytes`: payload bytes admitted and not yet acknowledged, when the
+    /// caller asked not to wait.
+    PendingBytes,
+    /// Requests waiting for the WAL to open (or reopen after an epoch ended), or appends
+    /// waiting for room under `max_pending_bytes`: a count.
+    QueuedRequests,
+}
+
+impl std::fmt::Display for BackpressureLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackpressureLimit::PendingBytes => write!(f, "bytes pending (max_pending_bytes)"),
+            BackpressureLimit::QueuedRequests => write!(f, "requests queued"),
+        }
+    }
+}
+
 /// The crate's error.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -237,13 +258,15 @@ pub enum Error {
         /// The timeout.
         after: std::time::Duration,
     },
-    /// `max_pending_bytes` of admitted appends are not yet acknowledged and the caller
-    /// asked not to wait. Nothing was sent; retry later.
-    #[error("backpressure: {pending_bytes} bytes pending, limit max_pending_bytes ({max})")]
+    /// A bound on what the WAL holds was reached ([`BackpressureLimit`] says which) and
+    /// the request was refused rather than let memory grow. Nothing was sent; retry later.
+    #[error("backpressure: {held} {limit} held, limit {max}")]
     Backpressure {
-        /// Bytes admitted and not yet acknowledged.
-        pending_bytes: u64,
-        /// The limit.
+        /// The bound that was reached.
+        limit: BackpressureLimit,
+        /// What was held when the request came (in the limit's unit).
+        held: u64,
+        /// The bound.
         max: u64,
     },
     /// The writer failed (panicked) with the append admitted; a new epoch replaces it.

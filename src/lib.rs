@@ -139,7 +139,7 @@ pub use clock::{BootClock, CreateClock};
 #[cfg(feature = "serde")]
 pub use config::WalSection;
 pub use config::{Config, CorruptSegmentPolicy, HedgeAfter, RetryPolicy};
-pub use error::{Durability, EpochEndReason, Error, Result};
+pub use error::{BackpressureLimit, Durability, EpochEndReason, Error, Result};
 pub use format::{entry_id, FormatError, Header, Link};
 pub use io::{split_store_url, store_and_prefix_from_url, store_from_url};
 pub use open::{DamagedSegment, ObjectInfo, RecoveryReport, UnreadObject};

@@ -673,7 +673,10 @@ impl ChainGrowth for PolledGrowth {
 /// chain, yields the entries with id `>= from` on it, then each object that extends it,
 /// found by polling every `poll_interval`. It never writes and never fences the owner.
 /// A spawned task polls and reads ahead into a bounded channel; it ends at the first
-/// error, or as soon as the consumer drops the stream.
+/// error, or as soon as the consumer drops the stream. Its catalog drops what lies below
+/// the floor of the newest object it saw (as the owner's does): a follower that lags
+/// behind the floor skips those entries, as a fresh read-only open would (the owner may
+/// delete them any time after its grace).
 pub fn follow_read_only(
     io: WalIo,
     config: Config,

@@ -431,7 +431,8 @@ impl WalHandle {
         .await
     }
 
-    /// The last entry id of `region`.
+    /// The last entry id of `region` on the live chain (`None` once its entries all fell
+    /// below the floor, as after a restart).
     pub async fn last_entry_id(&self, region: u64) -> Result<Option<u64>> {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
@@ -443,8 +444,10 @@ impl WalHandle {
             },
             gone,
         );
-        self.timed("last_entry_id", Durability::NotWritten, call)
-            .await
+        self.timed("last_entry_id", Durability::NotWritten, async {
+            call.await?
+        })
+        .await
     }
 
     /// The last entry id of the whole log.
@@ -459,8 +462,10 @@ impl WalHandle {
             },
             gone,
         );
-        self.timed("last_entry_id", Durability::NotWritten, call)
-            .await
+        self.timed("last_entry_id", Durability::NotWritten, async {
+            call.await?
+        })
+        .await
     }
 
     /// Counters and positions.

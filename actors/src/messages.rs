@@ -54,7 +54,9 @@ pub enum WalMsg {
         reply: RpcReplyPort<Result<EntryReceiver>>,
     },
     /// Follow a region: its entries with id `>= from`, then every new one as it is
-    /// acknowledged, until the WAL stops. Survives writer restarts.
+    /// acknowledged, until the WAL stops. Survives writer restarts. Entries declared
+    /// obsolete that fall below the floor before the follower reaches them are skipped,
+    /// as a read started then would hide them (the catalog no longer holds them).
     Follow {
         /// The region.
         region: u64,
@@ -85,8 +87,10 @@ pub enum WalMsg {
     LastEntryId {
         /// The region, or `None` for all of them.
         region: Option<u64>,
-        /// Gets the id, `None` when there is no entry.
-        reply: RpcReplyPort<Option<u64>>,
+        /// Gets the id, `None` when there is no entry (a region's entries that all fell
+        /// below the floor count as none, as after a restart); an error when the request
+        /// was refused (the WAL stopped, or [`Error::Backpressure`] while it opens).
+        reply: RpcReplyPort<Result<Option<u64>>>,
     },
     /// Answered once the first recovery is done (`Ok`), or with the error that ended
     /// the WAL before it was (the first open failed terminally, or the WAL stopped).
@@ -307,8 +311,21 @@ impl Stat {
 pub struct WalStats {
     /// The current epoch, 0 while the first recovery runs.
     pub epoch: u64,
-    /// Objects on the chain in the catalog.
+    /// Objects in the catalog: the live chain, from the floor of its newest object up
+    /// (what is below the floor is dropped). Bounded by the live part of the log.
     pub chain_objects: u64,
+    /// Regions with entries in the catalog (a region whose entries all fell below the
+    /// floor is dropped).
+    pub catalog_regions: u64,
+    /// Region readers running: at most
+    /// [`MAX_READERS`](crate::supervisor::MAX_READERS).
+    pub readers: u64,
+    /// Requests waiting for an open to finish: at most
+    /// [`MAX_QUEUED_REQUESTS`](crate::supervisor::MAX_QUEUED_REQUESTS).
+    pub queued: u64,
+    /// Obsolete watermarks the supervisor keeps: about the live regions (those that hide
+    /// nothing any more are forgotten).
+    pub watermarks: u64,
     /// Orphans found by the last recovery.
     pub orphans: u64,
     /// Objects acknowledged since spawn.

@@ -8,19 +8,29 @@
 //! keys and anything at or above `F` are never touched. A failed delete is retried later,
 //! never fatal. After a restart the reclaimer starts from the recovered chain's floor,
 //! with a fresh grace.
+//!
+//! One grace timer at most is pending, for the oldest of the floors waiting out their
+//! grace; those are kept in order, [`MAX_PENDING_FLOORS`] at most, whatever the rate at
+//! which the floor rises: past that the newest waiting floor is replaced by the one just
+//! acknowledged (and its time by now), so floors in between are reclaimed a little later
+//! than they could have been, never earlier. Deleting later is always safe.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use object_store_wal::io::WalIo;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::messages::Counters;
 
 /// Deletes in flight at once.
 pub const MAX_DELETES_IN_FLIGHT: usize = 8;
+/// Floors waiting out their grace, at most (see the module doc).
+pub const MAX_PENDING_FLOORS: usize = 64;
 /// Wait before retrying a reclaim whose listing or deletes failed.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 
@@ -60,12 +70,28 @@ pub struct ReclaimerState {
     /// Everything below this is deleted.
     reclaimed_below: u64,
     running: bool,
+    /// The floor the pending grace timer is for.
+    timing: Option<u64>,
+    /// Floors acknowledged and not yet due, ascending, with when they were acknowledged.
+    waiting: VecDeque<(u64, Instant)>,
 }
 
 /// The reclaimer actor.
 pub struct ReclaimerActor;
 
 impl ReclaimerState {
+    /// Times the grace of the oldest waiting floor, unless a timer is pending.
+    fn time(&mut self, myself: &ActorRef<ReclaimerMsg>) {
+        if self.timing.is_some() {
+            return;
+        }
+        if let Some(&(floor, at)) = self.waiting.front() {
+            self.timing = Some(floor);
+            let wait = (at + self.args.grace).saturating_duration_since(Instant::now());
+            myself.send_after(wait, move || ReclaimerMsg::Due(floor));
+        }
+    }
+
     fn start(&mut self, myself: &ActorRef<ReclaimerMsg>) {
         if self.running || self.due <= self.reclaimed_below {
             return;
@@ -121,6 +147,8 @@ impl Actor for ReclaimerActor {
             due: 0,
             reclaimed_below: 0,
             running: false,
+            timing: None,
+            waiting: VecDeque::new(),
         })
     }
 
@@ -134,11 +162,23 @@ impl Actor for ReclaimerActor {
             ReclaimerMsg::Floor(floor) => {
                 if floor > state.target {
                     state.target = floor;
-                    myself.send_after(state.args.grace, move || ReclaimerMsg::Due(floor));
+                    let now = Instant::now();
+                    let full = state.waiting.len() >= MAX_PENDING_FLOORS;
+                    match state.waiting.back_mut() {
+                        Some(newest) if full => *newest = (floor, now),
+                        _ => state.waiting.push_back((floor, now)),
+                    }
+                    state.time(&myself);
                 }
             }
             ReclaimerMsg::Due(floor) => {
                 state.due = state.due.max(floor);
+                // The pending timer fired (not a retry): time the next waiting floor.
+                if state.timing == Some(floor) {
+                    state.timing = None;
+                    state.waiting.pop_front();
+                    state.time(&myself);
+                }
                 state.start(&myself);
             }
             ReclaimerMsg::Done { floor, result } => {

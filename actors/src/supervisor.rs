@@ -9,8 +9,17 @@
 //! and are bounded per window.
 //!
 //! While an open runs (or a backoff before it), appends and reads wait in the
-//! supervisor's queue. That queue has no bound of its own: a caller that sends
-//! [`WalMsg`]s without waiting for their replies can grow it.
+//! supervisor's queue, at most [`MAX_QUEUED_REQUESTS`] of them: the next request is
+//! refused with [`Error::Backpressure`] (`NotWritten`), never queued.
+//!
+//! Nothing here grows with the log's history. Region readers are kept for the
+//! [`MAX_READERS`] regions read most recently; a reader past that is retired (its
+//! mailbox drained first) and a later read of its region starts a new one. A reader holds
+//! no state of its own (each read streams from a task of its own), so retiring one
+//! changes nothing a caller sees. Obsolete watermarks that hide nothing any more (their
+//! region has no live entry at or below them in the catalog, which drops what lies below
+//! the floor) are forgotten once they could outnumber the live regions; every later entry
+//! of such a region has a larger id, so forgetting one changes no read.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -18,12 +27,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use object_store::ObjectStore;
-use object_store_wal::catalog::Catalog;
-use object_store_wal::catalog::Retention;
+use object_store_wal::catalog::{Catalog, Retention, STALE_SLACK};
 use object_store_wal::io::WalIo;
 use object_store_wal::open::Opened;
 use object_store_wal::read::{replay_regions, ReplayLimits};
-use object_store_wal::{Config, CreateClock, Durability, Error};
+use object_store_wal::{BackpressureLimit, Config, CreateClock, Durability, Error};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::time::Instant;
 use tracing::{error, info, info_span, warn};
@@ -37,6 +45,15 @@ use crate::reader::{follow, forward, ReaderActor, ReaderArgs};
 use crate::reclaimer::{ReclaimerActor, ReclaimerArgs, ReclaimerMsg};
 use crate::recovery::{RecoveryActor, RecoveryArgs};
 use crate::writer::{WriterActor, WriterArgs};
+
+/// Requests (appends, reads, watermarks, positions) that wait for an open at most; also
+/// the most appends the writer keeps waiting for room under `max_pending_bytes`. The
+/// next one is refused with [`Error::Backpressure`].
+pub const MAX_QUEUED_REQUESTS: usize = 4096;
+
+/// Region readers kept at most: the regions read most recently. A count, not an idle
+/// time, so that what is kept does not depend on timing; readers are cheap to start.
+pub const MAX_READERS: usize = 64;
 
 /// How the supervisor restarts what fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +141,9 @@ pub struct SupervisorState {
     recovered_once: bool,
     recovery: Option<ActorCell>,
     queued: VecDeque<WalMsg>,
-    readers: HashMap<u64, ActorRef<ReaderMsg>>,
+    readers: HashMap<u64, Reader>,
+    /// Counts reads: a reader's `last_read` orders the readers by recency.
+    reads: u64,
     watermarks: HashMap<u64, u64>,
     recent_restarts: VecDeque<Instant>,
     epoch: u64,
@@ -133,6 +152,12 @@ pub struct SupervisorState {
     commits: tokio::sync::watch::Sender<u64>,
     reclaimer: Option<ActorRef<ReclaimerMsg>>,
     progress: Progress,
+}
+
+/// A region's reader and when it last served a read (in reads counted by the supervisor).
+struct Reader {
+    actor: ActorRef<ReaderMsg>,
+    last_read: u64,
 }
 
 /// The supervisor actor.
@@ -160,7 +185,7 @@ fn refuse(msg: WalMsg, error: &Error) {
             let _ = reply.send(Err(e));
         }
         WalMsg::LastEntryId { reply, .. } => {
-            let _ = reply.send(None);
+            let _ = reply.send(Err(e));
         }
         WalMsg::Stop { reply } => {
             let _ = reply.send(());
@@ -330,20 +355,41 @@ impl SupervisorState {
             r.stop(None);
         }
         for (_, reader) in self.readers.drain() {
-            reader.stop(None);
+            reader.actor.stop(None);
         }
         if let Some(r) = self.reclaimer.take() {
             r.stop(None);
         }
     }
 
+    /// The region's reader, started if it has none; the least recently used reader is
+    /// retired first when [`MAX_READERS`] are running.
     async fn reader(
         &mut self,
         myself: &ActorRef<WalMsg>,
         region: u64,
     ) -> Result<ActorRef<ReaderMsg>, ActorProcessingErr> {
-        if let Some(r) = self.readers.get(&region) {
-            return Ok(r.clone());
+        self.reads += 1;
+        if let Some(r) = self.readers.get_mut(&region) {
+            r.last_read = self.reads;
+            return Ok(r.actor.clone());
+        }
+        while self.readers.len() >= MAX_READERS {
+            let Some(idle) = self
+                .readers
+                .iter()
+                .min_by_key(|(_, r)| r.last_read)
+                .map(|(region, _)| *region)
+            else {
+                break;
+            };
+            if let Some(r) = self.readers.remove(&idle) {
+                // Reads already in its mailbox are served before it stops; its
+                // supervision event then finds no region and is ignored.
+                if r.actor.drain().is_err() {
+                    r.actor.stop(None);
+                }
+            }
         }
         let args = ReaderArgs {
             region,
@@ -352,8 +398,29 @@ impl SupervisorState {
             catalog: self.catalog.clone(),
         };
         let (reader, _) = Actor::spawn_linked(None, ReaderActor, args, myself.get_cell()).await?;
-        self.readers.insert(region, reader.clone());
+        let entry = Reader {
+            actor: reader.clone(),
+            last_read: self.reads,
+        };
+        self.readers.insert(region, entry);
         Ok(reader)
+    }
+
+    /// Queues a request until an open finishes, or refuses it at the bound.
+    fn enqueue(&mut self, msg: WalMsg) {
+        if self.queued.len() >= MAX_QUEUED_REQUESTS {
+            let error = Error::Backpressure {
+                limit: BackpressureLimit::QueuedRequests,
+                held: self.queued.len() as u64,
+                max: MAX_QUEUED_REQUESTS as u64,
+            };
+            if matches!(msg, WalMsg::Append(_)) {
+                Counters::add(&self.counters.failed_appends, 1);
+            }
+            refuse(msg, &error);
+            return;
+        }
+        self.queued.push_back(msg);
     }
 
     /// The first id of `region` a read from `from` may see: ids at or below the region's
@@ -373,10 +440,10 @@ impl SupervisorState {
                 if let Err(ractor::MessagingErr::SendErr(WriterMsg::Append(req))) =
                     writer.cast(WriterMsg::Append(req))
                 {
-                    self.queued.push_back(WalMsg::Append(req));
+                    self.enqueue(WalMsg::Append(req));
                 }
             }
-            Phase::Recovering | Phase::BackingOff => self.queued.push_back(WalMsg::Append(req)),
+            Phase::Recovering | Phase::BackingOff => self.enqueue(WalMsg::Append(req)),
             Phase::Stopped => refuse(WalMsg::Append(req), &stopped()),
         }
     }
@@ -393,7 +460,7 @@ impl SupervisorState {
             return Ok(());
         }
         if !self.recovered_once {
-            self.queued.push_back(message);
+            self.enqueue(message);
             return Ok(());
         }
         match message {
@@ -447,7 +514,7 @@ impl SupervisorState {
                     Some(r) => catalog.last_entry_id(r),
                     None => catalog.last_entry_id_overall(),
                 };
-                let _ = reply.send(id);
+                let _ = reply.send(Ok(id));
             }
             other => refuse(other, &stopped()),
         }
@@ -468,8 +535,8 @@ impl SupervisorState {
         if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read { reply, .. })) =
             reader.cast(ReaderMsg::Read { from, reply })
         {
-            // The reader died before its supervision event arrived: start a fresh one
-            // and hand it the read.
+            // The reader died (or was retired) before its supervision event arrived:
+            // start a fresh one and hand it the read.
             self.readers.remove(&region);
             let reader = self.reader(myself, region).await?;
             if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read { reply, .. })) =
@@ -490,11 +557,22 @@ impl SupervisorState {
             .unwrap_or_else(|p| p.into_inner())
             .last_entry_id(region);
         if let Some(id) = last.map(|last| id.min(last)) {
+            self.forget_stale_watermarks();
             let w = self.watermarks.entry(region).or_default();
             *w = (*w).max(id);
             if let Phase::Running { writer, .. } = &self.phase {
                 let _ = writer.cast(WriterMsg::Obsolete { region, id });
             }
+        }
+    }
+
+    /// Forgets the watermarks that hide nothing any more (their region has no live entry
+    /// at or below them), once they could outnumber the live regions: amortized O(1).
+    fn forget_stale_watermarks(&mut self) {
+        let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
+        if self.watermarks.len() > 2 * catalog.region_count() + STALE_SLACK {
+            self.watermarks
+                .retain(|region, w| catalog.holds_at_or_below(*region, *w));
         }
     }
 
@@ -545,6 +623,10 @@ impl SupervisorState {
         WalStats {
             epoch: self.epoch,
             chain_objects: catalog.object_count() as u64,
+            catalog_regions: catalog.region_count() as u64,
+            readers: self.readers.len() as u64,
+            queued: self.queued.len() as u64,
+            watermarks: self.watermarks.len() as u64,
             orphans: self.orphans,
             last_entry_id: catalog.last_entry_id_overall(),
             hedged: requests.hedged.load(Ordering::Relaxed),
@@ -580,6 +662,7 @@ impl Actor for Supervisor {
             recovery: None,
             queued: VecDeque::new(),
             readers: HashMap::new(),
+            reads: 0,
             watermarks: HashMap::new(),
             recent_restarts: VecDeque::new(),
             epoch: 0,
@@ -702,7 +785,7 @@ impl Actor for Supervisor {
         let region = state
             .readers
             .iter()
-            .find(|(_, r)| r.get_id() == id)
+            .find(|(_, r)| r.actor.get_id() == id)
             .map(|(region, _)| *region);
         if let Some(region) = region {
             state.readers.remove(&region);

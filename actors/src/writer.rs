@@ -26,7 +26,8 @@
 //!   more is written; the supervisor is told, and decides (new epoch, or escalate when
 //!   fenced). A sequence whose outcome is unknown is never skipped.
 //! - **Backpressure.** Appends wait (or fail fast) while `max_pending_bytes` of admitted
-//!   payload is not yet acknowledged.
+//!   payload is not yet acknowledged; at most [`MAX_QUEUED_REQUESTS`] wait, the next one
+//!   gets [`Error::Backpressure`].
 //! - **Metrics.** Each waiter keeps its admission instant and each flight its sealing
 //!   instant; the acknowledgement records both latencies ([`object_store_wal::metrics`]).
 
@@ -39,7 +40,9 @@ use object_store_wal::catalog::{Catalog, Retention};
 use object_store_wal::epoch::{Epoch, EpochState};
 use object_store_wal::io::WalIo;
 use object_store_wal::persist::{persist_within, PersistOutcome};
-use object_store_wal::{AppendReceipt, Config, CreateClock, Durability, EpochEndReason, Error};
+use object_store_wal::{
+    AppendReceipt, BackpressureLimit, Config, CreateClock, Durability, EpochEndReason, Error,
+};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 use tracing::{debug, info_span, warn, Instrument};
@@ -47,6 +50,7 @@ use tracing::{debug, info_span, warn, Instrument};
 use crate::admission::Progress;
 use crate::messages::{AppendRequest, Counters, InternalMsg, WalMsg, WriterMsg};
 use crate::reclaimer::ReclaimerMsg;
+use crate::supervisor::MAX_QUEUED_REQUESTS;
 
 /// Everything the writer starts with.
 pub struct WriterArgs {
@@ -221,8 +225,14 @@ impl WriterState {
         if !self.waiting.is_empty() || (self.pending_bytes > 0 && self.pending_bytes + bytes > max)
         {
             if req.fail_fast {
-                let pending_bytes = self.pending_bytes;
-                return self.fail_append(req, Error::Backpressure { pending_bytes, max });
+                let held = self.pending_bytes;
+                let limit = BackpressureLimit::PendingBytes;
+                return self.fail_append(req, Error::Backpressure { limit, held, max });
+            }
+            if self.waiting.len() >= MAX_QUEUED_REQUESTS {
+                let (held, max) = (self.waiting.len() as u64, MAX_QUEUED_REQUESTS as u64);
+                let limit = BackpressureLimit::QueuedRequests;
+                return self.fail_append(req, Error::Backpressure { limit, held, max });
             }
             self.waiting.push_back(req);
             return;

@@ -208,9 +208,8 @@ struct Run {
     acked: BTreeMap<u64, Vec<Entry>>,
     /// Watermarks reported to the running WAL (as it clamps them).
     process: HashMap<u64, u64>,
-    /// The floor of the chain end when the running WAL recovered: its catalog starts here.
-    recovered_floor: u64,
-    /// The floor the WAL must have reached.
+    /// The floor the WAL must have reached: its catalog starts here (it drops what lies
+    /// below the floor of its newest object, and a recovery starts at the chain end's).
     floor: u64,
     /// Deletes recorded when the running WAL was spawned.
     deleted_at_spawn: usize,
@@ -236,7 +235,6 @@ impl Run {
             join,
             acked: BTreeMap::new(),
             process: HashMap::new(),
-            recovered_floor: 0,
             floor: 0,
             deleted_at_spawn: 0,
             tag: 0,
@@ -245,7 +243,7 @@ impl Run {
 
     /// The region's entries in the running WAL's catalog.
     fn catalog(&self, region: u64) -> impl Iterator<Item = &Entry> + '_ {
-        let from = self.recovered_floor;
+        let from = self.floor;
         self.acked
             .get(&region)
             .into_iter()
@@ -358,7 +356,6 @@ impl Run {
         self.wal = wal;
         self.join = join;
         self.process.clear();
-        self.recovered_floor = self.floor;
         self.deleted_at_spawn = self.audit.deleted().len();
         let s = stats(&self.wal).await;
         assert!(s.epoch > before.epoch, "a fresh spawn opens a new epoch");
@@ -377,10 +374,9 @@ impl Run {
         })
         .await;
         assert_eq!(s.restarts, before.restarts + 1);
-        assert_eq!(s.floor, self.floor);
         // The new epoch's catalog starts at the chain end's floor; the watermarks
         // reported to this process still apply.
-        self.recovered_floor = self.floor;
+        assert_eq!(s.floor, self.floor);
     }
 
     async fn reclaim(&mut self) {
@@ -409,10 +405,16 @@ impl Run {
         );
     }
 
-    /// Reads and replays every region, and the delete audit.
+    /// Reads and replays every region, the delete audit, and what the catalog keeps.
     async fn check(&self) {
         let violations = self.audit.violations();
         assert!(violations.is_empty(), "bad deletes: {violations:?}");
+        // The catalog holds the regions with an entry at or above the floor, no other.
+        let live = REGIONS
+            .iter()
+            .filter(|r| self.catalog(**r).next().is_some())
+            .count();
+        assert_eq!(stats(&self.wal).await.catalog_regions, live as u64);
         let mut from = Vec::new();
         for region in REGIONS {
             let acked = self.acked.get(&region).cloned().unwrap_or_default();

@@ -36,7 +36,8 @@ use object_store_wal::format::{decode_header, Header};
 use object_store_wal::io::object_key;
 use object_store_wal::testing::{CreateFault, CreateHold, FaultStore};
 use object_store_wal::{
-    AppendParts, AppendReceipt, Config, Durability, Entry, EpochEndReason, Error, RetryPolicy,
+    AppendParts, AppendReceipt, BackpressureLimit, Config, Durability, Entry, EpochEndReason,
+    Error, RetryPolicy,
 };
 use object_store_wal_actors::{spawn_wal, EntryReceiver, RestartPolicy, WalHandle, WalStats};
 use tokio::task::{JoinHandle, JoinSet};
@@ -941,8 +942,9 @@ async fn backpressure_bounds_pending_bytes_while_uploads_stall() {
         "an append finished while stalled"
     );
     match wal.try_append_many(one(9, entry("fail-fast".into()))).await {
-        Err(Error::Backpressure { pending_bytes, max }) => {
-            assert_eq!((pending_bytes, max), (full, MAX_PENDING));
+        Err(Error::Backpressure { limit, held, max }) => {
+            assert_eq!(limit, BackpressureLimit::PendingBytes);
+            assert_eq!((held, max), (full, MAX_PENDING));
         }
         other => panic!("try_append_many under backpressure: {other:?}"),
     }

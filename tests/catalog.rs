@@ -1,0 +1,179 @@
+//! The catalog and the floor bookkeeping stay bounded by the live part of the chain
+//! (pure: no store). The catalog drops what lies below the floor of its newest object:
+//! the writer's catalog, a recovered one and a follower's alike, since all of them grow
+//! only through `Catalog::insert`. `Retention` forgets watermarks that hide nothing.
+
+use object_store_wal::catalog::{Catalog, Retention, STALE_SLACK};
+use object_store_wal::format::{entry_id, entry_sequence, Header, Link, SegmentRecord};
+use object_store_wal::Error;
+
+fn header(sequence: u64, floor: u64) -> Header {
+    Header {
+        sequence,
+        epoch: 2,
+        link: if sequence > 1 {
+            Link {
+                sequence: sequence - 1,
+                epoch: 2,
+            }
+        } else {
+            Link::NONE
+        },
+        floor,
+        claim: false,
+    }
+}
+
+/// One segment of `entries` entries per region, in region order, laid out one after
+/// the other (the bytes are never read here).
+fn records(sequence: u64, regions: &[u64], entries: u64) -> Vec<SegmentRecord> {
+    let mut regions = regions.to_vec();
+    regions.sort_unstable();
+    regions.dedup();
+    regions
+        .iter()
+        .enumerate()
+        .map(|(i, &region)| SegmentRecord {
+            region,
+            first_entry_id: entry_id(sequence, 0),
+            last_entry_id: entry_id(sequence, entries - 1),
+            offset: 56 + 100 * i as u64,
+            length: 100,
+            crc: 0,
+        })
+        .collect()
+}
+
+/// 10,000 objects, each holding a region that lives for ever (7), one of 50 that come
+/// back, and one never seen again; each carries a floor 20 below itself. The catalog
+/// keeps exactly the objects from the floor up, the segments in them and the regions
+/// with one; reads of what is left are unchanged; the consistency checks still refuse.
+#[test]
+fn catalog_keeps_only_what_lies_at_or_above_the_floor() {
+    const OBJECTS: u64 = 10_000;
+    const KEEP: u64 = 20;
+    let mut catalog = Catalog::new();
+    for s in 1..=OBJECTS {
+        let floor = s.saturating_sub(KEEP).max(1);
+        let regions = [7, 100 + s % 50, 1_000_000 + s];
+        catalog
+            .insert(&header(s, floor), &records(s, &regions, 3), 1000)
+            .expect("the next object");
+        assert_eq!(catalog.floor(), floor);
+        assert_eq!(catalog.object_count() as u64, s - floor + 1, "object {s}");
+        assert_eq!(catalog.objects().next().map(|(q, _)| q), Some(floor));
+        assert_eq!(catalog.last_sequence(), Some(s));
+        // Region 7: one segment per live object, in order, from the floor.
+        let seven: Vec<u64> = catalog
+            .segments_from(7, 0)
+            .iter()
+            .map(|l| l.sequence)
+            .collect();
+        assert_eq!(seven, (floor..=s).collect::<Vec<_>>(), "object {s}");
+        assert_eq!(catalog.first_entry_id(7), Some(entry_id(floor, 0)));
+        assert_eq!(
+            catalog.segments_from(7, entry_id(s, 1)).len(),
+            1,
+            "a read from an id in the newest object"
+        );
+        // Regions: 7, the returning ones met since the floor, the fresh ones since it.
+        let live = s - floor + 1;
+        assert_eq!(
+            catalog.region_count() as u64,
+            1 + live.min(50) + live,
+            "object {s}"
+        );
+        if s > KEEP + 1 {
+            let gone = 1_000_000 + floor - 1;
+            assert_eq!(catalog.last_entry_id(gone), None, "region {gone}");
+            assert!(catalog.segments_from(gone, 0).is_empty());
+            assert!(!catalog.holds_at_or_below(gone, u64::MAX));
+        }
+        assert_eq!(catalog.last_entry_id(1_000_000 + s), Some(entry_id(s, 2)));
+        assert_eq!(catalog.last_entry_id_overall(), Some(entry_id(s, 2)));
+    }
+    // The checks hold across what was dropped.
+    match catalog.insert(&header(OBJECTS, OBJECTS), &[], 96) {
+        Err(Error::InconsistentChain { sequence, .. }) => assert_eq!(sequence, OBJECTS),
+        other => panic!("a sequence held twice: {other:?}"),
+    }
+    let mut stale = records(OBJECTS + 1, &[7], 1);
+    stale[0].first_entry_id = entry_id(OBJECTS, 0);
+    match catalog.insert(&header(OBJECTS + 1, OBJECTS), &stale, 200) {
+        Err(Error::InconsistentChain { sequence, reason }) => {
+            assert_eq!(sequence, OBJECTS + 1);
+            assert!(reason.contains("region 7"), "{reason}");
+        }
+        other => panic!("a region's ids not increasing: {other:?}"),
+    }
+    // A floor never decreases: an object carrying a lower one drops nothing back in.
+    catalog
+        .insert(&header(OBJECTS + 1, 5), &records(OBJECTS + 1, &[7], 1), 200)
+        .expect("the next object");
+    assert_eq!(catalog.floor(), OBJECTS - KEEP);
+    assert_eq!(catalog.object_count() as u64, KEEP + 2);
+}
+
+/// Regions that come and go, each declared obsolete a few objects after its last entry,
+/// with the writer's own floors: the watermarks kept stay within twice the live regions
+/// (plus the slack), pins within the live regions, and a watermark reported for a
+/// region with nothing live keeps nothing. The floor is what the pins say throughout.
+#[test]
+fn retention_forgets_what_hides_nothing() {
+    const OBJECTS: u64 = 5_000;
+    const LAG: u64 = 5;
+    let mut catalog = Catalog::new();
+    catalog
+        .insert(&header(1, 0), &[], 96)
+        .expect("the opening object");
+    let mut retention = Retention::new(&catalog, 0);
+    let mut most_watermarks = 0;
+    for s in 2..=OBJECTS {
+        // Region s / 2 gets objects 2k and 2k + 1; it is declared obsolete LAG later.
+        let region = s / 2;
+        let floor = retention.floor_for(s);
+        let recs = records(s, &[region], 2);
+        catalog
+            .insert(&header(s, floor), &recs, 300)
+            .expect("insert");
+        retention.committed(s, &recs);
+        if s > LAG {
+            let done = (s - LAG) / 2;
+            retention.obsolete_all(&catalog, done);
+            // Reported again for a region long gone: nothing is kept for it.
+            retention.obsolete(&catalog, done.saturating_sub(100), u64::MAX);
+            if done > 100 {
+                assert_eq!(retention.watermark(done - 100), None, "object {s}");
+            }
+        }
+        let live = catalog.region_count();
+        assert!(
+            retention.watermark_count() <= 2 * live + STALE_SLACK + 1,
+            "object {s}: {} watermarks, {live} live regions",
+            retention.watermark_count()
+        );
+        assert!(retention.pin_count() <= live, "object {s}");
+        assert!(catalog.object_count() as u64 <= LAG + 4, "object {s}");
+        most_watermarks = most_watermarks.max(retention.watermark_count());
+        // The floor: the first object of the oldest region not yet declared obsolete.
+        let oldest_live = catalog
+            .regions()
+            .filter(|r| retention.watermark(*r).is_none())
+            .map(|r| catalog.first_entry_id(r).map_or(u64::MAX, entry_sequence))
+            .min()
+            .unwrap_or(s + 1);
+        assert_eq!(
+            retention.floor_for(s + 1),
+            oldest_live.min(s + 1),
+            "object {s}"
+        );
+    }
+    assert!(
+        most_watermarks > STALE_SLACK,
+        "watermarks grew to the slack first"
+    );
+    assert!(
+        ((OBJECTS - LAG) / 2) as usize > most_watermarks,
+        "and were forgotten"
+    );
+}
