@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures::Stream;
 use object_store::ObjectStore;
+use object_store_wal::io::WalIo;
 use object_store_wal::{
     AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Entry, Error, Result,
 };
@@ -59,9 +60,10 @@ pub async fn spawn_wal_with(
     parent: Option<ActorCell>,
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
     config.validate()?;
+    let io = WalIo::for_config(store, &config)?;
     let terminal = Arc::new(Mutex::new(None));
     let args = SupervisorArgs {
-        store,
+        io: io.clone(),
         config,
         restarts,
         terminal: terminal.clone(),
@@ -71,7 +73,14 @@ pub async fn spawn_wal_with(
         Some(p) => Actor::spawn_linked(None, Supervisor, args, p).await?,
         None => Actor::spawn(None, Supervisor, args).await?,
     };
-    Ok((WalHandle { actor, terminal }, join))
+    Ok((
+        WalHandle {
+            actor,
+            terminal,
+            io,
+        },
+        join,
+    ))
 }
 
 /// A cloneable handle on a running WAL.
@@ -79,6 +88,8 @@ pub async fn spawn_wal_with(
 pub struct WalHandle {
     actor: ActorRef<WalMsg>,
     terminal: Arc<Mutex<Option<Error>>>,
+    /// The instance's store access, closed by `abort` (and `stop`) before they return.
+    io: WalIo,
 }
 
 impl WalHandle {
@@ -273,17 +284,28 @@ impl WalHandle {
         self.call(|reply| WalMsg::Stats { reply }, gone).await
     }
 
-    /// Stops gracefully: uploads in flight finish and are acknowledged or failed; appends
-    /// not sent get [`Error::Stopped`]. Idempotent: stopping a stopped WAL succeeds.
+    /// Stops gracefully: uploads in flight finish and are acknowledged or failed, within
+    /// `max_create_duration` (those still unanswered then fail as unknown outcomes,
+    /// [`Durability::MayBeDurable`]); appends not sent get [`Error::Stopped`].
+    /// Idempotent: stopping a stopped WAL succeeds. Once it returns, nothing of this
+    /// instance reaches the store: no request is sent, none in flight goes on, every
+    /// task the WAL spawned ends (a read's after its consumer took the `Stopped` error).
     pub async fn stop(&self) -> Result<()> {
-        match self.actor.call(|reply| WalMsg::Stop { reply }, None).await {
-            Ok(_) | Err(_) => Ok(()),
-        }
+        let _ = self.actor.call(|reply| WalMsg::Stop { reply }, None).await;
+        // Already closed by the supervisor, unless it had ended before.
+        self.io.close();
+        Ok(())
     }
 
     /// Ends the WAL at once, as a crash would: no upload is waited for, nothing more is
-    /// answered. Uploads already sent may still land (the next open deals with them).
+    /// answered. Uploads already sent may still land (the next open deals with them),
+    /// but once this returns nothing more of this instance reaches the store: requests
+    /// waiting for an answer are dropped, none is sent again, and the actors and tasks
+    /// end.
     pub fn abort(&self) {
+        // First: the actors below end asynchronously, and one still handling a message
+        // could otherwise start a request after this returned.
+        self.io.close();
         self.actor.stop_children(None);
         self.actor.kill();
     }
