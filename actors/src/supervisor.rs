@@ -134,10 +134,12 @@ pub struct SupervisorState {
 pub struct Supervisor;
 
 impl Drop for SupervisorState {
-    /// However the supervisor ends (stopped, failed, killed with its parent), nothing
-    /// of its instance reaches the store afterwards.
+    /// However the supervisor ends (stopped, failed, or killed with its parent, which
+    /// skips `post_stop`), its children stop and nothing of its instance reaches the
+    /// store afterwards.
     fn drop(&mut self) {
         self.io.close();
+        self.stop_children();
     }
 }
 
