@@ -19,12 +19,15 @@
 //! and the store's keys stay bounded by the live part of the log, and each era's ledger
 //! is dropped once checked.
 //!
-//! Once a minute (and at the end) one JSON line goes to stdout: RSS, appends and
+//! Once a minute (and at the end) one JSON line goes to stdout: RSS (and the heap in
+//! use, glibc's count of live allocations), appends and
 //! acknowledgements so far, instances, restarts, checked entries, lost and duplicated
-//! entries, objects deleted, live keys. A last line sums the run up.
+//! entries, objects deleted, live keys, tasks alive on the runtime. A last line sums
+//! the run up.
 //!
 //! `WAL_SOAK_SECONDS` (default 3: the CI run) sets the duration, `WAL_SOAK_SEED`
-//! (default 1) the seed. The 10-minute run:
+//! (default 1) the seed, `WAL_SOAK_REPORT_SECONDS` (default 60) how often a line is
+//! printed (the first minute's RSS is the last one printed within it). The 10-minute run:
 //!
 //! ```text
 //! WAL_SOAK_SECONDS=600 WAL_SOAK_SEED=7 nice cargo test --release --test soak -- --nocapture
@@ -75,6 +78,22 @@ fn rss_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Bytes the allocator holds for live allocations, in KiB (glibc; `None` elsewhere):
+/// set beside RSS, it tells memory kept apart from memory merely not returned to the
+/// system.
+fn heap_in_use_kib() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's counters.
+        let info = unsafe { libc::mallinfo2() };
+        Some((info.uordblks + info.hblkhd) as u64 / 1024)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        None
+    }
 }
 
 fn mib(kib: Option<u64>) -> serde_json::Value {
@@ -244,7 +263,10 @@ async fn minute_line(
         "at": at,
         "elapsed_s": started.elapsed().as_secs(),
         "rss_mib": mib(rss),
+        "heap_in_use_mib": mib(heap_in_use_kib()),
         "live_keys": live_keys,
+        // Tasks alive on the runtime: bounded if every task the WAL spawns ends with it.
+        "tasks": tokio::runtime::Handle::current().metrics().num_alive_tasks(),
     });
     if let (Some(l), Some(e)) = (line.as_object_mut(), extra.as_object()) {
         l.extend(e.clone());
@@ -258,15 +280,21 @@ async fn report_every_minute(
     started: Instant,
     rss_first: Arc<Mutex<Option<u64>>>,
 ) {
-    let mut minute = 0u64;
+    let every = env_u64("WAL_SOAK_REPORT_SECONDS", 60).max(1);
+    let mut n = 0u64;
     loop {
-        tokio::time::sleep(Duration::from_secs(60)).await;
-        minute += 1;
+        tokio::time::sleep(Duration::from_secs(every)).await;
+        n += 1;
         let rss = rss_kib();
-        if minute == 1 {
+        if n * every <= 60 {
             *lock(&rss_first) = rss;
         }
-        let line = minute_line(&inner, &totals, started, rss, &format!("minute {minute}")).await;
+        let at = if every == 60 {
+            format!("minute {n}")
+        } else {
+            format!("{}s", n * every)
+        };
+        let line = minute_line(&inner, &totals, started, rss, &at).await;
         println!("{line}");
     }
 }
