@@ -23,12 +23,22 @@
 //!   "already exists" could not be told from another opener's.
 //! - Every request is counted once when it ends, by op and outcome
 //!   ([`Metrics::request`]): the twin of a hedged request that lost counts as `hedged`.
+//! - A [`WalIo`] can be closed ([`WalIo::close`]), once its instance stopped or was
+//!   aborted: from then on no request of it, or of any clone, reaches the store. A
+//!   request waiting for its answer (a hung upload, a hedge's slower twin, a reclaimer's
+//!   listing) ends at once with [`Error::Stopped`], and a request not yet sent is never
+//!   sent. Every task the WAL spawned ends with it: what such a task awaits is a
+//!   request, and no request outlives the close. Closing is the only way to make that
+//!   true at the moment `stop()` or `abort()` returns: ractor stops actors
+//!   asynchronously, and a writer still handling its last message could otherwise start
+//!   an upload after the WAL was said to be gone.
 
 use std::future::Future;
 use std::ops::Range;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -39,7 +49,7 @@ use object_store::{
 };
 
 use crate::config::{Config, HedgeAfter};
-use crate::error::{Error, Result};
+use crate::error::{Durability, Error, Result};
 use crate::format::{
     self, EncodedObject, FormatError, ObjectSummary, SegmentDamage, EMPTY_OBJECT_LEN, HEADER_LEN,
     MAX_SEQUENCE, TRAILER_LEN,
@@ -223,11 +233,72 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 type Attempt<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
+/// Whether the instance owning a [`WalIo`] has ended, shared by every clone.
+#[derive(Debug)]
+struct Closing {
+    /// `true` once closed. A request's future is polled only under a read lock on it
+    /// and [`WalIo::close`] takes the write lock, so once `close` returned no request
+    /// future is polled again: none is sent, none goes on.
+    gate: RwLock<bool>,
+    /// Wakes the requests waiting for an answer when the gate closes.
+    closed: tokio::sync::watch::Sender<bool>,
+}
+
+impl Closing {
+    fn new() -> Self {
+        Closing {
+            gate: RwLock::new(false),
+            closed: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        *self.gate.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `request` while open: `None` when the gate is (or becomes) closed, at once.
+    async fn run<T>(self: &Arc<Self>, request: impl Future<Output = T>) -> Option<T> {
+        let mut closed = self.closed.subscribe();
+        let gated = Gated {
+            closing: self.clone(),
+            request: Box::pin(request),
+        };
+        tokio::select! {
+            biased;
+            // The sender lives in `self`: the wait ends only when the gate closed.
+            _ = closed.wait_for(|c| *c) => None,
+            answer = gated => answer,
+        }
+    }
+}
+
+/// A request's future, polled only while its gate is open.
+struct Gated<F> {
+    closing: Arc<Closing>,
+    request: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Gated<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let closed = this.closing.gate.read().unwrap_or_else(|p| p.into_inner());
+        if *closed {
+            return Poll::Ready(None);
+        }
+        // Polled holding the read lock: `close` waits for this poll to end.
+        let answer = this.request.as_mut().poll(cx).map(Some);
+        drop(closed);
+        answer
+    }
+}
+
 /// How a request under [`WalIo::within_timeout`] ended.
 fn outcome_of<T, E>(answer: &Result<std::result::Result<T, E>>) -> Outcome {
     match answer {
         Ok(Ok(_)) => Outcome::Ok,
-        Ok(Err(_)) => Outcome::Error,
+        Ok(Err(_)) | Err(Error::Stopped { .. }) => Outcome::Error,
         Err(_) => Outcome::TimedOut,
     }
 }
@@ -255,6 +326,7 @@ pub struct WalIo {
     whole_read_threshold: u64,
     requests: Arc<Requests>,
     metrics: Arc<Metrics>,
+    closing: Arc<Closing>,
 }
 
 impl WalIo {
@@ -271,6 +343,7 @@ impl WalIo {
             whole_read_threshold: whole_read_threshold.max(EMPTY_OBJECT_LEN as u64),
             requests: Arc::new(Requests::new(HedgeAfter::Off, DEFAULT_REQUEST_TIMEOUT)),
             metrics: Arc::new(Metrics::new(prefix)),
+            closing: Arc::new(Closing::new()),
         })
     }
 
@@ -314,17 +387,47 @@ impl WalIo {
         );
     }
 
+    /// Closes this view and every clone of it, for good: once this returns, no request
+    /// reaches the store (a request in flight is dropped where it waits, one not yet sent
+    /// is never sent) and every later one fails at once with [`Error::Stopped`] (a
+    /// create: an unknown outcome, [`Durability::MayBeDurable`]).
+    /// Idempotent.
+    pub fn close(&self) {
+        let mut gate = self.closing.gate.write().unwrap_or_else(|p| p.into_inner());
+        *gate = true;
+        drop(gate);
+        self.closing.closed.send_replace(true);
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.closing.is_closed()
+    }
+
+    /// Waits until [`close`](Self::close) is called.
+    pub async fn closed(&self) {
+        let mut closed = self.closing.closed.subscribe();
+        // The sender lives in `self.closing`: the channel cannot close while waiting.
+        let _ = closed.wait_for(|c| *c).await;
+    }
+
+    /// The error of a request refused or dropped because the view is closed.
+    fn stopped(durability: Durability) -> Error {
+        Error::Stopped { durability }
+    }
+
     /// Runs `attempt` under the request timeout (`timed_out` is its answer past it) and,
     /// when `kind` is hedged and no answer came within the hedge delay, a second attempt
     /// beside it: the first `definite` answer decides; if neither is definite, the last
     /// answer is returned. A create's slower attempt is left to run to its end (its
-    /// timeout bounds it); a read's is cancelled. Each attempt is counted when it ends,
-    /// as `outcome` says, or as hedged if it lost.
+    /// timeout bounds it, and so does [`close`](Self::close)); a read's is cancelled.
+    /// Once the view is closed, every attempt answers `stopped`. Each attempt is counted
+    /// when it ends, as `outcome` says, or as hedged if it lost.
     async fn race<T>(
         &self,
         kind: Kind,
         hedgeable: bool,
-        timed_out: T,
+        [timed_out, stopped]: [T; 2],
         definite: fn(&T) -> bool,
         outcome: fn(&T) -> Outcome,
         attempt: impl Fn() -> Attempt<T>,
@@ -335,18 +438,23 @@ impl WalIo {
         let timed = || -> Attempt<(T, Outcome)> {
             let fut = attempt();
             let requests = self.requests.clone();
-            let timed_out = timed_out.clone();
+            let closing = self.closing.clone();
+            let (timed_out, stopped) = (timed_out.clone(), stopped.clone());
             Box::pin(async move {
                 let started = Instant::now();
-                match tokio::time::timeout(requests.timeout, fut).await {
-                    Ok(answer) => {
+                match closing
+                    .run(tokio::time::timeout(requests.timeout, fut))
+                    .await
+                {
+                    None => (stopped, Outcome::Error),
+                    Some(Ok(answer)) => {
                         if definite(&answer) {
                             requests.record(kind, started.elapsed());
                         }
                         let how = outcome(&answer);
                         (answer, how)
                     }
-                    Err(_) => {
+                    Some(Err(_)) => {
                         requests.stats.timeouts.fetch_add(1, Ordering::Relaxed);
                         (timed_out, Outcome::TimedOut)
                     }
@@ -427,26 +535,34 @@ impl WalIo {
 
     /// Lists every object under the prefix, sorted by sequence; other keys are foreign.
     pub async fn list(&self) -> Result<Listing> {
-        self.list_stream(self.store.list(Some(&self.prefix))).await
+        self.list_stream(|store, prefix| store.list(Some(prefix)))
+            .await
     }
 
     /// Lists the objects with a sequence above `after` (a start offset, not a full
     /// listing), sorted.
     pub async fn list_after(&self, after: u64) -> Result<Listing> {
         let offset = self.key(after);
-        self.list_stream(self.store.list_with_offset(Some(&self.prefix), &offset))
+        self.list_stream(move |store, prefix| store.list_with_offset(Some(prefix), &offset))
             .await
     }
 
+    /// Lists with the stream `list` makes; it is made inside the request, so a closed
+    /// view never asks the store for it.
     async fn list_stream(
         &self,
-        stream: futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>,
+        list: impl FnOnce(
+            &Arc<dyn ObjectStore>,
+            &Path,
+        ) -> futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::ObjectMeta>,
+        >,
     ) -> Result<Listing> {
-        let answer = self
-            .within_timeout("list", &self.prefix, stream.try_collect::<Vec<_>>())
-            .await;
+        let listing = async { list(&self.store, &self.prefix).try_collect().await };
+        let answer = self.within_timeout("list", &self.prefix, listing).await;
         self.metrics.request(Op::List, outcome_of(&answer));
-        let metas = answer?.map_err(|e| Error::store("list", &self.prefix, e))?;
+        let metas: Vec<_> = answer?.map_err(|e| Error::store("list", &self.prefix, e))?;
         let mut listing = Listing::default();
         for meta in metas {
             match parse_key(&self.prefix, &meta.location) {
@@ -466,13 +582,11 @@ impl WalIo {
     /// Creates the object only if its key is absent: one attempt, never hedged (claims
     /// and opening objects), under the request timeout.
     pub async fn create(&self, object: &EncodedObject) -> CreateAttempt {
-        let key = self.key(object.header().sequence);
-        let timed_out = CreateAttempt::Unknown(self.timeout_error("create", &key));
         let definite = |a: &CreateAttempt| !matches!(a, CreateAttempt::Unknown(_));
         self.race(
             Kind::Create,
             false,
-            timed_out,
+            self.create_unanswered(object),
             definite,
             create_outcome,
             self.create_attempt(object),
@@ -486,18 +600,26 @@ impl WalIo {
     /// and the first definite answer decides. A twin's "already exists" is the outcome
     /// table's identical retry, resolved by the caller like any other.
     pub async fn create_hedged(&self, object: &EncodedObject) -> CreateAttempt {
-        let key = self.key(object.header().sequence);
-        let timed_out = CreateAttempt::Unknown(self.timeout_error("create", &key));
         let definite = |a: &CreateAttempt| !matches!(a, CreateAttempt::Unknown(_));
         self.race(
             Kind::Create,
             object.len() <= HEDGE_MAX_BYTES,
-            timed_out,
+            self.create_unanswered(object),
             definite,
             create_outcome,
             self.create_attempt(object),
         )
         .await
+    }
+
+    /// What a create of `object` answers past the request timeout, and once the view is
+    /// closed: an unknown outcome either way (it may have been sent).
+    fn create_unanswered(&self, object: &EncodedObject) -> [CreateAttempt; 2] {
+        let key = self.key(object.header().sequence);
+        [
+            CreateAttempt::Unknown(self.timeout_error("create", &key)),
+            CreateAttempt::Unknown(Self::stopped(Durability::MayBeDurable)),
+        ]
     }
 
     /// One conditional create of `object`, as a future that owns what it needs.
@@ -526,20 +648,27 @@ impl WalIo {
     }
 
     /// `request`, unhedged, under the request timeout: past it, a
-    /// [`Error::RequestTimeout`] for `op` on `key`, counted.
+    /// [`Error::RequestTimeout`] for `op` on `key`, counted; once the view is closed,
+    /// [`Error::Stopped`].
     async fn within_timeout<T>(
         &self,
         op: &'static str,
         key: &Path,
         request: impl Future<Output = T>,
     ) -> Result<T> {
-        tokio::time::timeout(self.requests.timeout, request)
+        match self
+            .closing
+            .run(tokio::time::timeout(self.requests.timeout, request))
             .await
-            .map_err(|_| {
+        {
+            None => Err(Self::stopped(Durability::NotWritten)),
+            Some(Ok(answer)) => Ok(answer),
+            Some(Err(_)) => {
                 let stats = &self.requests.stats;
                 stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                self.timeout_error(op, key)
-            })
+                Err(self.timeout_error(op, key))
+            }
+        }
     }
 
     fn timeout_error(&self, op: &'static str, key: &Path) -> Error {
@@ -558,6 +687,7 @@ impl WalIo {
             .is_none_or(|r| r.end.saturating_sub(r.start) <= HEDGE_MAX_BYTES);
         let key = self.key(sequence);
         let timed_out = Err(self.timeout_error("get", &key));
+        let stopped = Err(Self::stopped(Durability::NotWritten));
         let store = self.store.clone();
         let attempt = move || -> Attempt<Result<Bytes>> {
             let (store, key, range) = (store.clone(), key.clone(), range.clone());
@@ -579,7 +709,7 @@ impl WalIo {
         self.race(
             Kind::Get,
             hedgeable,
-            timed_out,
+            [timed_out, stopped],
             Result::is_ok,
             get_outcome,
             attempt,
@@ -696,7 +826,7 @@ impl WalIo {
     pub async fn delete(&self, sequence: u64) -> Result<()> {
         let key = self.key(sequence);
         let answer = self
-            .within_timeout("delete", &key, self.store.delete(&key))
+            .within_timeout("delete", &key, async { self.store.delete(&key).await })
             .await
             .map(|r| match r {
                 Err(object_store::Error::NotFound { .. }) => Ok(()),

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use object_store::ObjectStore;
+use object_store_wal::io::WalIo;
 use object_store_wal::{
     AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Error, Result,
 };
@@ -67,10 +68,11 @@ pub async fn spawn_wal_with(
     parent: Option<ActorCell>,
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
     config.validate()?;
+    let io = WalIo::for_config(store, &config)?;
     let terminal = Arc::new(Mutex::new(None));
     let (progress, progress_rx) = Progress::new();
     let args = SupervisorArgs {
-        store,
+        io: io.clone(),
         config,
         restarts,
         terminal: terminal.clone(),
@@ -86,6 +88,7 @@ pub async fn spawn_wal_with(
         terminal,
         timeout: None,
         progress: progress_rx,
+        io,
     };
     Ok((handle, join))
 }
@@ -99,6 +102,8 @@ pub struct WalHandle {
     timeout: Option<Duration>,
     /// Where the ids handed out at admission stand (the barrier waits on it).
     progress: watch::Receiver<ProgressState>,
+    /// The instance's store access, closed by `abort` (and `stop`) before they return.
+    io: WalIo,
 }
 
 impl WalHandle {
@@ -477,16 +482,22 @@ impl WalHandle {
         self.timed("stats", Durability::NotWritten, call).await
     }
 
-    /// Stops gracefully: uploads in flight finish and are acknowledged or failed; appends
-    /// not sent get [`Error::Stopped`]. Returns `Ok` once the WAL has stopped, or the
-    /// error that had ended it (e.g. [`Error::Fenced`], damaged data, restarts exhausted;
-    /// as [`terminal_error`](Self::terminal_error), with `NotWritten`: it says nothing
-    /// of any append). Idempotent: a second stop answers as the first. An append
-    /// failing during the stop gets its own error, not the stop.
+    /// Stops gracefully: uploads in flight finish and are acknowledged or failed, within
+    /// `max_create_duration` (those still unanswered then fail as unknown outcomes,
+    /// [`Durability::MayBeDurable`]); appends not sent get [`Error::Stopped`]. Returns
+    /// `Ok` once the WAL has stopped, or the error that had ended it (e.g.
+    /// [`Error::Fenced`], damaged data, restarts exhausted; as
+    /// [`terminal_error`](Self::terminal_error), with `NotWritten`: it says nothing of
+    /// any append). Idempotent: a second stop answers as the first. An append failing
+    /// during the stop gets its own error, not the stop. Once it returns, nothing of this
+    /// instance reaches the store: no request is sent, none in flight goes on, every
+    /// task the WAL spawned ends (a read's after its consumer took the `Stopped` error).
     pub async fn stop(&self) -> Result<()> {
         self.timed("stop", Durability::NotWritten, async {
             // Answered once stopped; an error means the supervisor had already ended.
             let _ = self.actor.call(|reply| WalMsg::Stop { reply }, None).await;
+            // Already closed by the supervisor, unless it had ended before.
+            self.io.close();
             match self.terminal_error() {
                 Some(e) => Err(e.with_durability(Durability::NotWritten)),
                 None => Ok(()),
@@ -496,8 +507,14 @@ impl WalHandle {
     }
 
     /// Ends the WAL at once, as a crash would: no upload is waited for, nothing more is
-    /// answered. Uploads already sent may still land (the next open deals with them).
+    /// answered. Uploads already sent may still land (the next open deals with them),
+    /// but once this returns nothing more of this instance reaches the store: requests
+    /// waiting for an answer are dropped, none is sent again, and the actors and tasks
+    /// end.
     pub fn abort(&self) {
+        // First: the actors below end asynchronously, and one still handling a message
+        // could otherwise start a request after this returned.
+        self.io.close();
         self.actor.stop_children(None);
         self.actor.kill();
     }

@@ -37,7 +37,10 @@
 //! - [`Error::Backpressure`]: nothing was sent; retry later.
 //! - [`Error::Fenced`]: another instance owns the prefix; this WAL has stopped for good
 //!   and its supervisor failed (the node sees it).
-//! - [`Error::Stopped`]: the WAL was stopped.
+//! - [`Error::Stopped`]: the WAL was stopped (a read in progress gets it too: once
+//!   `stop()` or `abort()` returned, nothing of the instance reaches the store, and a
+//!   stop waits for uploads in flight at most `max_create_duration`, failing those
+//!   still unanswered as unknown outcomes, `EpochEnded` with `MayBeDurable`).
 //! - [`Error::CallTimeout`] (a handle made by [`WalHandle::with_timeout`]): the caller
 //!   stopped waiting, the request goes on. A timed-out append is `MayBeDurable`: it may
 //!   still become durable and be replayed.

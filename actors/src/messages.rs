@@ -103,10 +103,11 @@ pub enum WalMsg {
         /// Gets the stats.
         reply: RpcReplyPort<WalStats>,
     },
-    /// Stop gracefully: uploads in flight finish and are acknowledged or failed, appends
-    /// not yet sent get [`Error::Stopped`]. Idempotent.
+    /// Stop gracefully: uploads in flight finish and are acknowledged or failed (within
+    /// `max_create_duration`, past which those still unanswered fail as unknown
+    /// outcomes), appends not yet sent get [`Error::Stopped`]. Idempotent.
     Stop {
-        /// Answered once stopped.
+        /// Answered once stopped: nothing of the instance reaches the store any more.
         reply: RpcReplyPort<()>,
     },
     /// A message of the WAL's own actors (recovery, writer, timers). It cannot be built
@@ -169,9 +170,13 @@ pub enum WriterMsg {
     },
     /// Stop gracefully.
     Stop {
-        /// Answered once every upload in flight finished.
+        /// Answered once every upload in flight finished, or was abandoned at the stop
+        /// deadline.
         reply: RpcReplyPort<()>,
     },
+    /// `max_create_duration` passed since the stop: the uploads still in flight are
+    /// abandoned as unknown outcomes.
+    StopDeadline,
     /// A region's obsolete watermark rose.
     Obsolete {
         /// The region.

@@ -7,7 +7,9 @@
 //! grace exceeds). Deletes go oldest first, `MAX_DELETES_IN_FLIGHT` at a time; foreign
 //! keys and anything at or above `F` are never touched. A failed delete is retried later,
 //! never fatal. After a restart the reclaimer starts from the recovered chain's floor,
-//! with a fresh grace.
+//! with a fresh grace. A pass runs in a task of its own, aborted when the reclaimer
+//! ends (and its requests end when the WAL's store access is closed): nothing is
+//! listed or deleted after the WAL stopped.
 //!
 //! One grace timer at most is pending, for the oldest of the floors waiting out their
 //! grace; those are kept in order, [`MAX_PENDING_FLOORS`] at most, whatever the rate at
@@ -69,11 +71,21 @@ pub struct ReclaimerState {
     due: u64,
     /// Everything below this is deleted.
     reclaimed_below: u64,
-    running: bool,
+    /// The pass running, if any.
+    running: Option<PassTask>,
     /// The floor the pending grace timer is for.
     timing: Option<u64>,
     /// Floors acknowledged and not yet due, ascending, with when they were acknowledged.
     waiting: VecDeque<(u64, Instant)>,
+}
+
+/// A reclaim pass's task, aborted when dropped (the reclaimer ended).
+struct PassTask(tokio::task::JoinHandle<()>);
+
+impl Drop for PassTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The reclaimer actor.
@@ -93,17 +105,16 @@ impl ReclaimerState {
     }
 
     fn start(&mut self, myself: &ActorRef<ReclaimerMsg>) {
-        if self.running || self.due <= self.reclaimed_below {
+        if self.running.is_some() || self.due <= self.reclaimed_below {
             return;
         }
-        self.running = true;
         let floor = self.due;
         let io = self.args.io.clone();
         let me = myself.clone();
-        tokio::spawn(async move {
+        self.running = Some(PassTask(tokio::spawn(async move {
             let result = reclaim_below(&io, floor).await;
             let _ = me.cast(ReclaimerMsg::Done { floor, result });
-        });
+        })));
     }
 }
 
@@ -146,7 +157,7 @@ impl Actor for ReclaimerActor {
             target: 0,
             due: 0,
             reclaimed_below: 0,
-            running: false,
+            running: None,
             timing: None,
             waiting: VecDeque::new(),
         })
@@ -182,7 +193,8 @@ impl Actor for ReclaimerActor {
                 state.start(&myself);
             }
             ReclaimerMsg::Done { floor, result } => {
-                state.running = false;
+                // The task sent this as its last act; dropping the handle aborts nothing.
+                state.running = None;
                 match result {
                     Ok(deleted) => {
                         state.reclaimed_below = state.reclaimed_below.max(floor);

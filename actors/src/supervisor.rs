@@ -26,7 +26,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use object_store::ObjectStore;
 use object_store_wal::catalog::{Catalog, Retention, STALE_SLACK};
 use object_store_wal::io::WalIo;
 use object_store_wal::open::Opened;
@@ -100,8 +99,9 @@ impl Default for RestartPolicy {
 
 /// What the supervisor starts with.
 pub struct SupervisorArgs {
-    /// The store.
-    pub store: Arc<dyn ObjectStore>,
+    /// Store access; closed when the WAL ends ([`WalIo::close`]), by the supervisor or
+    /// by the handle's `abort`.
+    pub io: WalIo,
     /// The WAL's configuration (validated by the spawner).
     pub config: Config,
     /// Restart bounds.
@@ -162,6 +162,16 @@ struct Reader {
 
 /// The supervisor actor.
 pub struct Supervisor;
+
+impl Drop for SupervisorState {
+    /// However the supervisor ends (stopped, failed, or killed with its parent, which
+    /// skips `post_stop`), its children stop and nothing of its instance reaches the
+    /// store afterwards.
+    fn drop(&mut self) {
+        self.io.close();
+        self.stop_children();
+    }
+}
 
 fn stopped() -> Error {
     Error::Stopped {
@@ -343,6 +353,7 @@ impl SupervisorState {
             refuse(msg, &error);
         }
         self.stop_children();
+        self.io.close();
         self.phase = Phase::Stopped;
         Err(Box::new(error))
     }
@@ -576,8 +587,10 @@ impl SupervisorState {
         }
     }
 
-    /// Stops gracefully: in-flight uploads finish and are acknowledged or failed, every
-    /// waiting message is refused, the children stop.
+    /// Stops gracefully: in-flight uploads finish and are acknowledged or failed (the
+    /// writer waits at most `max_create_duration`, so this mailbox is never blocked
+    /// longer), every waiting message is refused, the children stop, the store access
+    /// closes.
     async fn on_stop(&mut self, myself: &ActorRef<WalMsg>, reply: RpcReplyPort<()>) {
         if let Phase::Running { writer, .. } = &self.phase {
             let _ = writer.call(|r| WriterMsg::Stop { reply: r }, None).await;
@@ -586,6 +599,9 @@ impl SupervisorState {
             refuse(msg, &stopped());
         }
         self.stop_children();
+        // The children stop asynchronously: closing the store access is what makes
+        // "nothing more reaches the store" true when the reply is sent.
+        self.io.close();
         self.phase = Phase::Stopped;
         let _ = reply.send(());
         // Drain rather than stop: messages already in the mailbox are answered (refused
@@ -648,10 +664,9 @@ impl Actor for Supervisor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let io = WalIo::for_config(args.store, &args.config)?;
-        let counters = Arc::new(Counters::new(io.metrics()));
+        let counters = Arc::new(Counters::new(args.io.metrics()));
         let mut state = SupervisorState {
-            io,
+            io: args.io,
             config: args.config,
             restarts: args.restarts,
             terminal: args.terminal,

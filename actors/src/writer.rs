@@ -21,6 +21,14 @@
 //!   task running the core's [`persist_within`]; completions come back as messages.
 //! - **Acknowledging.** Strictly in sequence order: an object is acknowledged only when it
 //!   and every earlier object of the epoch are durable (DESIGN.md).
+//! - **Stopping.** Nothing more is admitted, sealed or started; the uploads in flight
+//!   are waited for, at most `max_create_duration`: past it none of them could be
+//!   acknowledged anyway (a create slower than that never is, DESIGN.md "Reclaiming
+//!   space"), so a store that hangs cannot hold a stop longer. Those still unanswered
+//!   then are abandoned (their tasks aborted) as unknown outcomes: their waiters, and
+//!   those of every later object, get [`Error::EpochEnded`] with
+//!   [`Durability::MayBeDurable`], as when the retry bound is spent. Every upload task
+//!   is aborted when the writer ends, however it ends.
 //! - **Ending.** Any other outcome ends the epoch: the object's waiters, and every later
 //!   one's, get errors saying whether their entries may still become durable; nothing
 //!   more is written; the supervisor is told, and decides (new epoch, or escalate when
@@ -121,6 +129,16 @@ struct Flight {
     sealed_at: Instant,
 }
 
+/// An upload's task, aborted when dropped: a writer that ends (stopped, killed with its
+/// supervisor, or past its stop deadline) leaves no upload running.
+struct UploadTask(tokio::task::JoinHandle<()>);
+
+impl Drop for UploadTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// What the writer is doing. Whether the epoch ended is the [`Epoch`]'s to say: a
 /// writer may be stopping with its epoch ended or not.
 enum Lifecycle {
@@ -130,7 +148,8 @@ enum Lifecycle {
     /// starts, and the epoch ends once the refused object reaches the head.
     Refusing,
     /// Stop was asked: nothing more is admitted, sealed or started; the ports are
-    /// answered once every started upload came back.
+    /// answered once every started upload came back, or was abandoned at the stop
+    /// deadline (`max_create_duration` after the stop).
     Stopping(Vec<RpcReplyPort<()>>),
 }
 
@@ -165,7 +184,10 @@ pub struct WriterState {
     /// When the open batch took its first entry.
     batch_opened: Option<Instant>,
     objects: BTreeMap<u64, Flight>,
-    uploading: usize,
+    /// The upload tasks running, by sequence: at most `max_in_flight`.
+    uploads: BTreeMap<u64, UploadTask>,
+    /// The stop deadline is armed.
+    stop_deadline_armed: bool,
     pending_bytes: u64,
     waiting: VecDeque<AppendRequest>,
     /// The earliest the next upload may start (the PUT-rate bound): slots one
@@ -327,7 +349,8 @@ impl WriterState {
     /// uploading and no sealed object waiting to start. While every slot is busy the
     /// batch keeps growing.
     fn slot_free(&self) -> bool {
-        self.uploading < self.args.config.max_in_flight && self.objects.values().all(|f| f.started)
+        self.uploads.len() < self.args.config.max_in_flight
+            && self.objects.values().all(|f| f.started)
     }
 
     /// When the open batch may be sealed for a free slot: once its start slot came and
@@ -448,7 +471,7 @@ impl WriterState {
             .map(|(s, _)| *s)
             .collect();
         for sequence in next {
-            if self.uploading >= max_in_flight {
+            if self.uploads.len() >= max_in_flight {
                 return;
             }
             let now = Instant::now();
@@ -465,7 +488,6 @@ impl WriterState {
                 return;
             }
             flight.started = true;
-            self.uploading += 1;
             // The next slot is an interval after this one, or after this start if it
             // came more than a timer tick late (idle): starts are never closer than an
             // interval less a tick, and never more than one per interval on average.
@@ -474,7 +496,6 @@ impl WriterState {
             let on_grid = self.next_slot.map(|slot| slot + interval);
             let from_now = now + interval - slack;
             self.next_slot = Some(on_grid.map_or(now + interval, |g| g.max(from_now)));
-            Counters::set(&self.args.counters.in_flight, self.uploading as u64);
             let sealed = flight.sealed.clone();
             let io = self.args.io.clone();
             let retry = self.args.config.retry;
@@ -482,7 +503,7 @@ impl WriterState {
             let clock = self.args.clock.clone();
             let me = myself.clone();
             let span = info_span!("upload", sequence, bytes = sealed.encoded.len());
-            tokio::spawn(
+            let task = tokio::spawn(
                 async move {
                     let outcome =
                         persist_within(&io, &sealed.encoded, &retry, max_duration, clock.as_ref())
@@ -492,6 +513,8 @@ impl WriterState {
                 }
                 .instrument(span),
             );
+            self.uploads.insert(sequence, UploadTask(task));
+            Counters::set(&self.args.counters.in_flight, self.uploads.len() as u64);
         }
     }
 
@@ -501,8 +524,11 @@ impl WriterState {
         sequence: u64,
         outcome: PersistOutcome,
     ) {
-        self.uploading = self.uploading.saturating_sub(1);
-        Counters::set(&self.args.counters.in_flight, self.uploading as u64);
+        // An upload abandoned at the stop deadline has its outcome already.
+        if self.uploads.remove(&sequence).is_none() {
+            return;
+        }
+        Counters::set(&self.args.counters.in_flight, self.uploads.len() as u64);
         if let Some(f) = self.objects.get_mut(&sequence) {
             f.outcome = Some(outcome);
         }
@@ -747,11 +773,44 @@ impl WriterState {
         self.batch = Batch::new(self.args.config.batch_limits());
         self.batch_opened = None;
         Counters::add(&self.args.counters.failed_appends, failed);
+        if !self.uploads.is_empty() && !self.stop_deadline_armed {
+            self.stop_deadline_armed = true;
+            let bound = self.args.config.max_create_duration;
+            myself.send_after(bound, || WriterMsg::StopDeadline);
+        }
+        self.maybe_finish_stop(myself);
+    }
+
+    /// `max_create_duration` after a stop: the uploads still in flight could no longer
+    /// be acknowledged. They are abandoned (their tasks aborted) as unknown outcomes,
+    /// which ends the epoch: their waiters, and every later object's, get an error with
+    /// [`Durability::MayBeDurable`].
+    fn on_stop_deadline(&mut self, myself: &ActorRef<WriterMsg>) {
+        if !matches!(self.lifecycle, Lifecycle::Stopping(_)) || self.uploads.is_empty() {
+            return;
+        }
+        warn!(
+            epoch = self.epoch.number(),
+            uploads = self.uploads.len(),
+            "stopping: uploads unanswered after max_create_duration are abandoned"
+        );
+        for (sequence, task) in std::mem::take(&mut self.uploads) {
+            drop(task);
+            if let Some(f) = self.objects.get_mut(&sequence) {
+                f.outcome = Some(PersistOutcome::Unknown {
+                    last: Error::Stopped {
+                        durability: Durability::MayBeDurable,
+                    },
+                });
+            }
+        }
+        Counters::set(&self.args.counters.in_flight, 0);
+        self.acknowledge();
         self.maybe_finish_stop(myself);
     }
 
     fn maybe_finish_stop(&mut self, myself: &ActorRef<WriterMsg>) {
-        if self.uploading > 0 {
+        if !self.uploads.is_empty() {
             return;
         }
         let Lifecycle::Stopping(ports) = &mut self.lifecycle else {
@@ -788,7 +847,8 @@ impl Actor for WriterActor {
             batch_handed_out: false,
             batch_opened: None,
             objects: BTreeMap::new(),
-            uploading: 0,
+            uploads: BTreeMap::new(),
+            stop_deadline_armed: false,
             pending_bytes: 0,
             waiting: VecDeque::new(),
             next_slot: None,
@@ -826,6 +886,7 @@ impl Actor for WriterActor {
                 state.on_uploaded(&myself, sequence, outcome)
             }
             WriterMsg::Stop { reply } => state.on_stop(&myself, reply),
+            WriterMsg::StopDeadline => state.on_stop_deadline(&myself),
             WriterMsg::Obsolete { region, id } => {
                 let catalog = state.args.catalog.read().unwrap_or_else(|p| p.into_inner());
                 state.args.retention.obsolete(&catalog, region, id);
