@@ -15,7 +15,9 @@
 //! scripts/latency_sweep.sh && python3 scripts/plot_latency.py
 //! ```
 //!
-//! **Stores.** `--store memory|file:<dir>` picks the store; `--put-latency-ms` /
+//! **Stores.** `--store memory|discard|file:<dir>` picks the store (`discard` keeps
+//! keys but drops the bytes of objects over 64 KiB: write runs without the memory
+//! store's copying); `--put-latency-ms` /
 //! `--get-latency-ms` add a latency per request (`testing::with_latency_profile`),
 //! standing in for S3. `--put-tail P:MS` / `--get-tail P:MS` make a fraction P (0 to 1)
 //! of PUTs / GETs take MS more; `--put-hang P` / `--get-hang P` make a fraction never
@@ -45,6 +47,13 @@
 //! `objects_created` (keys that landed, acknowledged or not), `extra_puts_pct` =
 //! (puts − objects) / objects × 100, `puts_per_s`, and `hedged`, `hedge_wins`,
 //! `timeouts` from `WalStats`.
+//!
+//! **Cost.** Every `write` line has `requests_per_hour` (put, get, list, delete: the
+//! run's counts scaled to an hour; a LIST is billed per page of 1,000 keys) and
+//! `usd_per_month` under each price table of `support/prices.rs` (S3 Standard, S3 Express
+//! One Zone, GCS Standard, Azure Blob hot; dated and cited in the README's "What it
+//! costs"); `--idle-seconds` adds the same for the idle time (`idle_requests_per_hour`,
+//! `idle_usd_per_month`).
 //!
 //! **Replay.** `replay --objects N` builds N data objects through the core, without
 //! latency, each with `--entries-per-object` entries (default: one per region) of
@@ -83,12 +92,16 @@ use object_store_wal::io::WalIo;
 use object_store_wal::open::open_instance;
 use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{
-    with_latency_profile, CountingStore, LatencyCounts, LatencyProfile, LatencyStore, SplitMix64,
+    with_latency_profile, CountingStore, Counts, Hooks, LatencyCounts, LatencyProfile,
+    LatencyStore, SplitMix64, Wrapper,
 };
-use object_store_wal::{Config, HedgeAfter, ObjectStoreLogStore};
+use object_store_wal::{Config, Error, HedgeAfter, ObjectStoreLogStore};
 use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
 use serde_json::json;
 use tokio::task::JoinSet;
+
+#[path = "support/prices.rs"]
+mod prices;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -436,15 +449,55 @@ fn profile(c: &Common) -> LatencyProfile {
     p
 }
 
+/// `--store discard`: an in-memory store that keeps every key but not the bytes of
+/// objects over [`DISCARD_OVER`] (it stores them empty), so a write run measures the WAL
+/// without the memory store copying and holding gigabytes. Writes only: what it
+/// discarded cannot be read back (a conflict on a discarded key would compare unequal).
+#[derive(Debug)]
+struct DiscardHooks;
+
+/// Objects up to this size keep their bytes in `--store discard` (opening objects,
+/// keep-alives and small batches stay readable).
+const DISCARD_OVER: usize = 64 * 1024;
+
+#[async_trait::async_trait]
+impl Hooks for DiscardHooks {
+    const NAME: &'static str = "Discard";
+
+    async fn put_opts(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        let payload = if payload.content_length() > DISCARD_OVER {
+            object_store::PutPayload::new()
+        } else {
+            payload
+        };
+        inner.put_opts(location, payload, opts).await
+    }
+}
+
 fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
     let base: Arc<dyn ObjectStore> = if c.store == "memory" {
         Arc::new(object_store::memory::InMemory::new())
+    } else if c.store == "discard" {
+        Wrapper::wrap(
+            Arc::new(object_store::memory::InMemory::new()),
+            DiscardHooks,
+        )
     } else if let Some(dir) = c.store.strip_prefix("file:") {
         let dir = std::path::absolute(dir)?;
         std::fs::create_dir_all(&dir)?;
         Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&dir)?.with_fsync(true))
     } else {
-        return Err(format!("--store must be memory or file:<dir>, not {}", c.store).into());
+        return Err(format!(
+            "--store must be memory, discard or file:<dir>, not {}",
+            c.store
+        )
+        .into());
     };
     let p = profile(c);
     let latent = (p != LatencyProfile::new(Duration::ZERO, Duration::ZERO).seed(c.seed))
@@ -913,7 +966,7 @@ async fn write_reporting(
 ) -> Result<WriteResult, Box<dyn std::error::Error>> {
     let cfg = config(c);
     let (wal, _) = spawn_wal(s.wal.clone(), cfg.clone(), RestartPolicy::default()).await?;
-    wal.last_entry_id_overall().await?;
+    wal.ready().await?;
     s.counting.reset();
     let drawn_before = s.latency_counts();
     let keys_before = count_keys(s, &cfg.prefix).await?;
@@ -1022,6 +1075,7 @@ async fn write_reporting(
         }
     }
     latency_fields(c, &drawn, &mut line);
+    cost_fields(counts, elapsed, "", &mut line);
     line["catalog_objects"] = json!(stats.chain_objects);
     line["catalog_regions"] = json!(stats.catalog_regions);
     line["readers"] = json!(stats.readers);
@@ -1053,12 +1107,31 @@ async fn write_reporting(
         tokio::time::sleep(secs(c.idle_seconds)).await;
         line["idle_seconds"] = json!(c.idle_seconds);
         line["idle_requests"] = json!(s.counting.counts().requests());
+        cost_fields(s.counting.counts(), c.idle_seconds, "idle_", &mut line);
     }
     Ok(WriteResult {
         line,
         mib_per_s: mib / elapsed,
         wal,
     })
+}
+
+/// `requests_per_hour` and `usd_per_month` (by price table, `support/prices.rs`) of a
+/// run's counts over `seconds`, under `prefix`-ed names.
+fn cost_fields(counts: &Counts, seconds: f64, prefix: &str, line: &mut serde_json::Value) {
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let run = prices::RunCounts {
+        puts: load(&counts.puts),
+        gets: load(&counts.gets),
+        lists: load(&counts.lists),
+        listed_keys: load(&counts.listed_keys),
+        deletes: load(&counts.deletes),
+        put_bytes: load(&counts.put_bytes),
+        get_bytes: load(&counts.get_bytes),
+    };
+    let (requests, usd) = prices::HourlyRequests::from_run(run, seconds).fields();
+    line[format!("{prefix}requests_per_hour")] = requests;
+    line[format!("{prefix}usd_per_month")] = usd;
 }
 
 /// Keys under the WAL prefix in the base store (no latency, not counted): after a run,
@@ -1091,12 +1164,12 @@ fn latency_fields(c: &Common, drawn: &LatencyCounts, line: &mut serde_json::Valu
 /// Stops `wal`, waiting at most 5 s (a hung request the WAL still waits for would
 /// otherwise keep the benchmark from ending).
 async fn stop(wal: &WalHandle) -> Result<(), Box<dyn std::error::Error>> {
-    match tokio::time::timeout(Duration::from_secs(5), wal.stop()).await {
-        Ok(r) => Ok(r?),
-        Err(_) => {
+    match wal.with_timeout(Duration::from_secs(5)).stop().await {
+        Err(Error::CallTimeout { .. }) => {
             eprintln!("bench: the WAL did not stop within 5 s; leaving it");
             Ok(())
         }
+        r => Ok(r?),
     }
 }
 
@@ -1292,7 +1365,7 @@ async fn replay(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn std
         }
     };
     let (wal, _) = spawn_wal(s.wal.clone(), cfg.clone(), RestartPolicy::default()).await?;
-    wal.last_entry_id_overall().await?;
+    wal.ready().await?;
     let stats = wal.stats().await?;
     reset_peak_rss();
     let rss_before = status_mib("VmRSS:");

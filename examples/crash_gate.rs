@@ -7,8 +7,15 @@
 //! random moment, then starts the next cycle on the same prefix (the new child's open
 //! fences and recovers what the killed one left). After the last cycle it opens the prefix
 //! read-only, replays every region at once (each object fetched once) and checks that
-//! every recorded id is there exactly once, with the payload that was appended. One JSON line on stdout; non-zero exit on
-//! any loss.
+//! every recorded id is there exactly once, with the payload that was appended. One JSON
+//! line on stdout; non-zero exit on any loss.
+//!
+//! The child's admitting regions (two-stage acknowledgement) flush and call `obsolete`;
+//! each flush is logged (`flushed region id`) before the call. An acknowledged id at or
+//! below its region's highest logged watermark may be gone (the region declared it
+//! safe elsewhere, the floor may have risen past it): it is counted as
+//! `flushed_not_replayed`, not as missing; if it is replayed, it must still be whole and
+//! exactly once.
 //!
 //! ```text
 //! cargo build --example node --example crash_gate
@@ -68,11 +75,27 @@ struct Ack {
     counter: u64,
 }
 
-fn parse_ack_log(path: &std::path::Path) -> std::io::Result<HashMap<(u64, u64), Ack>> {
+/// What the ack log says: every acknowledged `(region, id)`, and each region's highest
+/// flushed watermark.
+type AckLog = (HashMap<(u64, u64), Ack>, HashMap<u64, u64>);
+
+fn parse_ack_log(path: &std::path::Path) -> std::io::Result<AckLog> {
     let file = std::fs::File::open(path)?;
     let mut acks = HashMap::new();
+    let mut flushed: HashMap<u64, u64> = HashMap::new();
     for line in std::io::BufReader::new(file).lines() {
         let line = line?;
+        if let Some(rest) = line.strip_prefix("flushed ") {
+            let fields: Vec<u64> = rest
+                .split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect();
+            if let [region, id] = fields[..] {
+                let w = flushed.entry(region).or_default();
+                *w = (*w).max(id);
+            }
+            continue;
+        }
         let fields: Vec<u64> = line
             .split_whitespace()
             .filter_map(|f| f.parse().ok())
@@ -82,7 +105,7 @@ fn parse_ack_log(path: &std::path::Path) -> std::io::Result<HashMap<(u64, u64), 
             acks.insert((region, id), Ack { nonce, counter });
         }
     }
-    Ok(acks)
+    Ok((acks, flushed))
 }
 
 fn payload_fields(payload: &[u8]) -> Option<(u64, u64, u64)> {
@@ -165,10 +188,11 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         );
     }
 
-    let acks = parse_ack_log(&ack_log)?;
+    let (acks, flushed) = parse_ack_log(&ack_log)?;
     let store = store_from_url(&url)?;
     let wal = ObjectStoreLogStore::open_read_only(store, Config::new(prefix.clone())).await?;
     let (mut missing, mut duplicated, mut wrong_payload, mut replayed) = (0u64, 0u64, 0u64, 0u64);
+    let mut flushed_not_replayed = 0u64;
     // One bulk replay of every region: each object is fetched once (a read per region
     // would fetch each object once per region it holds).
     let config = wal.config().clone();
@@ -198,6 +222,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     }
     for &(r, id) in acks.keys() {
         match seen.get(&(r, id)) {
+            None if flushed.get(&r).is_some_and(|w| id <= *w) => flushed_not_replayed += 1,
             None => {
                 eprintln!("crash_gate: region {r} id {id} acknowledged but not replayed");
                 missing += 1;
@@ -215,6 +240,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             "acknowledged": acks.len(),
             "replayed": replayed,
             "missing": missing,
+            "flushed_not_replayed": flushed_not_replayed,
             "duplicated": duplicated,
             "wrong_payload": wrong_payload,
             "objects": wal.report().objects.len(),

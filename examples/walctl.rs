@@ -1,20 +1,29 @@
 //! `walctl`: inspect (and, for tests and demos, append to) a WAL prefix.
 //!
-//! Every result is one JSON object per line on stdout; errors go to stderr and the exit
-//! code is non-zero: `2` for bad usage or input (arguments, URL, prefix, hex, an entry
-//! the WAL refuses), `1` for a failure (store errors, damaged objects, fencing).
+//! Every result is one JSON object per line on stdout (`stats` prints a table unless
+//! `--json`); errors and progress go to stderr and the exit code is non-zero: `2` for
+//! bad usage or input (arguments, URL, prefix, hex, an entry the WAL refuses), `1` for a
+//! failure (store errors, damaged objects or segments, fencing).
 //!
 //! ```text
 //! walctl --url <URL> --prefix <P> chain
 //! walctl --url <URL> --prefix <P> dump --region <R> [--from <ID>]
 //! walctl --url <URL> --prefix <P> append --region <R> <HEX>...
-//! walctl --url <URL> --prefix <P> verify
+//! walctl --url <URL> --prefix <P> verify [--progress-every <N>]
+//! walctl --url <URL> --prefix <P> stats [--json] [--deep]
 //! ```
 //!
-//! `chain`, `dump` and `verify` never write: they open the prefix read-only (no opening
-//! object, no fencing), and refuse a `file://` directory that does not exist rather than
-//! create it. `append` opens the prefix as its writer, which writes an opening object and
-//! fences every earlier instance, so it must not be pointed at a prefix a live node owns.
+//! `chain`, `dump`, `verify` and `stats` never write: they open the prefix read-only (no
+//! opening object, no fencing), and refuse a `file://` directory that does not exist
+//! rather than create it. `append` opens the prefix as its writer, which writes an
+//! opening object and fences every earlier instance, so it must not be pointed at a
+//! prefix a live node owns.
+//!
+//! Damage is reported where it is (FORMAT.md, "What a reader verifies"): an object whose
+//! header, footer or trailer fails is unusable, and recovery (`chain`, `dump`, `stats`)
+//! fails naming it; a damaged segment fails only reads of its region, so `chain` and
+//! `stats` report it and go on, `dump` of that region fails there, and `verify` names
+//! every damaged segment by key and region, goes on, and exits 1.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -69,8 +78,26 @@ enum Command {
         #[arg(required = true, value_name = "HEX")]
         entries: Vec<String>,
     },
-    /// Read every object whole and verify every CRC and structural rule. Read-only.
-    Verify,
+    /// Read every object whole and verify every CRC and structural rule, naming every
+    /// damaged segment by key and region; exit 1 if anything is damaged. Read-only.
+    Verify {
+        /// Print "verified X/Y objects" on stderr every this many objects (and at least
+        /// every second); 0: only the time bound.
+        #[arg(long, default_value_t = 1000)]
+        progress_every: u64,
+    },
+    /// Count what the prefix holds: objects, bytes, regions, epoch, floor, claims,
+    /// orphans, foreign keys, damaged segments. Read-only; damaged segments are counted
+    /// (and named on stderr), not a failure: `verify` is the check.
+    Stats {
+        /// One JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Read every object whole, so that every segment is checked (by default only
+        /// objects up to the recovery's whole-read threshold, 1 MiB, are).
+        #[arg(long)]
+        deep: bool,
+    },
 }
 
 /// Why the command failed, and with which exit code.
@@ -164,7 +191,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Chain => chain(store, config).await,
         Command::Dump { region, from } => dump(store, config, region, from).await,
         Command::Append { region, entries } => append(store, config, region, &entries).await,
-        Command::Verify => verify(store, config).await,
+        Command::Verify { progress_every } => verify(store, config, progress_every).await,
+        Command::Stats { json, deep } => stats(store, config, json, deep).await,
     }
 }
 
@@ -207,6 +235,34 @@ async fn chain(store: Arc<dyn ObjectStore>, config: Config) -> Result<(), Failur
     }
     for key in &report.foreign {
         emit(&[("foreign", json!(key))])?;
+    }
+    report_damage(report)?;
+    Ok(())
+}
+
+/// One line (and a note on stderr) per damaged segment recovery found and per object
+/// below the floor it could not read: neither failed it.
+fn report_damage(report: &object_store_wal::RecoveryReport) -> Result<(), Failure> {
+    for d in &report.damaged_segments {
+        eprintln!(
+            "walctl: damaged segment of region {} in {}: {}",
+            d.region, d.key, d.error
+        );
+        emit(&[
+            ("damaged", json!(d.key)),
+            ("region", json!(d.region)),
+            ("error", json!(d.error.to_string())),
+        ])?;
+    }
+    for u in &report.unread_below_floor {
+        eprintln!(
+            "walctl: note: object {} below the floor cannot be read: {}",
+            u.sequence, u.error
+        );
+        emit(&[
+            ("unread_below_floor", json!(u.sequence)),
+            ("error", json!(u.error.to_string())),
+        ])?;
     }
     Ok(())
 }
@@ -254,7 +310,101 @@ async fn append(
     ])
 }
 
-async fn verify(store: Arc<dyn ObjectStore>, config: Config) -> Result<(), Failure> {
+/// What `verify` found of one object.
+enum Verdict {
+    /// Every CRC and rule holds.
+    Ok,
+    /// Listed, then gone before its read (a reclaimer deleted it): not damage.
+    Vanished,
+    /// Its header, footer or trailer fails (or its read failed): unusable.
+    Unusable(Error),
+    /// Header, footer and trailer hold; these segments fail (only their regions' reads
+    /// fail). Each is an [`Error::CorruptSegment`].
+    Segments(Vec<Error>),
+    /// Every finer check holds but the object CRC fails: its own 4 bytes are damaged.
+    ObjectCrc(Error),
+}
+
+/// Reads the object `sequence` whole and checks it as FORMAT.md's "What a reader
+/// verifies" tells: header, footer and trailer first, then each segment on its own, then
+/// the object CRC.
+async fn verify_object(io: &WalIo, sequence: u64) -> Verdict {
+    let key = io.key(sequence).to_string();
+    let bytes = match io.read_whole(sequence).await {
+        Ok(bytes) => bytes,
+        Err(Error::Store { source, .. })
+            if matches!(*source, object_store::Error::NotFound { .. }) =>
+        {
+            return Verdict::Vanished
+        }
+        Err(e) => return Verdict::Unusable(e),
+    };
+    let checked = match format::check_object(&bytes) {
+        Ok(checked) => checked,
+        Err(source) => return Verdict::Unusable(Error::CorruptObject { key, source }),
+    };
+    let found = checked.summary.header.sequence;
+    if found != sequence {
+        return Verdict::Unusable(Error::SequenceMismatch {
+            key,
+            expected: sequence,
+            found,
+        });
+    }
+    if !checked.damaged.is_empty() {
+        let segments = checked
+            .damaged
+            .into_iter()
+            .map(|d| Error::CorruptSegment {
+                key: key.clone(),
+                region: d.region,
+                source: d.error,
+            })
+            .collect();
+        return Verdict::Segments(segments);
+    }
+    match format::check_object_crc(&bytes, &checked.summary.trailer) {
+        Ok(()) => Verdict::Ok,
+        Err(source) => Verdict::ObjectCrc(Error::CorruptObject { key, source }),
+    }
+}
+
+/// An object that failed verification: named on stderr, one line on stdout.
+fn emit_failure(sequence: u64, e: &Error) -> Result<(), Failure> {
+    eprintln!("walctl: {e}");
+    emit(&[
+        ("seq", json!(sequence)),
+        ("ok", json!(false)),
+        ("error", json!(e.to_string())),
+    ])
+}
+
+/// Progress on stderr for long runs: every `every` objects, and at least once a second.
+struct Progress {
+    every: u64,
+    total: usize,
+    last: std::time::Instant,
+    printed: bool,
+}
+
+impl Progress {
+    fn tick(&mut self, done: usize) {
+        let on_count = self.every > 0 && (done as u64) % self.every == 0;
+        let on_time = self.last.elapsed() >= std::time::Duration::from_secs(1);
+        let last_one = done == self.total && self.printed;
+        if on_count || on_time || last_one {
+            eprintln!("walctl: verified {done}/{} objects", self.total);
+            self.last = std::time::Instant::now();
+            self.printed = true;
+        }
+    }
+}
+
+async fn verify(
+    store: Arc<dyn ObjectStore>,
+    config: Config,
+    progress_every: u64,
+) -> Result<(), Failure> {
     config.validate()?;
     let io = WalIo::new(store, &config.prefix, config.whole_read_threshold)?;
     let listing = io.list().await?;
@@ -263,47 +413,186 @@ async fn verify(store: Arc<dyn ObjectStore>, config: Config) -> Result<(), Failu
     }
     let io = &io;
     let mut checks = futures::stream::iter(listing.objects.iter())
-        .map(|listed| async move {
-            let sequence = listed.sequence;
-            let key = io.key(sequence).to_string();
-            let result = match io.read_whole(sequence).await {
-                Err(e) => Err(e),
-                Ok(bytes) => match format::decode_object(&bytes) {
-                    Err(source) => Err(Error::CorruptObject { key, source }),
-                    Ok(o) if o.summary.header.sequence != sequence => {
-                        Err(Error::SequenceMismatch {
-                            key,
-                            expected: sequence,
-                            found: o.summary.header.sequence,
-                        })
-                    }
-                    Ok(_) => Ok(()),
-                },
-            };
-            (sequence, result)
-        })
+        .map(|listed| async move { (listed.sequence, verify_object(io, listed.sequence).await) })
         .buffered(config.recovery_concurrency.clamp(1, 8));
-    let mut damaged = 0usize;
-    while let Some((sequence, result)) = checks.next().await {
-        match result {
-            Ok(()) => emit(&[("seq", json!(sequence)), ("ok", json!(true))])?,
-            Err(e) => {
-                damaged += 1;
-                eprintln!("walctl: {e}");
+    let mut progress = Progress {
+        every: progress_every,
+        total: listing.objects.len(),
+        last: std::time::Instant::now(),
+        printed: false,
+    };
+    let (mut done, mut unusable, mut crc_only) = (0, 0, 0);
+    let (mut damaged_objects, mut damaged_segments) = (0, 0);
+    while let Some((sequence, verdict)) = checks.next().await {
+        let key = io.key(sequence).to_string();
+        match verdict {
+            Verdict::Ok => emit(&[("seq", json!(sequence)), ("ok", json!(true))])?,
+            Verdict::Vanished => {
+                eprintln!("walctl: note: {key} was deleted since the listing");
+                emit(&[("seq", json!(sequence)), ("vanished", json!(true))])?;
+            }
+            Verdict::Unusable(e) => {
+                unusable += 1;
+                emit_failure(sequence, &e)?;
+            }
+            Verdict::ObjectCrc(e) => {
+                crc_only += 1;
+                emit_failure(sequence, &e)?;
+            }
+            Verdict::Segments(errors) => {
+                damaged_objects += 1;
+                damaged_segments += errors.len();
+                let mut segments = Vec::with_capacity(errors.len());
+                for e in &errors {
+                    eprintln!("walctl: {e}");
+                    if let Error::CorruptSegment { region, source, .. } = e {
+                        segments.push(json!({
+                            "key": key,
+                            "region": region,
+                            "error": source.to_string(),
+                        }));
+                    }
+                }
+                let error: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
                 emit(&[
                     ("seq", json!(sequence)),
                     ("ok", json!(false)),
-                    ("error", json!(e.to_string())),
+                    ("error", json!(error.join("; "))),
+                    ("damaged_segments", Value::Array(segments)),
                 ])?;
             }
         }
+        done += 1;
+        progress.tick(done);
     }
-    if damaged > 0 {
+    if unusable + crc_only + damaged_segments > 0 {
+        let crc_only = match crc_only {
+            0 => String::new(),
+            n => format!(", {n} objects whose only damage is their object CRC"),
+        };
         eprintln!(
-            "walctl: {damaged} of {} objects failed verification",
+            "walctl: {damaged_segments} damaged segments in {damaged_objects} objects, \
+             {unusable} unusable objects{crc_only}, of {} objects",
             listing.objects.len()
         );
         return Err(Failure::Reported);
+    }
+    Ok(())
+}
+
+async fn stats(
+    store: Arc<dyn ObjectStore>,
+    mut config: Config,
+    as_json: bool,
+    deep: bool,
+) -> Result<(), Failure> {
+    if deep {
+        // Every object is read whole, so recovery checks every segment.
+        config.whole_read_threshold = object_store_wal::config::MAX_BYTES;
+    }
+    let threshold = config.whole_read_threshold;
+    let wal = ObjectStoreLogStore::open_read_only(store, config).await?;
+    let report = wal.report();
+    let (regions, chain_entries) = {
+        let catalog = wal.catalog();
+        let catalog = catalog.read().unwrap_or_else(|p| p.into_inner());
+        let entries: u64 = catalog.objects().map(|(_, o)| o.entries).sum();
+        (catalog.regions().count(), entries)
+    };
+    let objects = &report.objects;
+    let claims = objects.iter().filter(|o| o.header.claim).count();
+    let orphans = objects
+        .iter()
+        .filter(|o| !o.on_chain && !o.header.claim)
+        .count();
+    let segments: usize = objects.iter().map(|o| o.segments).sum();
+    let segments_checked: usize = objects
+        .iter()
+        .filter(|o| o.bytes <= threshold)
+        .map(|o| o.segments)
+        .sum();
+    let end = report.chain_end;
+    let fields: Vec<(&str, Value, &str)> = vec![
+        ("objects", json!(objects.len()), "WAL objects read"),
+        (
+            "bytes",
+            json!(objects.iter().map(|o| o.bytes).sum::<u64>()),
+            "their bytes",
+        ),
+        (
+            "chain_objects",
+            json!(objects.iter().filter(|o| o.on_chain).count()),
+            "objects on the chain",
+        ),
+        (
+            "chain_end",
+            json!(end.map_or(0, |h| h.sequence)),
+            "the chain's last sequence",
+        ),
+        (
+            "epoch",
+            json!(end.map_or(0, |h| h.epoch)),
+            "the chain end's epoch",
+        ),
+        (
+            "floor",
+            json!(end.map_or(0, |h| h.floor)),
+            "the chain end's floor",
+        ),
+        (
+            "max_sequence",
+            json!(report.max_sequence),
+            "largest sequence listed",
+        ),
+        (
+            "regions",
+            json!(regions),
+            "regions with entries on the chain",
+        ),
+        ("entries", json!(chain_entries), "entries on the chain"),
+        ("claims", json!(claims), "claim objects"),
+        (
+            "orphans",
+            json!(orphans),
+            "objects off the chain, claims aside",
+        ),
+        (
+            "foreign_keys",
+            json!(report.foreign.len()),
+            "keys that are not WAL objects",
+        ),
+        ("segments", json!(segments), "segments in all objects"),
+        (
+            "segments_checked",
+            json!(segments_checked),
+            "segments whose bytes were checked",
+        ),
+        (
+            "damaged_segments",
+            json!(report.damaged_segments.len()),
+            "segments that failed their checks",
+        ),
+        (
+            "unread_below_floor",
+            json!(report.unread_below_floor.len()),
+            "objects below the floor that cannot be read",
+        ),
+    ];
+    for d in &report.damaged_segments {
+        eprintln!(
+            "walctl: damaged segment of region {} in {}: {}",
+            d.region, d.key, d.error
+        );
+    }
+    if as_json {
+        let line: Vec<(&str, Value)> = fields.iter().map(|(n, v, _)| (*n, v.clone())).collect();
+        emit(&line)?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        for (name, value, what) in &fields {
+            writeln!(out, "{name:<20} {:>14}  {what}", value.to_string())?;
+        }
+        out.flush()?;
     }
     Ok(())
 }

@@ -6,7 +6,8 @@
 //! push the object past `max_batch_bytes` or a region past 2^20 entries ([`Admit::Full`]:
 //! seal, then admit again) and an append that can never fit ([`Error::AppendTooLarge`]).
 //! Sealing encodes the object at a given sequence, epoch, link and floor and returns the
-//! entry ids assigned to every append. Pure: no I/O, no async.
+//! entry ids assigned to every append; [`Batch::receipt`] tells an append's ids at
+//! admission, given the sequence the batch will be sealed at. Pure: no I/O, no async.
 
 use std::collections::BTreeMap;
 
@@ -105,6 +106,21 @@ fn region_counts(parts: &[(u64, Vec<Bytes>)]) -> Vec<(u64, u64)> {
         }
     }
     counts
+}
+
+/// The receipt of an append whose parts took `slots`, in the object at `sequence`.
+fn receipt_of(slots: &[Slot], sequence: u64) -> AppendReceipt {
+    AppendReceipt {
+        sequence,
+        parts: slots
+            .iter()
+            .map(|s| RegionIds {
+                region: s.region,
+                first_id: entry_id(sequence, s.start),
+                count: s.count,
+            })
+            .collect(),
+    }
 }
 
 /// The encoded size of an object whose segments hold `segment_bytes` in `regions` segments.
@@ -250,6 +266,16 @@ impl Batch {
         self.fullest_region >= MAX_SEGMENT_ENTRIES
     }
 
+    /// The receipt the append at `index` (as [`admit`](Self::admit) returned it) gets
+    /// when the batch is sealed at `sequence`; `None` for an index not admitted. The ids
+    /// are final from admission on: a batch is sealed whole, and a part's positions
+    /// never move (a region's segment only grows).
+    pub fn receipt(&self, index: usize, sequence: u64) -> Option<AppendReceipt> {
+        self.appends
+            .get(index)
+            .map(|slots| receipt_of(slots, sequence))
+    }
+
     /// Encodes the batch as the object at `sequence` with this epoch, link and floor,
     /// leaving the batch empty. Receipts come in admission order.
     pub fn seal(
@@ -273,17 +299,7 @@ impl Batch {
         let receipts = self
             .appends
             .drain(..)
-            .map(|slots| AppendReceipt {
-                sequence,
-                parts: slots
-                    .into_iter()
-                    .map(|s| RegionIds {
-                        region: s.region,
-                        first_id: entry_id(sequence, s.start),
-                        count: s.count,
-                    })
-                    .collect(),
-            })
+            .map(|slots| receipt_of(&slots, sequence))
             .collect();
         let sealed = SealedObject {
             encoded,

@@ -378,16 +378,29 @@ pub const MAX_CLAIMS: u64 = 1 << 16;
 pub struct OpeningPlan {
     /// The new epoch, one above the opening object's sequence.
     pub epoch: u64,
-    /// One claim per absent sequence between the chain end and the largest present one.
+    /// One claim per absent sequence between the chain end and `M`.
     pub claims: Vec<Header>,
     /// The opening object: sequence `M + 1`, linked to the chain end.
     pub opening: Header,
 }
 
 /// Plans an open: `present` is every WAL sequence listed (orphans and claims too), `end`
-/// the chain end's header, if any.
+/// the chain end's header, if any. `M` is the largest sequence present.
 pub fn plan_opening(present: &[u64], end: Option<&Header>) -> Result<OpeningPlan, Error> {
-    let largest = present.iter().copied().max().unwrap_or(0);
+    plan_opening_above(present, end, 0)
+}
+
+/// [`plan_opening`] with `M` at least `above`: an instance that reopens after its epoch
+/// ended passes the highest sequence whose entry ids it handed out at admission, so
+/// the new epoch writes above them even when their objects were never created. The
+/// absent sequences up to `above` are claimed like any hole: a late create of the
+/// ended epoch there is fenced, and those ids are never reused or replayed.
+pub fn plan_opening_above(
+    present: &[u64],
+    end: Option<&Header>,
+    above: u64,
+) -> Result<OpeningPlan, Error> {
+    let largest = present.iter().copied().max().unwrap_or(0).max(above);
     let sequence = largest + 1;
     let epoch = sequence + 1;
     if sequence > crate::format::MAX_SEQUENCE {
@@ -412,7 +425,7 @@ pub fn plan_opening(present: &[u64], end: Option<&Header>) -> Result<OpeningPlan
         return Err(Error::InconsistentChain {
             sequence: largest,
             reason: format!(
-                "{holes} sequences between the chain end {} and the largest object {largest}: \
+                "{holes} sequences between the chain end {} and the largest sequence {largest}: \
                  more holes than an open claims ({MAX_CLAIMS})",
                 link.sequence
             ),

@@ -5,6 +5,33 @@
 //! a bad value fails fast instead of misbehaving under load. The timing fields
 //! (`max_create_duration`, `reclaim_grace` and the [`link_window`](Config::link_window)
 //! they imply) are the assumption reclaiming rests on (DESIGN.md, "Reclaiming space").
+//!
+//! A node builds it in code with chained setters (`Config::new("node-7")
+//! .with_max_batch_bytes(8 << 20)`), one `with_<field>` per field, which check nothing
+//! ([`Config::validate`] does), or reads it from its configuration file.
+//!
+//! ## In a configuration file (feature `serde`)
+//!
+//! `Config` and `WalSection` implement `Deserialize`. The field names are `Config`'s.
+//! Durations are humantime strings (`"10ms"`, `"2s"`, `"10min"`); sizes are a number of
+//! bytes or a string with an IEC or SI unit (`"8MiB"` is 8 × 2^20 bytes, `"8MB"`
+//! 8 × 10^6); counts are integers; `retry`, `hedge_after` and `corrupt_segment_policy`
+//! take the forms their types document. Every field but the prefix may be left out and
+//! then takes [`Config::new`]'s value. A field this version does not know is refused
+//! with its name, so a misspelt knob (or `flush_interval`, which sealing no longer has:
+//! `min_object_interval` paces it) fails the read instead of being ignored. The values
+//! are validated once read: a bad one fails the read with the message of the
+//! [`Error::Config`] (or [`Error::InvalidPrefix`]) that [`Config::validate`] returns for
+//! it; a deserializer carries only that message, not the typed error.
+//!
+//! Two shapes: `Config` itself (the knobs and `prefix`; the node builds the store
+//! apart) and `WalSection` (the knobs and `url`, naming the store and the prefix in
+//! one string, as [`split_store_url`](crate::split_store_url) splits it).
+
+#[cfg(feature = "serde")]
+mod file;
+#[cfg(feature = "serde")]
+pub use file::WalSection;
 
 use std::time::Duration;
 
@@ -12,14 +39,24 @@ use crate::batch::BatchLimits;
 use crate::error::{Error, Result};
 use crate::format;
 
-/// What a read does with a segment whose CRC or decoding fails twice.
+/// What a read of a region does with a segment of it whose CRC or decoding fails twice
+/// ([`Error::CorruptSegment`]), alike in a read, a follow and each region of a replay.
+/// Other regions are never affected, and any other error (a failed GET) ends the read
+/// under either policy. In a file: `"fail"` or `"skip"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
 #[non_exhaustive]
 pub enum CorruptSegmentPolicy {
-    /// The read yields the error and ends.
+    /// The region's read yields the error and ends (in a replay, only that region's part
+    /// ends; the other regions go on).
     #[default]
     Fail,
-    /// The read yields the error as a report of the hole and goes on with the next segment.
+    /// The region's read yields the error as a report of the hole and goes on with the
+    /// next segment.
     Skip,
 }
 
@@ -69,6 +106,27 @@ impl RetryPolicy {
             initial_backoff,
             max_backoff,
         }
+    }
+
+    /// With `max_attempts` in all, the first included.
+    #[must_use]
+    pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// With `initial_backoff` before the second attempt.
+    #[must_use]
+    pub fn with_initial_backoff(mut self, initial_backoff: Duration) -> Self {
+        self.initial_backoff = initial_backoff;
+        self
+    }
+
+    /// With `max_backoff` as the longest wait between attempts.
+    #[must_use]
+    pub fn with_max_backoff(mut self, max_backoff: Duration) -> Self {
+        self.max_backoff = max_backoff;
+        self
     }
 
     /// The wait after failed attempt `attempt` (1-based).
@@ -132,7 +190,10 @@ pub struct Config {
 }
 
 /// When a request that has not answered is hedged: sent again, identical, with the first
-/// left running; the first definite answer decides (DESIGN.md, "Hedging").
+/// left running; the first definite answer decides (DESIGN.md, "Hedging"). In a file:
+/// `"off"`, a duration (`"25ms"`: fixed), `"adaptive"` (the default: the 90th percentile,
+/// floor 10 ms), or a table `{ percentile = 95, floor = "5ms" }` (adaptive, either key
+/// defaulting as in `"adaptive"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HedgeAfter {
@@ -152,13 +213,35 @@ pub enum HedgeAfter {
     },
 }
 
+/// The default hedge's percentile.
+const ADAPTIVE_PERCENTILE: u8 = 90;
+/// The default hedge's floor.
+const ADAPTIVE_FLOOR: Duration = Duration::from_millis(10);
+
 impl Default for HedgeAfter {
     fn default() -> Self {
         HedgeAfter::Adaptive {
-            percentile: 90,
-            floor: Duration::from_millis(10),
+            percentile: ADAPTIVE_PERCENTILE,
+            floor: ADAPTIVE_FLOOR,
         }
     }
+}
+
+/// Chainable setters, one per field: `with_<field>(value)` sets the field and returns the
+/// config. They check nothing; [`Config::validate`] does.
+macro_rules! setters {
+    ($( $(#[$doc:meta])* $name:ident($field:ident: $ty:ty) $(=> $value:expr)?; )*) => {
+        $(
+            $(#[$doc])*
+            #[must_use]
+            pub fn $name(mut self, $field: $ty) -> Self {
+                self.$field = setters!(@value $field $(, $value)?);
+                self
+            }
+        )*
+    };
+    (@value $field:ident) => { $field };
+    (@value $field:ident, $value:expr) => { $value };
 }
 
 impl Config {
@@ -186,6 +269,45 @@ impl Config {
         }
     }
 
+    setters! {
+        /// With the WAL prefix `prefix`.
+        with_prefix(prefix: impl Into<String>) => prefix.into();
+        /// With `min_object_interval`, the PUT-rate bound (zero: no bound).
+        with_min_object_interval(min_object_interval: Duration);
+        /// With `max_batch_bytes`, the largest object.
+        with_max_batch_bytes(max_batch_bytes: u64);
+        /// With `max_entry_bytes`, the largest single entry.
+        with_max_entry_bytes(max_entry_bytes: u64);
+        /// With `max_in_flight` objects uploaded at once.
+        with_max_in_flight(max_in_flight: usize);
+        /// With `max_pending_bytes` admitted and not yet acknowledged before appends wait.
+        with_max_pending_bytes(max_pending_bytes: u64);
+        /// With `recovery_concurrency` summaries read at once during recovery.
+        with_recovery_concurrency(recovery_concurrency: usize);
+        /// With `whole_read_threshold`: objects no larger are read with one GET in recovery.
+        with_whole_read_threshold(whole_read_threshold: u64);
+        /// With `read_ahead` segments fetched ahead of a read's consumer.
+        with_read_ahead(read_ahead: usize);
+        /// With the retry policy of creates whose outcome is unknown.
+        with_retry(retry: RetryPolicy);
+        /// With `open_attempts` opens attempted before giving up.
+        with_open_attempts(open_attempts: u32);
+        /// With `max_create_duration`: a create taking longer is never acknowledged.
+        with_max_create_duration(max_create_duration: Duration);
+        /// With `reclaim_grace`, the wait before objects below a floor are deleted.
+        with_reclaim_grace(reclaim_grace: Duration);
+        /// With what a read does with a damaged segment.
+        with_corrupt_segment_policy(corrupt_segment_policy: CorruptSegmentPolicy);
+        /// With when an unanswered request is hedged.
+        with_hedge_after(hedge_after: HedgeAfter);
+        /// With `request_timeout`, the longest any single request may take.
+        with_request_timeout(request_timeout: Duration);
+        /// With `replay_concurrency` objects a replay fetches at once.
+        with_replay_concurrency(replay_concurrency: usize);
+        /// With `replay_budget_bytes` a replay may hold fetched and not yet consumed.
+        with_replay_budget_bytes(replay_budget_bytes: u64);
+    }
+
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<()> {
         crate::io::validate_prefix(&self.prefix)?;
@@ -208,7 +330,7 @@ impl Config {
         if self.max_entry_bytes == 0 {
             return bad("max_entry_bytes", "must be at least 1");
         }
-        if self.max_entry_bytes + min_object > self.max_batch_bytes {
+        if self.max_entry_bytes.saturating_add(min_object) > self.max_batch_bytes {
             return bad(
                 "max_entry_bytes",
                 "an entry this large would not fit an object of max_batch_bytes",

@@ -284,6 +284,20 @@ pub enum Error {
         /// Whether the failed append's entries may still be replayed.
         durability: Durability,
     },
+    /// A call on a handle with a per-call timeout did not answer in time. The caller
+    /// stopped waiting; the request was not withdrawn and may still be served. A timed-out
+    /// append is [`Durability::MayBeDurable`]: it may still be admitted and become
+    /// durable (and be replayed), so retrying it could duplicate its entries.
+    #[error("{op} did not answer within {after:?}")]
+    CallTimeout {
+        /// The call (`append`, `read`, `ready`, ...).
+        op: &'static str,
+        /// The handle's timeout.
+        after: std::time::Duration,
+        /// Whether the call's entries may still be replayed: `MayBeDurable` for an
+        /// append, `NotWritten` for every other call.
+        durability: Durability,
+    },
 }
 
 impl Error {
@@ -294,7 +308,8 @@ impl Error {
             | Error::EpochEnded { durability, .. }
             | Error::Poisoned { durability, .. }
             | Error::Stopped { durability }
-            | Error::WriterFailed { durability } => *durability,
+            | Error::WriterFailed { durability }
+            | Error::CallTimeout { durability, .. } => *durability,
             _ => Durability::NotWritten,
         }
     }
@@ -309,6 +324,7 @@ impl Error {
                 | Error::Backpressure { .. }
                 | Error::Store { .. }
                 | Error::RequestTimeout { .. }
+                | Error::CallTimeout { .. }
                 | Error::OpenContended { .. }
                 | Error::OpenPanicked { .. }
                 | Error::BatchFull
@@ -331,7 +347,8 @@ impl Error {
             | Error::EpochEnded { durability: d, .. }
             | Error::Poisoned { durability: d, .. }
             | Error::Stopped { durability: d }
-            | Error::WriterFailed { durability: d } => *d = durability,
+            | Error::WriterFailed { durability: d }
+            | Error::CallTimeout { durability: d, .. } => *d = durability,
             _ => {}
         }
         e

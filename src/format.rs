@@ -20,6 +20,13 @@
 //! copied. Decoding never trusts a length or count before checking it against the
 //! object's size: damaged input yields a [`FormatError`], never a panic or a large
 //! allocation.
+//!
+//! Damage is told apart by part (FORMAT.md, "What a reader verifies"): a header, footer
+//! or trailer that fails makes the object unusable, while a segment that fails its own
+//! CRC damages only its region. [`check_object`] checks a whole object that way, as
+//! recovery does for an object it reads whole: damaged segments come back as
+//! [`SegmentDamage`], not as an error. [`decode_object`] and [`check_object_crc`] check
+//! everything, the object CRC too, for tools.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use crc32fast::Hasher;
@@ -844,9 +851,81 @@ pub fn decode_summary(head: &[u8], tail: &[u8], length: u64) -> Result<ObjectSum
 /// Decodes the summary of a whole object and verifies its object CRC.
 pub fn decode_object_summary(bytes: &[u8]) -> Result<ObjectSummary, FormatError> {
     let summary = decode_summary(bytes, bytes, bytes.len() as u64)?;
-    let covered = bytes.get(..bytes.len() - 4).unwrap_or_default();
-    check_crc("object", summary.trailer.object_crc, covered)?;
+    check_object_crc(bytes, &summary.trailer)?;
     Ok(summary)
+}
+
+/// Checks the object CRC of a whole object (`bytes`) against its decoded trailer: what a
+/// verification tool checks, and any reader holding every byte may (FORMAT.md, "What a
+/// reader verifies"). A mismatch means damage somewhere; [`check_object`] says where.
+pub fn check_object_crc(bytes: &[u8], trailer: &Trailer) -> Result<(), FormatError> {
+    let covered = bytes
+        .len()
+        .checked_sub(4)
+        .and_then(|end| bytes.get(..end))
+        .ok_or(FormatError::Truncated {
+            part: "object",
+            needed: EMPTY_OBJECT_LEN as u64,
+            got: bytes.len() as u64,
+        })?;
+    check_crc("object", trailer.object_crc, covered)
+}
+
+/// Damage inside one segment of an object whose header, footer and trailer verify: only
+/// reads of that region fail (FORMAT.md, "What a reader verifies").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentDamage {
+    /// The segment's region.
+    pub region: u64,
+    /// What its bytes violate (its CRC, or entries that do not fill it as the footer says).
+    pub error: FormatError,
+}
+
+/// A whole object checked as recovery checks one it fetched whole: its summary, and the
+/// segments that fail their own checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedObject {
+    /// Header, footer and trailer, verified.
+    pub summary: ObjectSummary,
+    /// The damaged segments, in footer order; empty when every segment verifies.
+    pub damaged: Vec<SegmentDamage>,
+}
+
+/// Checks a whole object: header, footer and trailer must verify (else the error: the
+/// object is unusable), then each segment is checked on its own (CRC, then its entries
+/// against the footer's range) and a failing one is reported in
+/// [`CheckedObject::damaged`], not as an error. The object CRC is not checked here: it
+/// adds nothing to the finer CRCs for a reader that checks them all
+/// ([`check_object_crc`] is for verification tools).
+pub fn check_object(bytes: &[u8]) -> Result<CheckedObject, FormatError> {
+    let summary = decode_summary(bytes, bytes, bytes.len() as u64)?;
+    let damaged = summary
+        .footer
+        .records
+        .iter()
+        .filter_map(|record| {
+            let checked = match segment_bytes(bytes, record) {
+                Some(segment) => check_segment(segment, record),
+                None => Err(FormatError::Truncated {
+                    part: "segment",
+                    needed: record.range().end,
+                    got: bytes.len() as u64,
+                }),
+            };
+            checked.err().map(|error| SegmentDamage {
+                region: record.region,
+                error,
+            })
+        })
+        .collect();
+    Ok(CheckedObject { summary, damaged })
+}
+
+/// The bytes of `record`'s segment within a whole object, if they lie inside it.
+fn segment_bytes<'a>(object: &'a [u8], record: &SegmentRecord) -> Option<&'a [u8]> {
+    let from = usize::try_from(record.offset).ok()?;
+    let to = from.checked_add(usize::try_from(record.length).ok()?)?;
+    object.get(from..to)
 }
 
 /// A whole object decoded and verified: its summary and every segment's entries.
@@ -863,17 +942,16 @@ pub fn decode_object(bytes: &Bytes) -> Result<DecodedObject, FormatError> {
     let summary = decode_object_summary(bytes)?;
     let mut segments = Vec::with_capacity(summary.footer.records.len());
     for record in &summary.footer.records {
-        let range = usize::try_from(record.offset).ok().and_then(|from| {
-            let to = from.checked_add(usize::try_from(record.length).ok()?)?;
-            (to <= bytes.len()).then_some(from..to)
-        });
-        let range = range.ok_or(FormatError::SegmentPlacement {
+        let segment = segment_bytes(bytes, record).ok_or(FormatError::SegmentPlacement {
             region: record.region,
             offset: record.offset,
             length: record.length,
             expected: record.offset,
         })?;
-        segments.push((record.region, decode_segment(bytes.slice(range), record)?));
+        segments.push((
+            record.region,
+            decode_segment(bytes.slice_ref(segment), record)?,
+        ));
     }
     Ok(DecodedObject { summary, segments })
 }
@@ -881,6 +959,31 @@ pub fn decode_object(bytes: &Bytes) -> Result<DecodedObject, FormatError> {
 /// Verifies one segment's CRC, then splits it into its entries (zero-copy slices of
 /// `bytes`). The count must match the record's entry id range.
 pub fn decode_segment(bytes: Bytes, record: &SegmentRecord) -> Result<Vec<Bytes>, FormatError> {
+    // `walk_segment` bounds the count by the checked length before this allocates.
+    let mut entries = Vec::new();
+    walk_segment(&bytes, record, |range| {
+        if entries.capacity() == 0 {
+            entries.reserve_exact(record.entry_count() as usize);
+        }
+        entries.push(bytes.slice(range));
+    })?;
+    Ok(entries)
+}
+
+/// Verifies one segment as [`decode_segment`] does (length, CRC, entries that fill it
+/// exactly and match the record's count), without decoding it.
+pub fn check_segment(bytes: &[u8], record: &SegmentRecord) -> Result<(), FormatError> {
+    walk_segment(bytes, record, |_| {})
+}
+
+/// Checks a segment's length and CRC, then walks its entries, handing each payload's
+/// range to `each`; fails if they do not fill it exactly or their count differs from the
+/// record's id range. `each` is called only once the count is known to fit the segment.
+fn walk_segment(
+    bytes: &[u8],
+    record: &SegmentRecord,
+    mut each: impl FnMut(std::ops::Range<usize>),
+) -> Result<(), FormatError> {
     if bytes.len() as u64 != record.length {
         return Err(FormatError::Truncated {
             part: "segment",
@@ -888,7 +991,7 @@ pub fn decode_segment(bytes: Bytes, record: &SegmentRecord) -> Result<Vec<Bytes>
             got: bytes.len() as u64,
         });
     }
-    check_crc("segment", record.crc, &bytes)?;
+    check_crc("segment", record.crc, bytes)?;
     let count = record.entry_count();
     let body = |reason| FormatError::SegmentBody {
         region: record.region,
@@ -897,7 +1000,7 @@ pub fn decode_segment(bytes: Bytes, record: &SegmentRecord) -> Result<Vec<Bytes>
     if count > MAX_SEGMENT_ENTRIES || count * ENTRY_PREFIX_LEN as u64 > record.length {
         return Err(body("more entries than the segment can hold"));
     }
-    let mut entries = Vec::with_capacity(count as usize);
+    let mut seen = 0u64;
     let mut at = 0usize;
     while at < bytes.len() {
         let len = bytes
@@ -910,16 +1013,17 @@ pub fn decode_segment(bytes: Bytes, record: &SegmentRecord) -> Result<Vec<Bytes>
             .checked_add(len)
             .filter(|end| *end <= bytes.len())
             .ok_or(body("entry runs past the end of the segment"))?;
-        if entries.len() as u64 == count {
+        if seen == count {
             return Err(body("more entries than the footer's id range"));
         }
-        entries.push(bytes.slice(start..end));
+        each(start..end);
+        seen += 1;
         at = end;
     }
-    if entries.len() as u64 != count {
+    if seen != count {
         return Err(body("fewer entries than the footer's id range"));
     }
-    Ok(entries)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -10,6 +10,10 @@
 //!   is at most `whole_read_threshold`, else with two ranged GETs computed from the
 //!   listed size (Azure refuses suffix ranges), plus one for a footer larger than the
 //!   tail read. Segments are read with one ranged GET of exactly their bytes.
+//! - Damage inside a segment never fails a summary read, even of an object read whole
+//!   (FORMAT.md, "What a reader verifies"): the whole read checks each segment on its
+//!   own and reports the damaged ones ([`WalIo::report_damaged_segment`]: a warning
+//!   naming key and region, and [`RequestStats::damaged_segments`]).
 //! - No request waits forever: each has `request_timeout`, past which a create's outcome
 //!   is unknown and a read failed. A create of a data object and every GET that has
 //!   not answered within the hedge delay ([`crate::hedge`]) is sent again beside the
@@ -17,12 +21,24 @@
 //!   attempt is left to finish (it may still land, which the outcome table covers); a
 //!   read's is cancelled. Claims and opening objects are never hedged: their twin's
 //!   "already exists" could not be told from another opener's.
+//! - Every request is counted once when it ends, by op and outcome
+//!   ([`Metrics::request`]): the twin of a hedged request that lost counts as `hedged`.
+//! - A [`WalIo`] can be closed ([`WalIo::close`]), once its instance stopped or was
+//!   aborted: from then on no request of it, or of any clone, reaches the store. A
+//!   request waiting for its answer (a hung upload, a hedge's slower twin, a reclaimer's
+//!   listing) ends at once with [`Error::Stopped`], and a request not yet sent is never
+//!   sent. Every task the WAL spawned ends with it: what such a task awaits is a
+//!   request, and no request outlives the close. Closing is the only way to make that
+//!   true at the moment `stop()` or `abort()` returns: ractor stops actors
+//!   asynchronously, and a writer still handling its last message could otherwise start
+//!   an upload after the WAL was said to be gone.
 
 use std::future::Future;
 use std::ops::Range;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -33,11 +49,13 @@ use object_store::{
 };
 
 use crate::config::{Config, HedgeAfter};
-use crate::error::{Error, Result};
+use crate::error::{Durability, Error, Result};
 use crate::format::{
-    self, EncodedObject, ObjectSummary, EMPTY_OBJECT_LEN, HEADER_LEN, MAX_SEQUENCE, TRAILER_LEN,
+    self, EncodedObject, FormatError, ObjectSummary, SegmentDamage, EMPTY_OBJECT_LEN, HEADER_LEN,
+    MAX_SEQUENCE, TRAILER_LEN,
 };
 use crate::hedge::HedgeDelay;
+use crate::metrics::{Metrics, Op, Outcome};
 
 /// Digits of the zero-padded sequence in a key.
 pub const SEQUENCE_DIGITS: usize = 20;
@@ -45,6 +63,17 @@ pub const SEQUENCE_DIGITS: usize = 20;
 pub const KEY_SUFFIX: &str = ".wal";
 /// Bytes read from the end of a large object to get its trailer and, usually, its footer.
 pub const TAIL_READ_BYTES: u64 = 64 * 1024;
+
+/// An object's summary as a recovery read it, with the segments found damaged when the
+/// object was read whole (always empty for an object read with ranged GETs, whose
+/// segments are not fetched).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryRead {
+    /// Header, footer and trailer, verified.
+    pub summary: ObjectSummary,
+    /// The segments that failed their own checks twice (read again once).
+    pub damaged: Vec<SegmentDamage>,
+}
 
 /// An object found by listing: its sequence and listed size.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +160,10 @@ pub struct RequestStats {
     pub hedge_wins: AtomicU64,
     /// Request attempts that had not answered within the request timeout.
     pub timeouts: AtomicU64,
+    /// Damaged segments found: by a recovery that read their object whole, or by a read
+    /// of their region (after its one read again). Each finding counts, so a segment
+    /// found by a recovery and then by two reads counts three times.
+    pub damaged_segments: AtomicU64,
 }
 
 /// The kinds of request whose latencies are tracked apart for hedging.
@@ -138,6 +171,15 @@ pub struct RequestStats {
 enum Kind {
     Create,
     Get,
+}
+
+impl Kind {
+    fn op(self) -> Op {
+        match self {
+            Kind::Create => Op::Put,
+            Kind::Get => Op::Get,
+        }
+    }
 }
 
 /// How requests are bounded and hedged, shared by the clones of a [`WalIo`].
@@ -191,6 +233,91 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 type Attempt<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
+/// Whether the instance owning a [`WalIo`] has ended, shared by every clone.
+#[derive(Debug)]
+struct Closing {
+    /// `true` once closed. A request's future is polled only under a read lock on it
+    /// and [`WalIo::close`] takes the write lock, so once `close` returned no request
+    /// future is polled again: none is sent, none goes on.
+    gate: RwLock<bool>,
+    /// Wakes the requests waiting for an answer when the gate closes.
+    closed: tokio::sync::watch::Sender<bool>,
+}
+
+impl Closing {
+    fn new() -> Self {
+        Closing {
+            gate: RwLock::new(false),
+            closed: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        *self.gate.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `request` while open: `None` when the gate is (or becomes) closed, at once.
+    async fn run<T>(self: &Arc<Self>, request: impl Future<Output = T>) -> Option<T> {
+        let mut closed = self.closed.subscribe();
+        let gated = Gated {
+            closing: self.clone(),
+            request: Box::pin(request),
+        };
+        tokio::select! {
+            biased;
+            // The sender lives in `self`: the wait ends only when the gate closed.
+            _ = closed.wait_for(|c| *c) => None,
+            answer = gated => answer,
+        }
+    }
+}
+
+/// A request's future, polled only while its gate is open.
+struct Gated<F> {
+    closing: Arc<Closing>,
+    request: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Gated<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let closed = this.closing.gate.read().unwrap_or_else(|p| p.into_inner());
+        if *closed {
+            return Poll::Ready(None);
+        }
+        // Polled holding the read lock: `close` waits for this poll to end.
+        let answer = this.request.as_mut().poll(cx).map(Some);
+        drop(closed);
+        answer
+    }
+}
+
+/// How a request under [`WalIo::within_timeout`] ended.
+fn outcome_of<T, E>(answer: &Result<std::result::Result<T, E>>) -> Outcome {
+    match answer {
+        Ok(Ok(_)) => Outcome::Ok,
+        Ok(Err(_)) | Err(Error::Stopped { .. }) => Outcome::Error,
+        Err(_) => Outcome::TimedOut,
+    }
+}
+
+fn create_outcome(answer: &CreateAttempt) -> Outcome {
+    match answer {
+        CreateAttempt::Created => Outcome::Ok,
+        CreateAttempt::AlreadyExists => Outcome::Conflict,
+        CreateAttempt::Unsupported | CreateAttempt::Unknown(_) => Outcome::Error,
+    }
+}
+
+fn get_outcome(answer: &Result<Bytes>) -> Outcome {
+    match answer {
+        Ok(_) => Outcome::Ok,
+        Err(_) => Outcome::Error,
+    }
+}
+
 /// The WAL's view of one prefix of one store.
 #[derive(Debug, Clone)]
 pub struct WalIo {
@@ -198,6 +325,8 @@ pub struct WalIo {
     prefix: Path,
     whole_read_threshold: u64,
     requests: Arc<Requests>,
+    metrics: Arc<Metrics>,
+    closing: Arc<Closing>,
 }
 
 impl WalIo {
@@ -213,6 +342,8 @@ impl WalIo {
             prefix: validate_prefix(prefix)?,
             whole_read_threshold: whole_read_threshold.max(EMPTY_OBJECT_LEN as u64),
             requests: Arc::new(Requests::new(HedgeAfter::Off, DEFAULT_REQUEST_TIMEOUT)),
+            metrics: Arc::new(Metrics::new(prefix)),
+            closing: Arc::new(Closing::new()),
         })
     }
 
@@ -229,78 +360,153 @@ impl WalIo {
         self
     }
 
-    /// What happened to the requests so far (hedges, wins, timeouts).
+    /// What happened to the requests so far (hedges, wins, timeouts, damaged segments).
     pub fn request_stats(&self) -> &RequestStats {
         &self.requests.stats
+    }
+
+    /// The metric handles of this WAL (labelled with its prefix).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Records damage found inside the segment of `region` in the object `sequence`: a
+    /// warning naming the key and region, and one more
+    /// [`damaged_segments`](RequestStats::damaged_segments).
+    pub fn report_damaged_segment(&self, sequence: u64, region: u64, error: &FormatError) {
+        self.requests
+            .stats
+            .damaged_segments
+            .fetch_add(1, Ordering::Relaxed);
+        self.metrics.damaged_segments.increment(1);
+        tracing::warn!(
+            key = %self.key(sequence),
+            region,
+            error = %error,
+            "damaged segment: reads of this region fail there (or skip it)"
+        );
+    }
+
+    /// Closes this view and every clone of it, for good: once this returns, no request
+    /// reaches the store (a request in flight is dropped where it waits, one not yet sent
+    /// is never sent) and every later one fails at once with [`Error::Stopped`] (a
+    /// create: an unknown outcome, [`Durability::MayBeDurable`]).
+    /// Idempotent.
+    pub fn close(&self) {
+        let mut gate = self.closing.gate.write().unwrap_or_else(|p| p.into_inner());
+        *gate = true;
+        drop(gate);
+        self.closing.closed.send_replace(true);
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.closing.is_closed()
+    }
+
+    /// Waits until [`close`](Self::close) is called.
+    pub async fn closed(&self) {
+        let mut closed = self.closing.closed.subscribe();
+        // The sender lives in `self.closing`: the channel cannot close while waiting.
+        let _ = closed.wait_for(|c| *c).await;
+    }
+
+    /// The error of a request refused or dropped because the view is closed.
+    fn stopped(durability: Durability) -> Error {
+        Error::Stopped { durability }
     }
 
     /// Runs `attempt` under the request timeout (`timed_out` is its answer past it) and,
     /// when `kind` is hedged and no answer came within the hedge delay, a second attempt
     /// beside it: the first `definite` answer decides; if neither is definite, the last
     /// answer is returned. A create's slower attempt is left to run to its end (its
-    /// timeout bounds it); a read's is cancelled.
+    /// timeout bounds it, and so does [`close`](Self::close)); a read's is cancelled.
+    /// Once the view is closed, every attempt answers `stopped`. Each attempt is counted
+    /// when it ends, as `outcome` says, or as hedged if it lost.
     async fn race<T>(
         &self,
         kind: Kind,
         hedgeable: bool,
-        timed_out: T,
+        [timed_out, stopped]: [T; 2],
         definite: fn(&T) -> bool,
+        outcome: fn(&T) -> Outcome,
         attempt: impl Fn() -> Attempt<T>,
     ) -> T
     where
         T: Clone + Send + 'static,
     {
-        let timed = || -> Attempt<T> {
+        let timed = || -> Attempt<(T, Outcome)> {
             let fut = attempt();
             let requests = self.requests.clone();
-            let timed_out = timed_out.clone();
+            let closing = self.closing.clone();
+            let (timed_out, stopped) = (timed_out.clone(), stopped.clone());
             Box::pin(async move {
                 let started = Instant::now();
-                match tokio::time::timeout(requests.timeout, fut).await {
-                    Ok(answer) => {
+                match closing
+                    .run(tokio::time::timeout(requests.timeout, fut))
+                    .await
+                {
+                    None => (stopped, Outcome::Error),
+                    Some(Ok(answer)) => {
                         if definite(&answer) {
                             requests.record(kind, started.elapsed());
                         }
-                        answer
+                        let how = outcome(&answer);
+                        (answer, how)
                     }
-                    Err(_) => {
+                    Some(Err(_)) => {
                         requests.stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                        timed_out
+                        (timed_out, Outcome::TimedOut)
                     }
                 }
             })
         };
+        let op = kind.op();
+        let count = |(answer, how): (T, Outcome)| {
+            self.metrics.request(op, how);
+            answer
+        };
         let mut first = timed();
         let Some(delay) = self.requests.delay(kind).filter(|_| hedgeable) else {
-            return first.await;
+            return count(first.await);
         };
         tokio::select! {
-            answer = &mut first => return answer,
+            answer = &mut first => return count(answer),
             _ = tokio::time::sleep(delay) => {}
         }
         self.requests.stats.hedged.fetch_add(1, Ordering::Relaxed);
         let mut second = timed();
-        let leave = |loser: Attempt<T>| {
+        let leave = |loser: Attempt<(T, Outcome)>| {
             if kind == Kind::Create {
                 // Not cancelled: it may still land, like any retry.
-                tokio::spawn(loser);
+                let metrics = self.metrics.clone();
+                tokio::spawn(async move {
+                    loser.await;
+                    metrics.request(op, Outcome::Hedged);
+                });
+            } else {
+                self.metrics.request(op, Outcome::Hedged);
             }
         };
         tokio::select! {
-            answer = &mut first => {
-                if definite(&answer) {
-                    leave(second);
-                    return answer;
-                }
-                second.await
-            }
+            // The twin first: polled once, it is sent, whichever answers first.
+            biased;
             answer = &mut second => {
-                if definite(&answer) {
+                if definite(&answer.0) {
                     self.requests.stats.hedge_wins.fetch_add(1, Ordering::Relaxed);
                     leave(first);
-                    return answer;
+                    return count(answer);
                 }
-                first.await
+                count(answer);
+                count(first.await)
+            }
+            answer = &mut first => {
+                if definite(&answer.0) {
+                    leave(second);
+                    return count(answer);
+                }
+                count(answer);
+                count(second.await)
             }
         }
     }
@@ -329,25 +535,34 @@ impl WalIo {
 
     /// Lists every object under the prefix, sorted by sequence; other keys are foreign.
     pub async fn list(&self) -> Result<Listing> {
-        self.list_stream(self.store.list(Some(&self.prefix))).await
+        self.list_stream(|store, prefix| store.list(Some(prefix)))
+            .await
     }
 
     /// Lists the objects with a sequence above `after` (a start offset, not a full
     /// listing), sorted.
     pub async fn list_after(&self, after: u64) -> Result<Listing> {
         let offset = self.key(after);
-        self.list_stream(self.store.list_with_offset(Some(&self.prefix), &offset))
+        self.list_stream(move |store, prefix| store.list_with_offset(Some(prefix), &offset))
             .await
     }
 
+    /// Lists with the stream `list` makes; it is made inside the request, so a closed
+    /// view never asks the store for it.
     async fn list_stream(
         &self,
-        stream: futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>,
+        list: impl FnOnce(
+            &Arc<dyn ObjectStore>,
+            &Path,
+        ) -> futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::ObjectMeta>,
+        >,
     ) -> Result<Listing> {
-        let metas: Vec<_> = self
-            .within_timeout("list", &self.prefix, stream.try_collect())
-            .await?
-            .map_err(|e| Error::store("list", &self.prefix, e))?;
+        let listing = async { list(&self.store, &self.prefix).try_collect().await };
+        let answer = self.within_timeout("list", &self.prefix, listing).await;
+        self.metrics.request(Op::List, outcome_of(&answer));
+        let metas: Vec<_> = answer?.map_err(|e| Error::store("list", &self.prefix, e))?;
         let mut listing = Listing::default();
         for meta in metas {
             match parse_key(&self.prefix, &meta.location) {
@@ -367,14 +582,13 @@ impl WalIo {
     /// Creates the object only if its key is absent: one attempt, never hedged (claims
     /// and opening objects), under the request timeout.
     pub async fn create(&self, object: &EncodedObject) -> CreateAttempt {
-        let key = self.key(object.header().sequence);
-        let timed_out = CreateAttempt::Unknown(self.timeout_error("create", &key));
         let definite = |a: &CreateAttempt| !matches!(a, CreateAttempt::Unknown(_));
         self.race(
             Kind::Create,
             false,
-            timed_out,
+            self.create_unanswered(object),
             definite,
+            create_outcome,
             self.create_attempt(object),
         )
         .await
@@ -386,17 +600,26 @@ impl WalIo {
     /// and the first definite answer decides. A twin's "already exists" is the outcome
     /// table's identical retry, resolved by the caller like any other.
     pub async fn create_hedged(&self, object: &EncodedObject) -> CreateAttempt {
-        let key = self.key(object.header().sequence);
-        let timed_out = CreateAttempt::Unknown(self.timeout_error("create", &key));
         let definite = |a: &CreateAttempt| !matches!(a, CreateAttempt::Unknown(_));
         self.race(
             Kind::Create,
             object.len() <= HEDGE_MAX_BYTES,
-            timed_out,
+            self.create_unanswered(object),
             definite,
+            create_outcome,
             self.create_attempt(object),
         )
         .await
+    }
+
+    /// What a create of `object` answers past the request timeout, and once the view is
+    /// closed: an unknown outcome either way (it may have been sent).
+    fn create_unanswered(&self, object: &EncodedObject) -> [CreateAttempt; 2] {
+        let key = self.key(object.header().sequence);
+        [
+            CreateAttempt::Unknown(self.timeout_error("create", &key)),
+            CreateAttempt::Unknown(Self::stopped(Durability::MayBeDurable)),
+        ]
     }
 
     /// One conditional create of `object`, as a future that owns what it needs.
@@ -425,20 +648,27 @@ impl WalIo {
     }
 
     /// `request`, unhedged, under the request timeout: past it, a
-    /// [`Error::RequestTimeout`] for `op` on `key`, counted.
+    /// [`Error::RequestTimeout`] for `op` on `key`, counted; once the view is closed,
+    /// [`Error::Stopped`].
     async fn within_timeout<T>(
         &self,
         op: &'static str,
         key: &Path,
         request: impl Future<Output = T>,
     ) -> Result<T> {
-        tokio::time::timeout(self.requests.timeout, request)
+        match self
+            .closing
+            .run(tokio::time::timeout(self.requests.timeout, request))
             .await
-            .map_err(|_| {
+        {
+            None => Err(Self::stopped(Durability::NotWritten)),
+            Some(Ok(answer)) => Ok(answer),
+            Some(Err(_)) => {
                 let stats = &self.requests.stats;
                 stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                self.timeout_error(op, key)
-            })
+                Err(self.timeout_error(op, key))
+            }
+        }
     }
 
     fn timeout_error(&self, op: &'static str, key: &Path) -> Error {
@@ -457,6 +687,7 @@ impl WalIo {
             .is_none_or(|r| r.end.saturating_sub(r.start) <= HEDGE_MAX_BYTES);
         let key = self.key(sequence);
         let timed_out = Err(self.timeout_error("get", &key));
+        let stopped = Err(Self::stopped(Durability::NotWritten));
         let store = self.store.clone();
         let attempt = move || -> Attempt<Result<Bytes>> {
             let (store, key, range) = (store.clone(), key.clone(), range.clone());
@@ -475,8 +706,15 @@ impl WalIo {
                     .map_err(get)
             })
         };
-        self.race(Kind::Get, hedgeable, timed_out, Result::is_ok, attempt)
-            .await
+        self.race(
+            Kind::Get,
+            hedgeable,
+            [timed_out, stopped],
+            Result::is_ok,
+            get_outcome,
+            attempt,
+        )
+        .await
     }
 
     /// Reads a whole object.
@@ -501,23 +739,38 @@ impl WalIo {
         Ok(bytes)
     }
 
-    /// Reads and verifies an object's header, footer and trailer, never a segment.
+    /// Reads and verifies an object's header, footer and trailer. An object no larger
+    /// than `whole_read_threshold` is read whole: its segments are then checked too, and
+    /// a damaged one is reported ([`report_damaged_segment`](Self::report_damaged_segment))
+    /// and returned in [`SummaryRead::damaged`], never an error.
     ///
-    /// An object that fails verification is read once more, as a segment is: bytes
-    /// damaged in transit must not pass for a damaged object, which fails recovery.
-    pub async fn read_summary(&self, listed: &ListedObject) -> Result<ObjectSummary> {
-        read_again_once(|| async {
+    /// An object that fails verification, or has a damaged segment, is read once more,
+    /// as a segment is: bytes damaged in transit must not pass for a damaged object,
+    /// which fails recovery, nor be reported as damage at rest.
+    pub async fn read_summary(&self, listed: &ListedObject) -> Result<SummaryRead> {
+        let checked = read_again_once(|| async {
             match self.read_summary_once(listed).await {
                 Err(e @ (Error::CorruptObject { .. } | Error::SequenceMismatch { .. })) => {
-                    Ok(Err(e))
+                    Ok(Err(Err(e)))
                 }
+                Ok(read) if !read.damaged.is_empty() => Ok(Err(Ok(read))),
                 other => other.map(Ok),
             }
         })
-        .await?
+        .await?;
+        match checked {
+            Ok(read) => Ok(read),
+            Err(Ok(read)) => {
+                for damage in &read.damaged {
+                    self.report_damaged_segment(listed.sequence, damage.region, &damage.error);
+                }
+                Ok(read)
+            }
+            Err(Err(e)) => Err(e),
+        }
     }
 
-    async fn read_summary_once(&self, listed: &ListedObject) -> Result<ObjectSummary> {
+    async fn read_summary_once(&self, listed: &ListedObject) -> Result<SummaryRead> {
         let key = self.key(listed.sequence);
         let corrupt = |source| Error::CorruptObject {
             key: key.to_string(),
@@ -531,9 +784,15 @@ impl WalIo {
                 got: size,
             }));
         }
+        let mut damaged = Vec::new();
         let summary = if size <= self.whole_read_threshold {
             let bytes = self.read_whole(listed.sequence).await?;
-            format::decode_object_summary(&bytes).map_err(corrupt)?
+            // Header, footer and trailer decide whether the object is usable; a damaged
+            // segment fails only reads of its region (FORMAT.md, "What a reader
+            // verifies"), so the object CRC, which cannot tell them apart, is not checked.
+            let checked = format::check_object(&bytes).map_err(corrupt)?;
+            damaged = checked.damaged;
+            checked.summary
         } else {
             let tail_len = TAIL_READ_BYTES.min(size - HEADER_LEN as u64);
             let (head, tail) = futures::try_join!(
@@ -560,19 +819,21 @@ impl WalIo {
             });
         }
         debug_assert!(summary.length >= TRAILER_LEN as u64);
-        Ok(summary)
+        Ok(SummaryRead { summary, damaged })
     }
 
     /// Deletes the object with `sequence` (a missing object is not an error).
     pub async fn delete(&self, sequence: u64) -> Result<()> {
         let key = self.key(sequence);
-        match self
-            .within_timeout("delete", &key, self.store.delete(&key))
-            .await?
-        {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(Error::store("delete", key, e)),
-        }
+        let answer = self
+            .within_timeout("delete", &key, async { self.store.delete(&key).await })
+            .await
+            .map(|r| match r {
+                Err(object_store::Error::NotFound { .. }) => Ok(()),
+                other => other,
+            });
+        self.metrics.request(Op::Delete, outcome_of(&answer));
+        answer?.map_err(|e| Error::store("delete", key, e))
     }
 }
 
@@ -616,6 +877,58 @@ pub fn store_from_url(url: &str) -> Result<Arc<dyn ObjectStore>> {
         "memory" => Ok(Arc::new(object_store::memory::InMemory::new())),
         scheme => cloud_store(scheme, &parsed).map_err(invalid),
     }
+}
+
+/// Splits a URL that names a store and a WAL prefix in one into the store's URL (what
+/// [`store_from_url`] takes) and the prefix: the prefix is the URL's last path component.
+///
+/// `s3://bucket/path/prefix` gives `s3://bucket/path` and `prefix`; `file:///dir/prefix`
+/// gives `file:///dir` and `prefix`; `memory:///prefix` gives `memory:///` and `prefix`.
+/// Either way the WAL's keys are `<path>/<prefix>/<sequence>.wal` from the bucket's (or
+/// the filesystem's) root. A URL without a path component after the bucket, one ending
+/// in `/`, one with a query or fragment, or one whose prefix is percent-encoded is
+/// refused with [`Error::InvalidUrl`]. Nothing is built or contacted: the scheme is
+/// checked when the store is built.
+pub fn split_store_url(url: &str) -> Result<(String, String)> {
+    let invalid = |reason: &str| Error::InvalidUrl {
+        url: url.to_string(),
+        reason: reason.to_string(),
+    };
+    let mut parsed = url::Url::parse(url).map_err(|e| invalid(&e.to_string()))?;
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(invalid("a store URL takes no query or fragment"));
+    }
+    let path = parsed.path().to_string();
+    if path.ends_with('/') {
+        return Err(invalid(
+            "it ends with '/': the last path component is the WAL prefix",
+        ));
+    }
+    let Some((store_path, prefix)) = path.rsplit_once('/') else {
+        return Err(invalid(
+            "no path: the last path component is the WAL prefix",
+        ));
+    };
+    if prefix.contains('%') {
+        return Err(invalid(
+            "the WAL prefix is percent-encoded; name it plainly",
+        ));
+    }
+    validate_prefix(prefix).map_err(|e| invalid(&e.to_string()))?;
+    let prefix = prefix.to_string();
+    parsed.set_path(if store_path.is_empty() {
+        "/"
+    } else {
+        store_path
+    });
+    Ok((parsed.to_string(), prefix))
+}
+
+/// Builds the store a URL names and returns it with the WAL prefix: the URL is split by
+/// [`split_store_url`] and the store built by [`store_from_url`].
+pub fn store_and_prefix_from_url(url: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
+    let (store_url, prefix) = split_store_url(url)?;
+    Ok((store_from_url(&store_url)?, prefix))
 }
 
 #[allow(unused_variables, unreachable_code, unreachable_patterns)]

@@ -38,14 +38,20 @@
 //!
 //! - An append with several parts for the same region keeps them in order, each part
 //!   getting its own consecutive ids.
-//! - A read or a replay under [`CorruptSegmentPolicy::Skip`] yields the segment's error
-//!   as an item (the report of the hole) and goes on; under `Fail` (the default) it ends
-//!   there.
+//! - A damaged segment fails only its region, as [`Error::CorruptSegment`] naming key and
+//!   region. Under [`CorruptSegmentPolicy::Skip`] a read, a follow, or a region of a
+//!   replay yields that error as an item (the report of the hole) and goes on; under
+//!   `Fail` (the default) that region's read ends there: a replay of many regions goes on
+//!   with the others and sends nothing more of that region. Only damage is skipped: any
+//!   other error (a failed GET) ends the read under either policy, since skipping would
+//!   lose entries that are intact at rest.
 //! - The sequential write path ([`ObjectStoreLogStore::append`] /
 //!   [`flush`](ObjectStoreLogStore::flush)) answers [`Error::BatchFull`] instead of
 //!   flushing by itself, so the caller always knows which object holds its append.
 //! - `futures` (already part of `object_store`) is used for bounded-concurrency streams,
-//!   and `libc` for `CLOCK_BOOTTIME` ([`BootClock`]).
+//!   `libc` for `CLOCK_BOOTTIME` ([`BootClock`]), and the `metrics` facade (no
+//!   exporter: the node installs its own) for [`metrics`](mod@metrics); requests are
+//!   counted in `io`, where they end, so every caller's are.
 //! - **Link window** (added to DESIGN.md's two timing bounds): each create of an epoch
 //!   starts within `reclaim_grace - max_create_duration` of the previous one
 //!   ([`Config::link_window`]), else the epoch ends unsent; an idle writer writes an
@@ -56,14 +62,32 @@
 //!   append one at a time); under load batches grow instead.
 //! - Obsolete watermarks live in memory: after a restart every region pins the floor at
 //!   its first entry until it reports its watermark again.
-//! - A summary or a create conflict that fails verification is read once more before it
-//!   counts as damage, as a segment is; the object CRC is checked whenever recovery
-//!   reads a whole (small) object, so a damaged segment there fails recovery.
+//! - A summary, a segment or a create conflict that fails verification is read once more
+//!   before it counts as damage. When recovery reads a small object whole it checks each
+//!   segment's own CRC instead of the object CRC: a damaged segment is reported (a
+//!   `warn!` naming key and region, [`RecoveryReport::damaged_segments`], and the
+//!   `damaged_segments` counter of the request stats, which the actor runtime's
+//!   `WalStats` shows) and recovery goes on. Every finding counts, a segment found by
+//!   recovery and again by a read counts twice: the counter says how often damage was
+//!   met, the report and `walctl verify` say where.
 //! - [`Config`], [`RetryPolicy`], [`Error`] and [`EpochEndReason`] are `#[non_exhaustive]`:
 //!   start from [`Config::new`] (or [`RetryPolicy::new`]) and set fields, and match errors
 //!   with a fallback arm, so new knobs and variants are not breaking changes.
+//! - A URL naming the store and the prefix in one ([`split_store_url`]) splits at its
+//!   last path component: `s3://bucket/path/prefix` is the store `s3://bucket/path` and
+//!   the prefix `prefix` (the keys are the same whichever way a path is cut; this way a
+//!   `file://` store is rooted at the WAL's parent directory).
+//! - Under the `serde` feature a configuration file's `[wal]` section is read by
+//!   [`Config`]'s or `WalSection`'s `Deserialize`, validated once read; its field names
+//!   are `Config`'s (there is no `flush_interval`), durations humantime strings, sizes
+//!   bytes or IEC/SI strings (`config` module docs).
 //! - Recovery reads every listed object's summary, including objects below the tip's
-//!   floor that the reclaimer has not deleted yet (within `reclaim_grace`).
+//!   floor that the reclaimer has not deleted yet (within `reclaim_grace`); one of those
+//!   that cannot be read (damaged, or deleted since the listing) is reported in
+//!   [`RecoveryReport::unread_below_floor`] and does not fail recovery (DESIGN.md allows
+//!   not reading them at all). A listed object at or above the floor that cannot be read
+//!   still fails recovery, naming its key (a vanished one makes a writer's open start
+//!   over from a fresh listing).
 
 #![warn(missing_docs)]
 
@@ -98,6 +122,7 @@ pub mod format;
 pub mod hedge;
 #[doc(hidden)]
 pub mod io;
+pub mod metrics;
 #[doc(hidden)]
 pub mod open;
 #[doc(hidden)]
@@ -111,10 +136,12 @@ pub mod testing;
 
 pub use batch::{AppendParts, AppendReceipt, RegionIds};
 pub use clock::{BootClock, CreateClock};
+#[cfg(feature = "serde")]
+pub use config::WalSection;
 pub use config::{Config, CorruptSegmentPolicy, HedgeAfter, RetryPolicy};
 pub use error::{BackpressureLimit, Durability, EpochEndReason, Error, Result};
 pub use format::{entry_id, FormatError, Header, Link};
-pub use io::store_from_url;
-pub use open::{ObjectInfo, RecoveryReport};
+pub use io::{split_store_url, store_and_prefix_from_url, store_from_url};
+pub use open::{DamagedSegment, ObjectInfo, RecoveryReport, UnreadObject};
 pub use read::Entry;
 pub use sequential::{FlushReceipt, ObjectStoreLogStore};

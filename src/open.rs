@@ -2,11 +2,31 @@
 //! writer, claims and the opening object (steps 3 and 4).
 //!
 //! Recovery lists the prefix, reads every object's header, footer and trailer (never a
-//! segment), chooses the chain and indexes it in a [`Catalog`]. A writer then claims every
+//! segment), chooses the chain and indexes it in a [`Catalog`]. What may be damaged or
+//! missing without failing it (DESIGN.md, end of "Reclaiming space"; FORMAT.md, "What a
+//! reader verifies"):
+//!
+//! - a segment, even of an object read whole: it is reported
+//!   ([`RecoveryReport::damaged_segments`], a warning, a counter) and only reads of its
+//!   region meet it;
+//! - any object below the chosen chain's floor that cannot be read, damaged or deleted
+//!   (by a reclaimer) between the listing and the read: such an object can never change
+//!   which chain is chosen, and the chain never needs it. It is reported in
+//!   [`RecoveryReport::unread_below_floor`].
+//!
+//! Any other object that cannot be read fails recovery, naming its key: one at or above
+//! the floor may be the chain's or may end a better chain. A writer then claims every
 //! hole above the chain end and, only once every claim is created, creates the opening
 //! object above everything present, in a new epoch: that fences every earlier instance.
 //! An `AlreadyExists` or an unknown outcome is never taken as success: the open starts
 //! over from a fresh listing, reusing the summaries it already read.
+//!
+//! A writer that reopens after its epoch ended may also name a sequence to open above
+//! ([`open_instance_above`]): the highest whose entry ids it handed out at admission.
+//! DESIGN.md puts the opening object at `M + 1`, `M` the largest sequence present; ids
+//! handed out in objects that were never created are not present, so `M` is taken at
+//! least that high, and the sequences up to it are claimed like any other hole (the
+//! fencing argument is the same for a larger `M`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -14,13 +34,13 @@ use std::time::Duration;
 use futures::stream::{self, StreamExt};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::catalog::{choose_chain, plan_opening, Catalog};
+use crate::catalog::{choose_chain, plan_opening_above, Catalog};
 use crate::clock::{BootClock, CreateClock};
 use crate::config::Config;
 use crate::epoch::EpochState;
 use crate::error::{Durability, Error, Result};
-use crate::format::{encode_object, EncodedObject, Header, Link, ObjectSummary};
-use crate::io::{CreateAttempt, ListedObject, WalIo};
+use crate::format::{encode_object, EncodedObject, FormatError, Header, Link};
+use crate::io::{CreateAttempt, ListedObject, SummaryRead, WalIo};
 
 /// One object as recovery saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +57,40 @@ pub struct ObjectInfo {
     pub on_chain: bool,
 }
 
+/// A damaged segment recovery found in an object it read whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedSegment {
+    /// The object's key.
+    pub key: String,
+    /// The object's sequence.
+    pub sequence: u64,
+    /// The segment's region: reads of it fail there, or skip it
+    /// ([`CorruptSegmentPolicy`](crate::CorruptSegmentPolicy)).
+    pub region: u64,
+    /// What its bytes violate.
+    pub error: FormatError,
+}
+
+/// A listed object below the chosen chain's floor that recovery could not read (damaged,
+/// or deleted since the listing) and went on without.
+#[derive(Debug, Clone)]
+pub struct UnreadObject {
+    /// The object's sequence.
+    pub sequence: u64,
+    /// Why it could not be read.
+    pub error: Error,
+}
+
+/// Equal when the sequences and the errors' messages are ([`Error`] has no equality of
+/// its own: a store's error does not).
+impl PartialEq for UnreadObject {
+    fn eq(&self, other: &Self) -> bool {
+        self.sequence == other.sequence && self.error.to_string() == other.error.to_string()
+    }
+}
+
+impl Eq for UnreadObject {}
+
 /// What recovery found under the prefix.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -50,6 +104,11 @@ pub struct RecoveryReport {
     pub max_sequence: u64,
     /// Objects not on the chain: never replayed, never reused.
     pub orphans: usize,
+    /// Damaged segments found in objects read whole (objects read with ranged GETs have
+    /// their segments checked only when a region is read), ascending by sequence.
+    pub damaged_segments: Vec<DamagedSegment>,
+    /// Listed objects below the chain's floor that could not be read; not in `objects`.
+    pub unread_below_floor: Vec<UnreadObject>,
 }
 
 /// Recovery's result: the catalog of the chain and the report.
@@ -74,71 +133,119 @@ pub async fn recover(io: &WalIo, concurrency: usize) -> Result<Recovered> {
 pub async fn recover_cached(
     io: &WalIo,
     concurrency: usize,
-    cache: &mut BTreeMap<u64, ObjectSummary>,
+    cache: &mut BTreeMap<u64, SummaryRead>,
 ) -> Result<Recovered> {
     let listing = io.list().await?;
     for key in &listing.foreign {
         warn!(key = %key, "skipping a key under the WAL prefix that is not a WAL object");
     }
-    let mut by_sequence: BTreeMap<u64, ObjectSummary> = BTreeMap::new();
+    let mut by_sequence: BTreeMap<u64, SummaryRead> = BTreeMap::new();
     let mut to_read: Vec<ListedObject> = Vec::new();
     for listed in &listing.objects {
         match cache.remove(&listed.sequence) {
-            Some(known) if known.length == listed.size => {
+            Some(known) if known.summary.length == listed.size => {
                 by_sequence.insert(listed.sequence, known);
             }
             _ => to_read.push(listed.clone()),
         }
     }
-    let summaries: Vec<Result<ObjectSummary>> = stream::iter(to_read)
+    let summaries: Vec<(u64, Result<SummaryRead>)> = stream::iter(to_read)
         .map(|listed: ListedObject| {
             let io = io.clone();
-            async move { io.read_summary(&listed).await }
+            async move { (listed.sequence, io.read_summary(&listed).await) }
         })
         .buffered(concurrency.max(1))
         .collect()
         .await;
-    let mut failed = None;
-    for summary in summaries {
+    // Objects that could not be read, ascending: whether that fails recovery depends on
+    // the floor of the chain chosen without them.
+    let mut failed: BTreeMap<u64, Error> = BTreeMap::new();
+    for (sequence, summary) in summaries {
         match summary {
-            Ok(summary) => {
-                by_sequence.insert(summary.header.sequence, summary);
+            Ok(read) => {
+                by_sequence.insert(sequence, read);
             }
             Err(e) => {
-                failed.get_or_insert(e);
+                failed.insert(sequence, e);
             }
         }
     }
-    if let Some(e) = failed {
+    let headers: BTreeMap<u64, Header> = by_sequence
+        .iter()
+        .map(|(s, o)| (*s, o.summary.header))
+        .collect();
+    let chain = choose_chain(&headers);
+    let chain_end = chain.last().and_then(|s| headers.get(s)).copied();
+    // Below the chosen chain's floor nothing can change the choice, and the chain needs
+    // nothing there (DESIGN.md, end of "Reclaiming space"); at or above it, an object
+    // that cannot be read may be on the chain or end a better one.
+    let floor = chain_end.map_or(0, |h| h.floor);
+    let mut needed = failed.split_off(&floor);
+    // The highest is named: a chain is followed down from its end, so that is where
+    // following it stops (a damaged chain object also makes the objects above it
+    // incomplete, lowering the floor below older unreadable objects).
+    if let Some((_, e)) = needed.pop_last() {
+        for (other, error) in &needed {
+            warn!(key = %io.key(*other), error = %error, "another object recovery needs cannot be read");
+        }
         // What was read stays known: an open that starts over reads only the rest.
         cache.extend(by_sequence);
         return Err(e);
     }
-    let headers: BTreeMap<u64, Header> = by_sequence.iter().map(|(s, o)| (*s, o.header)).collect();
-    let chain = choose_chain(&headers);
+    let unread_below_floor: Vec<UnreadObject> = failed
+        .into_iter()
+        .map(|(sequence, error)| {
+            warn!(key = %io.key(sequence), floor, error = %error,
+                "an object below the chain's floor cannot be read; recovery goes on without it");
+            UnreadObject { sequence, error }
+        })
+        .collect();
     let mut catalog = Catalog::new();
     for sequence in &chain {
         if let Some(o) = by_sequence.get(sequence) {
-            catalog.insert(&o.header, &o.footer.records, o.length)?;
+            catalog.insert(
+                &o.summary.header,
+                &o.summary.footer.records,
+                o.summary.length,
+            )?;
         }
     }
     let on_chain: HashSet<u64> = chain.iter().copied().collect();
     let objects: Vec<ObjectInfo> = by_sequence
         .values()
         .map(|o| ObjectInfo {
-            header: o.header,
-            segments: o.footer.records.len(),
-            entries: o.footer.records.iter().map(|r| r.entry_count()).sum(),
-            bytes: o.length,
-            on_chain: on_chain.contains(&o.header.sequence),
+            header: o.summary.header,
+            segments: o.summary.footer.records.len(),
+            entries: o
+                .summary
+                .footer
+                .records
+                .iter()
+                .map(|r| r.entry_count())
+                .sum(),
+            bytes: o.summary.length,
+            on_chain: on_chain.contains(&o.summary.header.sequence),
+        })
+        .collect();
+    let damaged_segments: Vec<DamagedSegment> = by_sequence
+        .iter()
+        .flat_map(|(sequence, o)| {
+            o.damaged.iter().map(|d| DamagedSegment {
+                key: io.key(*sequence).to_string(),
+                sequence: *sequence,
+                region: d.region,
+                error: d.error.clone(),
+            })
         })
         .collect();
     let report = RecoveryReport {
         orphans: objects.iter().filter(|o| !o.on_chain).count(),
-        chain_end: chain.last().and_then(|s| headers.get(s)).copied(),
+        chain_end,
         max_sequence: listing.objects.last().map_or(0, |o| o.sequence),
         foreign: listing.foreign,
         objects,
+        damaged_segments,
+        unread_below_floor,
     };
     // What this listing showed, for an open that starts over.
     *cache = by_sequence;
@@ -173,8 +280,24 @@ pub async fn open_instance_with(
     config: &Config,
     clock: &dyn CreateClock,
 ) -> Result<Opened> {
+    open_instance_above(io, config, clock, 0).await
+}
+
+/// [`open_instance_with`] for an instance that reopens after its epoch ended: the
+/// opening object goes above `above` as well as above everything present, and every
+/// absent sequence up to it is claimed ([`plan_opening_above`]). The actor runtime
+/// passes the highest sequence whose entry ids it handed out at admission, so that ids
+/// of objects never created (refused, stopped, or lost to an unknown outcome) are
+/// never given again by a later epoch.
+pub async fn open_instance_above(
+    io: &WalIo,
+    config: &Config,
+    clock: &dyn CreateClock,
+    above: u64,
+) -> Result<Opened> {
+    let started = tokio::time::Instant::now();
     let mut last = String::new();
-    let mut cache: BTreeMap<u64, ObjectSummary> = BTreeMap::new();
+    let mut cache: BTreeMap<u64, SummaryRead> = BTreeMap::new();
     // The store error that ended the last attempt, returned if it was the last one.
     let mut store_error: Option<Error> = None;
     for attempt in 1..=config.open_attempts {
@@ -205,7 +328,7 @@ pub async fn open_instance_with(
                 .iter()
                 .map(|o| o.header.sequence)
                 .collect();
-            let plan = plan_opening(&present, recovery.report.chain_end.as_ref())?;
+            let plan = plan_opening_above(&present, recovery.report.chain_end.as_ref(), above)?;
             let claims: Vec<EncodedObject> = plan
                 .claims
                 .iter()
@@ -276,6 +399,8 @@ pub async fn open_instance_with(
                 sequence = plan.opening.sequence,
                 claims = plan.claims.len(),
                 orphans = recovery.report.orphans,
+                damaged_segments = recovery.report.damaged_segments.len(),
+                unread_below_floor = recovery.report.unread_below_floor.len(),
                 "opened"
             );
             Ok(Ok(Opened {
@@ -293,7 +418,10 @@ pub async fn open_instance_with(
             }))
         };
         match step.instrument(span).await? {
-            Ok(opened) => return Ok(opened),
+            Ok(opened) => {
+                io.metrics().opened(&opened, started.elapsed());
+                return Ok(opened);
+            }
             Err(why) => {
                 debug!(attempt, why = %why, "open starts over");
                 last = why;

@@ -91,6 +91,7 @@ pub async fn persist_within(
 /// Creates an object and resolves the answer to a definite outcome: an unknown outcome
 /// is retried with the identical bytes (with backoff) until it is definite or the retry
 /// bound is spent; an `AlreadyExists` is resolved by reading the object at the key.
+/// Once `io` is closed ([`WalIo::close`]) the outcome is unknown at once.
 pub async fn persist(io: &WalIo, object: &EncodedObject, retry: &RetryPolicy) -> PersistOutcome {
     let sequence = object.header().sequence;
     let mut attempt = 1;
@@ -116,10 +117,15 @@ pub async fn persist(io: &WalIo, object: &EncodedObject, retry: &RetryPolicy) ->
                 }
             }
         };
-        if attempt >= retry.max_attempts {
+        // A closed view sends nothing more: the outcome stays unknown.
+        if attempt >= retry.max_attempts || io.is_closed() {
             return PersistOutcome::Unknown { last };
         }
-        tokio::time::sleep(retry.backoff(attempt)).await;
+        io.metrics().create_retries.increment(1);
+        tokio::select! {
+            _ = tokio::time::sleep(retry.backoff(attempt)) => {}
+            _ = io.closed() => return PersistOutcome::Unknown { last },
+        }
         attempt += 1;
     }
 }

@@ -10,15 +10,23 @@
 //! than the budget is fetched alone). A follower reads on as the chain grows; what tells
 //! it the chain grew is its [`ChainGrowth`]: the writer's acknowledgements in-process, or
 //! polling the prefix for a read-only open.
+//!
+//! Damage stays local (FORMAT.md, "What a reader verifies"): a segment that fails its
+//! checks twice is reported ([`WalIo::report_damaged_segment`]) and fails only its own
+//! region, as an [`Error::CorruptSegment`] naming the key and region. Under
+//! [`CorruptSegmentPolicy::Fail`] that region's read ends there; under `Skip` the error
+//! is yielded as the report of the hole and the region's read goes on after it. This
+//! holds alike for a region's read, a follow, and each region of a replay of many
+//! regions: the other regions of the same object are read in full.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
-use tracing::{info_span, warn, Instrument};
+use tracing::{debug, info_span, Instrument};
 
 use crate::catalog::{next_on_chain, Catalog, SegmentLocation};
 use crate::config::{Config, CorruptSegmentPolicy};
@@ -39,7 +47,9 @@ pub struct Entry {
 }
 
 /// Reads `region` from entry id `from` over a shared catalog, which may grow meanwhile:
-/// the segments are looked up one by one as the stream is polled.
+/// the segments are looked up one by one as the stream is polled. A damaged segment
+/// yields its [`Error::CorruptSegment`]; then the read ends (`Fail`) or goes on with the
+/// next segment (`Skip`).
 pub fn read_region(
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
@@ -48,25 +58,8 @@ pub fn read_region(
     read_ahead: usize,
     policy: CorruptSegmentPolicy,
 ) -> BoxStream<'static, Result<Entry>> {
-    let locations = stream::unfold(from, move |next| {
-        let catalog = catalog.clone();
-        async move {
-            let location = catalog
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .segments_from(region, next)
-                .first()
-                .copied()?;
-            Some((location, location.record.last_entry_id + 1))
-        }
-    });
-    let entries = locations
-        .map(move |location| {
-            let io = io.clone();
-            async move { fetch_segment(&io, &location).await }
-        })
-        .buffered(read_ahead.max(1))
-        .scan(false, move |failed, result| {
+    region_segments(io, catalog, region, from, read_ahead)
+        .scan(false, move |failed, (_, result)| {
             let item = if *failed {
                 None
             } else {
@@ -79,34 +72,75 @@ pub fn read_region(
                             .collect::<Vec<_>>(),
                     )),
                     Err(e) => {
-                        *failed = policy == CorruptSegmentPolicy::Fail;
+                        *failed = !skips(policy, &e);
                         Some(stream::iter(vec![Err(e)]))
                     }
                 }
             };
             futures::future::ready(item)
         })
-        .flatten();
-    entries.boxed()
+        .flatten()
+        .boxed()
+}
+
+/// Whether a read under `policy` goes on past `error`: only a damaged segment under
+/// `Skip`. Any other error (a failed GET) ends it, since skipping would lose entries that
+/// are intact at rest.
+fn skips(policy: CorruptSegmentPolicy, error: &Error) -> bool {
+    policy == CorruptSegmentPolicy::Skip && matches!(error, Error::CorruptSegment { .. })
+}
+
+/// The segments of `region` holding ids `>= from`, looked up one by one in the catalog
+/// as the stream is polled, each with what fetching it gave, in order, at most
+/// `read_ahead` ahead of the consumer.
+fn region_segments(
+    io: WalIo,
+    catalog: Arc<RwLock<Catalog>>,
+    region: u64,
+    from: u64,
+    read_ahead: usize,
+) -> BoxStream<'static, (SegmentLocation, Result<Vec<Entry>>)> {
+    let locations = stream::unfold(from, move |next| {
+        let catalog = catalog.clone();
+        async move {
+            let location = catalog
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .segments_from(region, next)
+                .first()
+                .copied()?;
+            Some((location, location.record.last_entry_id + 1))
+        }
+    });
+    locations
+        .map(move |location| {
+            let io = io.clone();
+            async move { (location, fetch_segment(&io, &location).await) }
+        })
+        .buffered(read_ahead.max(1))
+        .boxed()
 }
 
 /// Fetches one segment with a ranged read of exactly its bytes and decodes it, verified
-/// (read again once if verification fails).
+/// (read again once if verification fails; damage found twice is reported).
 pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec<Entry>> {
     let record = &location.record;
     let checked = read_again_once(|| async {
         let bytes = io.read_range(location.sequence, record.range()).await?;
         let decoded = format::decode_segment(bytes, record);
         if let Err(e) = &decoded {
-            warn!(sequence = location.sequence, region = record.region, error = %e, "segment failed verification");
+            debug!(sequence = location.sequence, region = record.region, error = %e, "segment failed verification");
         }
         Ok(decoded)
     })
     .await?;
-    let payloads = checked.map_err(|source| Error::CorruptSegment {
-        key: io.key(location.sequence).to_string(),
-        region: record.region,
-        source,
+    let payloads = checked.map_err(|source| {
+        io.report_damaged_segment(location.sequence, record.region, &source);
+        Error::CorruptSegment {
+            key: io.key(location.sequence).to_string(),
+            region: record.region,
+            source,
+        }
     })?;
     Ok(entries_of(record, payloads, record.first_entry_id))
 }
@@ -157,9 +191,14 @@ impl ReplayLimits {
 /// held and is then fetched alone). The chain objects are looked up in the catalog one
 /// at a time as the budget admits them, so memory stays bounded whatever the log's
 /// length. The stream must be polled within a Tokio runtime (the fetches are spawned
-/// tasks); dropping it aborts the fetches in flight. Under
-/// [`CorruptSegmentPolicy::Fail`] the replay yields its first error and ends; under
-/// `Skip` it yields each error (the report of a hole) and goes on with the next object.
+/// tasks); dropping it aborts the fetches in flight.
+///
+/// A damaged segment yields its [`Error::CorruptSegment`] in its place and touches no
+/// other region: under [`CorruptSegmentPolicy::Fail`] its region's replay ends there
+/// (none of its later entries come, so a consumer never mistakes a hole for the end)
+/// while the other regions go on; under `Skip` its region goes on after the hole. Any
+/// other error (a failed GET) concerns every region of its object: the replay yields it
+/// and ends, under either policy.
 pub fn replay_regions(
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
@@ -173,6 +212,7 @@ pub fn replay_regions(
         planner: Planner {
             catalog,
             from: from.clone(),
+            ended_regions: HashSet::new(),
             after: 0,
             exhausted: false,
         },
@@ -186,8 +226,13 @@ pub fn replay_regions(
         handing_bytes: 0,
         ended: false,
     };
-    stream::unfold(replay, |mut replay| async move {
-        let item = replay.next_entry().await?;
+    let started = tokio::time::Instant::now();
+    stream::unfold(replay, move |mut replay| async move {
+        let Some(item) = replay.next_entry().await else {
+            let took = started.elapsed();
+            replay.io.metrics().replay_duration.record(took);
+            return None;
+        };
         Some((item, replay))
     })
     .boxed()
@@ -205,6 +250,8 @@ struct Plan {
 struct Planner {
     catalog: Arc<RwLock<Catalog>>,
     from: Arc<HashMap<u64, u64>>,
+    /// Regions whose replay ended at a damaged segment (`Fail`): no longer planned.
+    ended_regions: HashSet<u64>,
     /// The last sequence planned.
     after: u64,
     exhausted: bool,
@@ -223,6 +270,9 @@ impl Planner {
         for sequence in objects {
             let mut records: Vec<SegmentLocation> = Vec::new();
             for (&region, &first) in self.from.iter() {
+                if self.ended_regions.contains(&region) {
+                    continue;
+                }
                 let start = first.max(format::entry_id(sequence, 0));
                 if let Some(loc) = catalog
                     .segments_from(region, start)
@@ -248,7 +298,7 @@ impl Planner {
 /// before it finished (the consumer dropped the replay).
 struct Fetch {
     bytes: u64,
-    task: tokio::task::JoinHandle<Result<Vec<Entry>>>,
+    task: tokio::task::JoinHandle<Result<Vec<Result<Entry>>>>,
 }
 
 impl Drop for Fetch {
@@ -271,8 +321,9 @@ struct Replay {
     /// Span bytes counted against the budget: every object in `fetching`, and the one
     /// being handed over.
     held: u64,
-    /// The entries of the object being handed to the consumer.
-    handing: std::vec::IntoIter<Entry>,
+    /// The entries of the object being handed to the consumer, with the errors of its
+    /// damaged segments in their places.
+    handing: std::vec::IntoIter<Result<Entry>>,
     /// Its span bytes, released with its last entry.
     handing_bytes: u64,
     ended: bool,
@@ -317,12 +368,14 @@ impl Replay {
             // Admission happens before this call hands anything over, so bytes released
             // below are reused only once the consumer asks for more.
             self.admit();
-            if let Some(entry) = self.handing.next() {
+            while let Some(item) = self.handing.next() {
                 if self.handing.len() == 0 {
                     let bytes = std::mem::take(&mut self.handing_bytes);
                     self.release(bytes);
                 }
-                return Some(Ok(entry));
+                if let Some(item) = self.pass_on(item) {
+                    return Some(item);
+                }
             }
             // Nothing held but the fetches, so `admit` started every object it could:
             // none in flight means none left.
@@ -345,12 +398,11 @@ impl Replay {
                     }
                 }
                 Err(e) => {
+                    // A failed GET (not a damaged segment: those come as items).
                     self.release(fetch.bytes);
-                    if self.policy == CorruptSegmentPolicy::Fail {
-                        self.ended = true;
-                        self.waiting = None;
-                        self.fetching.clear();
-                    }
+                    self.ended = true;
+                    self.waiting = None;
+                    self.fetching.clear();
                     return Some(Err(e));
                 }
             }
@@ -358,14 +410,35 @@ impl Replay {
     }
 }
 
+impl Replay {
+    /// What the consumer gets of one item of a fetched object: nothing for a region whose
+    /// replay ended at a damaged segment; a damaged segment's error ends its region's
+    /// replay under `Fail`.
+    fn pass_on(&mut self, item: Result<Entry>) -> Option<Result<Entry>> {
+        let region = match &item {
+            Ok(entry) => entry.region,
+            Err(Error::CorruptSegment { region, .. }) => *region,
+            Err(_) => return Some(item),
+        };
+        if self.planner.ended_regions.contains(&region) {
+            return None;
+        }
+        if item.is_err() && self.policy == CorruptSegmentPolicy::Fail {
+            self.planner.ended_regions.insert(region);
+        }
+        Some(item)
+    }
+}
+
 /// Fetches the span of one object that covers `records` (sorted by offset) with one
 /// ranged read and decodes each segment, verified (the span is read again once if one
-/// fails verification).
+/// fails verification). A segment that fails twice is reported and its error takes its
+/// place among the entries; the other segments' entries are all there.
 async fn fetch_segments(
     io: &WalIo,
     records: Vec<SegmentLocation>,
     from: &HashMap<u64, u64>,
-) -> Result<Vec<Entry>> {
+) -> Result<Vec<Result<Entry>>> {
     let (Some(first), Some(last)) = (records.first(), records.last()) else {
         return Ok(Vec::new());
     };
@@ -374,6 +447,7 @@ async fn fetch_segments(
     let checked = read_again_once(|| async {
         let bytes = io.read_range(sequence, span.clone()).await?;
         let mut entries = Vec::new();
+        let mut damaged = false;
         for loc in &records {
             let record = &loc.record;
             let start = (record.offset - span.start) as usize;
@@ -391,21 +465,33 @@ async fn fetch_segments(
             match format::decode_segment(bytes.slice_ref(segment), record) {
                 Ok(payloads) => {
                     let min = from.get(&record.region).copied().unwrap_or(0);
-                    entries.extend(entries_of(record, payloads, min));
+                    entries.extend(entries_of(record, payloads, min).into_iter().map(Ok));
                 }
                 Err(source) => {
-                    return Ok(Err(Error::CorruptSegment {
+                    debug!(sequence, region = record.region, error = %source, "segment failed verification");
+                    damaged = true;
+                    entries.push(Err(Error::CorruptSegment {
                         key: io.key(sequence).to_string(),
                         region: record.region,
                         source,
-                    }))
+                    }));
                 }
             }
         }
-        Ok(Ok(entries))
+        Ok(if damaged { Err(entries) } else { Ok(entries) })
     })
     .await?;
-    checked
+    match checked {
+        Ok(entries) => Ok(entries),
+        Err(entries) => {
+            for item in &entries {
+                if let Err(Error::CorruptSegment { region, source, .. }) = item {
+                    io.report_damaged_segment(sequence, *region, source);
+                }
+            }
+            Ok(entries)
+        }
+    }
 }
 
 /// What tells a follower that the chain may have grown.
@@ -433,8 +519,9 @@ impl ChainGrowth for tokio::sync::watch::Receiver<u64> {
 
 /// Follows `region` from entry id `from` over `catalog`: what it holds, then, each time
 /// `growth` says the chain may have grown, what was added, in order, exactly once. Ends
-/// at the first error (after yielding it), when `growth` ends, or when the consumer
-/// drops the stream.
+/// when `growth` ends, when the consumer drops the stream, or at the first error (after
+/// yielding it), except a damaged segment under [`CorruptSegmentPolicy::Skip`]: its
+/// error is yielded as the report of the hole and the follow goes on after it.
 pub fn follow_region(
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
@@ -443,15 +530,19 @@ pub fn follow_region(
     config: &Config,
     growth: impl ChainGrowth,
 ) -> BoxStream<'static, Result<Entry>> {
+    type Segments = BoxStream<'static, (SegmentLocation, Result<Vec<Entry>>)>;
     struct Following<G> {
         io: WalIo,
         catalog: Arc<RwLock<Catalog>>,
         region: u64,
+        /// The first id not yet handed over (or skipped).
         next: u64,
         read_ahead: usize,
         policy: CorruptSegmentPolicy,
         growth: G,
-        pass: Option<BoxStream<'static, Result<Entry>>>,
+        pass: Option<Segments>,
+        /// The entries of the segment being handed over.
+        pending: std::vec::IntoIter<Entry>,
         ended: bool,
     }
     let state = Following {
@@ -463,6 +554,7 @@ pub fn follow_region(
         policy: config.corrupt_segment_policy,
         growth,
         pass: None,
+        pending: Vec::new().into_iter(),
         ended: false,
     };
     stream::unfold(state, |mut s| async move {
@@ -470,28 +562,40 @@ pub fn follow_region(
             if s.ended {
                 return None;
             }
+            if let Some(entry) = s.pending.next() {
+                s.next = entry.id + 1;
+                return Some((Ok(entry), s));
+            }
             let pass = match &mut s.pass {
                 Some(pass) => pass,
                 None => {
                     s.growth.mark();
-                    let pass = read_region(
+                    let pass = region_segments(
                         s.io.clone(),
                         s.catalog.clone(),
                         s.region,
                         s.next,
                         s.read_ahead,
-                        s.policy,
                     );
                     s.pass.insert(pass)
                 }
             };
             match pass.next().await {
-                Some(Ok(entry)) => {
-                    s.next = entry.id + 1;
-                    return Some((Ok(entry), s));
+                Some((_, Ok(entries))) => {
+                    let next = s.next;
+                    s.pending = entries
+                        .into_iter()
+                        .filter(|e| e.id >= next)
+                        .collect::<Vec<_>>()
+                        .into_iter();
                 }
-                Some(Err(e)) => {
-                    s.ended = true;
+                Some((location, Err(e))) => {
+                    if skips(s.policy, &e) {
+                        // The next pass starts after the hole.
+                        s.next = s.next.max(location.record.last_entry_id + 1);
+                    } else {
+                        s.ended = true;
+                    }
                     return Some((Err(e), s));
                 }
                 None => {
@@ -532,7 +636,7 @@ impl PolledGrowth {
             if let std::collections::btree_map::Entry::Vacant(slot) =
                 self.pending.entry(listed.sequence)
             {
-                slot.insert(self.io.read_summary(&listed).await?);
+                slot.insert(self.io.read_summary(&listed).await?.summary);
             }
         }
         let headers: BTreeMap<u64, Header> =

@@ -6,9 +6,15 @@
 //! as the next object of the epoch. A failed flush ends the epoch;
 //! [`reopen`](ObjectStoreLogStore::reopen) starts a new one. Reads go through the shared
 //! catalog, lazily.
+//!
+//! Metrics ([`crate::metrics`]): an append's latency runs from `append` to the `flush`
+//! that made it durable; pending bytes, uploads in flight, failed appends, restarts and
+//! reclaims are the actor runtime's.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::stream::BoxStream;
 use object_store::ObjectStore;
@@ -39,6 +45,8 @@ pub struct FlushReceipt {
 struct Writing {
     epoch: Epoch,
     batch: Batch,
+    /// When each append of the open batch was admitted (its latency's start).
+    admitted: Vec<Instant>,
 }
 
 impl Writing {
@@ -46,6 +54,7 @@ impl Writing {
         Writing {
             epoch: Epoch::new(opened.epoch, opened.opening_started, config.link_window()),
             batch: Batch::new(config.batch_limits()),
+            admitted: Vec::new(),
         }
     }
 }
@@ -153,10 +162,12 @@ impl ObjectStoreLogStore {
     pub fn append(&mut self, parts: AppendParts) -> Result<usize> {
         let writing = self.writing.as_mut().ok_or(Error::ReadOnly)?;
         writing.epoch.ensure_open()?;
-        writing.batch.admit(parts).map_err(|a| match a {
+        let index = writing.batch.admit(parts).map_err(|a| match a {
             Admit::Full(_) => Error::BatchFull,
             Admit::Invalid(e) => e,
-        })
+        })?;
+        writing.admitted.push(Instant::now());
+        Ok(index)
     }
 
     /// Flushes the open batch as the next object (seal, persist, commit) and returns the
@@ -177,6 +188,8 @@ impl ObjectStoreLogStore {
         }
         let floor = writing.epoch.position().floor;
         let sealed = writing.epoch.seal(&mut writing.batch, floor)?;
+        let sealed_at = Instant::now();
+        let admitted = std::mem::take(&mut writing.admitted);
         let outcome = persist_within(
             &self.io,
             &sealed.encoded,
@@ -191,10 +204,16 @@ impl ObjectStoreLogStore {
             writing.epoch.end(error.clone());
             return Err(error);
         }
-        self.catalog
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .commit(&sealed.encoded)?;
+        let live_objects = {
+            let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
+            catalog.commit(&sealed.encoded)?;
+            catalog.object_count()
+        };
+        let metrics = self.io.metrics();
+        metrics.acknowledged(&sealed, sealed_at.elapsed(), live_objects);
+        for at in admitted {
+            metrics.append_to_durable.record(at.elapsed());
+        }
         Ok(Some(FlushReceipt {
             sequence,
             appends: sealed.receipts,

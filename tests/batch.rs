@@ -2,13 +2,13 @@
 //! (empty appends, entry and object size limits, 2^20 entries of a region, appends
 //! across regions that land whole, a full batch that returns the parts untouched) and a
 //! property that full batches split into objects within their limits, each region's ids
-//! increasing across them. The format itself, and batches that round-trip through it,
-//! are in `tests/format.rs`.
+//! increasing across them and equal to the ids told at admission. The format itself,
+//! and batches that round-trip through it, are in `tests/format.rs`.
 
 use std::collections::BTreeSet;
 
 use bytes::Bytes;
-use object_store_wal::batch::{object_len, Admit, AppendParts, Batch, BatchLimits};
+use object_store_wal::batch::{object_len, Admit, AppendParts, AppendReceipt, Batch, BatchLimits};
 use object_store_wal::format::{
     decode_object, entry_id, entry_sequence, FormatError, Link, EMPTY_OBJECT_LEN,
 };
@@ -349,11 +349,18 @@ proptest! {
         let mut batch = Batch::new(limits);
         let mut sequence = first;
         let mut admitted: Vec<AppendParts> = Vec::new();
+        // The receipts told at admission (`Batch::receipt`), for the sequence sealed next.
+        let mut told: Vec<AppendReceipt> = Vec::new();
         let mut all = Expected::new();
-        let mut flush = |batch: &mut Batch, admitted: &mut Vec<AppendParts>, sequence: &mut u64| {
+        let mut flush = |batch: &mut Batch,
+                         admitted: &mut Vec<AppendParts>,
+                         told: &mut Vec<AppendReceipt>,
+                         sequence: &mut u64| {
             let at = SealAt { sequence: *sequence, epoch: 2, link: Link::NONE, floor: 0 };
             let predicted = batch.encoded_len();
             let sealed = seal(batch, at);
+            assert_eq!(&sealed.receipts, told, "the ids told at admission are final");
+            told.clear();
             let bytes = sealed.encoded.to_bytes();
             assert_eq!(bytes.len() as u64, predicted);
             assert!(predicted <= max_object_bytes);
@@ -382,17 +389,20 @@ proptest! {
                     prop_assert!(with_batch <= max_object_bytes);
                     prop_assert_eq!(i, admitted.len());
                     admitted.push(parts);
+                    told.push(batch.receipt(i, sequence).expect("the receipt of an admitted append"));
                 }
                 Err(Admit::Full(back)) => {
                     prop_assert!(alone <= max_object_bytes);
                     prop_assert!(with_batch > max_object_bytes);
                     prop_assert!(!admitted.is_empty());
                     prop_assert_eq!(&back, &parts);
-                    flush(&mut batch, &mut admitted, &mut sequence);
+                    flush(&mut batch, &mut admitted, &mut told, &mut sequence);
                     model_regions.clear();
                     model_bytes = 0;
                     prop_assert!(matches!(batch.admit(back), Ok(0)));
+                    prop_assert!(batch.receipt(1, sequence).is_none());
                     admitted.push(parts);
+                    told.push(batch.receipt(0, sequence).expect("the receipt of an admitted append"));
                 }
                 Err(Admit::Invalid(Error::AppendTooLarge { bytes, max })) => {
                     prop_assert_eq!(bytes, alone);
@@ -408,7 +418,7 @@ proptest! {
             prop_assert!(batch.encoded_len() <= max_object_bytes);
         }
         if !batch.is_empty() {
-            flush(&mut batch, &mut admitted, &mut sequence);
+            flush(&mut batch, &mut admitted, &mut told, &mut sequence);
         }
         // Across objects, each region's ids keep increasing.
         for entries in all.values() {

@@ -2,6 +2,8 @@
 //! `tests/batch.rs`.
 //!
 //! - The three FORMAT.md test vectors, byte for byte, encoded and decoded by every decoder.
+//! - Damage told apart by part, as recovery's whole read and `walctl verify` tell it
+//!   (`format::check_object`): a damaged segment is reported, not an error.
 //! - Every structural rule violated once, each rejected with its own [`FormatError`]
 //!   variant. A violating object is a valid encoding with bytes patched and the CRCs that
 //!   would otherwise catch the patch first recomputed (with the CRC repairs of
@@ -13,10 +15,10 @@
 use bytes::Bytes;
 use object_store_wal::batch::Batch;
 use object_store_wal::format::{
-    decode_footer, decode_header, decode_object, decode_object_summary, decode_segment,
-    decode_summary, decode_trailer, encode_object, entry_id, entry_position, entry_sequence,
-    DecodedObject, Footer, FormatError, Header, Link, ObjectSummary, SegmentRecord, Trailer,
-    EMPTY_OBJECT_LEN, MAX_SEQUENCE,
+    check_object as check_whole, check_object_crc, decode_footer, decode_header, decode_object,
+    decode_object_summary, decode_segment, decode_summary, decode_trailer, encode_object, entry_id,
+    entry_position, entry_sequence, DecodedObject, Footer, FormatError, Header, Link,
+    ObjectSummary, SegmentDamage, SegmentRecord, Trailer, EMPTY_OBJECT_LEN, MAX_SEQUENCE,
 };
 use object_store_wal::testing::{
     repair_footer_crc, repair_header_crc, repair_object_crc, repair_segment_crc,
@@ -295,6 +297,24 @@ fn probe_all(bytes: &[u8]) {
     if let Ok(s) = decode_summary(bytes, bytes, bytes.len() as u64) {
         check_summary(bytes, bytes, bytes.len() as u64, &s);
     }
+    if let Ok(c) = check_whole(bytes) {
+        check_summary(bytes, bytes, bytes.len() as u64, &c.summary);
+        // Exactly the segments that do not decode are reported damaged.
+        let failing: Vec<u64> = c
+            .summary
+            .footer
+            .records
+            .iter()
+            .filter(|r| {
+                let segment =
+                    Bytes::copy_from_slice(&bytes[r.offset as usize..][..r.length as usize]);
+                decode_segment(segment, r).is_err()
+            })
+            .map(|r| r.region)
+            .collect();
+        let damaged: Vec<u64> = c.damaged.iter().map(|d| d.region).collect();
+        assert_eq!(damaged, failing);
+    }
     if let Ok(h) = decode_header(bytes) {
         assert_eq!(&bytes[..56], &h.encode()[..]);
         assert!(header_rules_hold(&h));
@@ -307,6 +327,59 @@ fn probe_all(bytes: &[u8]) {
 // ---------------------------------------------------------------------------------------
 // 1. Test vectors.
 // ---------------------------------------------------------------------------------------
+
+/// FORMAT.md, "What a reader verifies": in the full vector, a byte of region 42's segment
+/// damages that segment only (the object CRC fails, the summary and region 7 verify); a
+/// damaged object CRC field alone damages no segment; a damaged header makes the object
+/// unusable.
+#[test]
+fn damage_is_told_apart_by_part() {
+    let full = unhex(FULL_HEX);
+    let rec42 = decode_object_summary(&full).unwrap().footer.records[1];
+    assert_eq!(rec42.region, 42);
+
+    let mut b = full.clone();
+    b[rec42.offset as usize + 5] ^= 0x01; // inside "hello"
+    let c = check_whole(&b).expect("header, footer and trailer verify");
+    let computed = crc32fast::hash(&b[rec42.offset as usize..][..rec42.length as usize]);
+    assert_eq!(
+        c.damaged,
+        vec![SegmentDamage {
+            region: 42,
+            error: FormatError::CrcMismatch {
+                part: "segment",
+                stored: rec42.crc,
+                computed,
+            },
+        }]
+    );
+    assert_eq!(c.summary, decode_object_summary(&full).unwrap());
+    assert!(matches!(
+        check_object_crc(&b, &c.summary.trailer),
+        Err(FormatError::CrcMismatch { part: "object", .. })
+    ));
+    assert!(matches!(
+        decode(&b),
+        Err(FormatError::CrcMismatch { part: "object", .. })
+    ));
+
+    let mut b = full.clone();
+    let last = b.len() - 1;
+    b[last] ^= 0x01; // the object CRC itself
+    let c = check_whole(&b).expect("every finer check holds");
+    assert!(c.damaged.is_empty());
+    assert!(matches!(
+        check_object_crc(&b, &c.summary.trailer),
+        Err(FormatError::CrcMismatch { part: "object", .. })
+    ));
+
+    let mut b = full;
+    b[H_EPOCH] ^= 0x01;
+    assert!(matches!(
+        check_whole(&b),
+        Err(FormatError::CrcMismatch { part: "header", .. })
+    ));
+}
 
 #[test]
 fn vector_entry_id() {

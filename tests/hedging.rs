@@ -16,9 +16,9 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{GetOptions, GetResult, ObjectStore, ObjectStoreExt};
 use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
-use object_store_wal::io::{object_key, WalIo};
+use object_store_wal::io::{object_key, CreateAttempt, WalIo};
 use object_store_wal::persist::{persist, PersistOutcome};
-use object_store_wal::testing::{FaultStore, Hooks, Wrapper};
+use object_store_wal::testing::{CountingStore, FaultStore, Hooks, Wrapper};
 use object_store_wal::{Error, HedgeAfter, RetryPolicy};
 
 const PREFIX: &str = "wal";
@@ -208,4 +208,59 @@ impl CollectKeys
         keys.sort();
         keys
     }
+}
+
+/// Closing a view (its WAL stopped or was aborted) ends a create where it hangs, with an
+/// unknown outcome and no retry, and refuses every later request before it reaches the
+/// store.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_closed_view_sends_nothing() {
+    let faults = FaultStore::new(Arc::new(InMemory::new()));
+    let counting = CountingStore::new(faults.clone());
+    let io = WalIo::new(counting.clone(), PREFIX, 1 << 20)
+        .expect("io")
+        .with_requests(HedgeAfter::Off, Duration::from_secs(3600));
+    let hold = faults.hold_creates_of(&key(2));
+    let pending = tokio::spawn({
+        let io = io.clone();
+        async move { persist(&io, &object(2), &retry(5)).await }
+    });
+    hold.wait_arrived(1).await;
+
+    io.close();
+    assert!(io.is_closed());
+    let outcome = pending.await.expect("the persist task");
+    assert!(
+        matches!(
+            outcome,
+            PersistOutcome::Unknown {
+                last: Error::Stopped { .. }
+            }
+        ),
+        "{outcome:?}"
+    );
+    hold.wait_abandoned(1).await;
+    hold.release();
+    let sent = counting.counts().requests();
+    assert!(matches!(io.list().await, Err(Error::Stopped { .. })));
+    assert!(matches!(io.list_after(1).await, Err(Error::Stopped { .. })));
+    assert!(matches!(io.read_whole(2).await, Err(Error::Stopped { .. })));
+    assert!(matches!(
+        io.read_range(2, 0..8).await,
+        Err(Error::Stopped { .. })
+    ));
+    assert!(matches!(io.delete(2).await, Err(Error::Stopped { .. })));
+    assert!(matches!(
+        io.create(&object(3)).await,
+        CreateAttempt::Unknown(Error::Stopped { .. })
+    ));
+    io.closed().await;
+    assert_eq!(
+        counting.counts().requests(),
+        sent,
+        "nothing reached the store"
+    );
+    assert_eq!(hold.arrived(), 1, "the create was never retried");
+    assert_eq!(hold.finished(), 0, "nor let through");
+    assert_eq!(faults.inner().head(&key(2)).await.ok(), None);
 }

@@ -1,7 +1,8 @@
 //! Replays of many regions (`read::replay_regions`): up to `replay_concurrency` objects
 //! fetched at once, never more than `replay_budget_bytes` fetched and not yet handed to
 //! the consumer, each chain object read with one GET, every acknowledged entry replayed
-//! in order, and an object larger than the budget still replayed, alone.
+//! in order, an object larger than the budget still replayed, alone, and a damaged
+//! segment failing only its region.
 //!
 //! A test hook, [`GateHooks`], sits in front of the store: it can hold every GET until
 //! the test releases it, counts the GETs in flight, and at the start of each GET adds up
@@ -669,11 +670,12 @@ async fn d_an_object_larger_than_the_budget_is_replayed_alone() {
 // (e) A damaged segment, under each policy
 // ---------------------------------------------------------------------------------------
 
-/// A segment that fails verification twice: under `Fail` the replay yields the objects
-/// before it, then the error, and ends; under `Skip` it yields the error in its place
-/// and goes on with the objects after it.
+/// A segment that fails verification twice fails only its region: the replay yields its
+/// `CorruptSegment` (naming key and region) in the segment's place, and every entry of
+/// the other regions, the damaged object's included. Under `Fail` nothing more of that
+/// region comes; under `Skip` it goes on after the hole.
 #[tokio::test]
-async fn e_a_damaged_segment_ends_the_replay_or_is_skipped_by_policy() {
+async fn e_a_damaged_segment_ends_its_region_or_is_skipped_by_policy() {
     let faults = FaultStore::new(Arc::new(InMemory::new()));
     let objects: Vec<Vec<(u64, Vec<usize>)>> = (0..6)
         .map(|o| vec![(1, vec![500 + o]), (2, vec![700, 300 + o])])
@@ -684,7 +686,8 @@ async fn e_a_damaged_segment_ends_the_replay_or_is_skipped_by_policy() {
     let sequences: Vec<u64> = full_spans(&wal).iter().map(|(s, _)| *s).collect();
     let damaged = sequences[2];
     for policy in [CorruptSegmentPolicy::Fail, CorruptSegmentPolicy::Skip] {
-        // The GET and the one read again both see a flipped bit.
+        // The GET and the one read again both see a flipped bit, in the middle of the
+        // span (regions 1 and 2): inside region 2's segment.
         faults.flip_next_gets_of(&Path::from(key(damaged)), 2);
         let mut stream = replay_regions(
             wal.io().clone(),
@@ -705,33 +708,37 @@ async fn e_a_damaged_segment_ends_the_replay_or_is_skipped_by_policy() {
             .collect();
         assert_eq!(errors.len(), 1, "{policy:?}: one error: {items:?}");
         let error = errors[0];
-        assert!(
-            matches!(
-                items[error],
-                Err(object_store_wal::Error::CorruptSegment { .. })
-            ),
-            "{policy:?}: {:?}",
-            items[error]
-        );
+        match &items[error] {
+            Err(object_store_wal::Error::CorruptSegment { key: k, region, .. }) => {
+                assert_eq!((k.as_str(), *region), (key(damaged).as_str(), 2));
+            }
+            other => panic!("{policy:?}: {other:?}"),
+        }
         let entries: Vec<Entry> = items.into_iter().filter_map(|i| i.ok()).collect();
-        let before: Vec<Acked> = expected
+        let before = expected
             .iter()
-            .filter(|a| a.sequence < damaged)
+            .filter(|a| a.sequence < damaged || (a.sequence == damaged && a.region < 2))
+            .count();
+        assert_eq!(
+            error, before,
+            "{policy:?}: the error comes in the segment's place"
+        );
+        let want: Vec<Acked> = expected
+            .iter()
+            .filter(|a| match policy {
+                CorruptSegmentPolicy::Fail => a.region != 2 || a.sequence < damaged,
+                _ => a.region != 2 || a.sequence != damaged,
+            })
             .cloned()
             .collect();
-        assert_eq!(
-            error,
-            before.len(),
-            "{policy:?}: the error comes in the object's place"
-        );
-        let want: Vec<Acked> = match policy {
-            CorruptSegmentPolicy::Fail => before,
-            _ => expected
-                .iter()
-                .filter(|a| a.sequence != damaged)
-                .cloned()
-                .collect(),
-        };
         assert_replayed(&entries, &want);
     }
+    assert_eq!(
+        wal.io()
+            .request_stats()
+            .damaged_segments
+            .load(Ordering::Relaxed),
+        2,
+        "each replay's finding counts"
+    );
 }

@@ -902,6 +902,12 @@ impl Sim {
                     self.note(format!("replay through #{i} failed, again: {e}"));
                     last = Some(e);
                 }
+                // The instance ended (fenced, or out of restarts) while it served the
+                // replay: nothing of it reaches the store any more, so the replay ends
+                // too. As when it is gone before the replay starts.
+                Some(Error::Stopped { .. }) if handle.terminal_error().is_some() => {
+                    return Err(handle.terminal_error().expect("a terminal error"));
+                }
                 Some(e) => self.fail(format!(
                     "the replay through #{i} failed with {e:?}: only injected read failures (retried) may fail it; a flipped read is flipped once and must be read again"
                 )),

@@ -1,7 +1,9 @@
 //! Integration tests of the core: recovery on hand-built prefixes, the open/fencing
 //! protocol (claims, opening object, late creates of an earlier instance), the outcome
-//! table of a create (sequential write path and `store::persist`), region reads, and
-//! configuration checks.
+//! table of a create (sequential write path and `store::persist`), region reads, damage
+//! that stays local (a damaged segment fails only its region in reads, replays and
+//! follows; unreadable objects below the floor do not fail recovery), and configuration
+//! checks.
 //!
 //! Every scenario is one `async fn(Arc<dyn ObjectStore>)`, run on `InMemory`, on
 //! `LocalFileSystem` (with fsync) in a fresh temporary directory, and on the local servers
@@ -22,12 +24,14 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
 use object_store_wal::batch::{Batch, SealedObject};
 use object_store_wal::epoch::EpochState;
 use object_store_wal::format::{self, encode_object, EncodedObject, FormatError, Header, Link};
-use object_store_wal::io::{object_key, parse_key};
+use object_store_wal::io::{object_key, parse_key, WalIo};
+use object_store_wal::open::open_instance_above;
 use object_store_wal::persist::{persist, PersistOutcome};
+use object_store_wal::read::{follow_region, replay_regions, ReplayLimits};
 use object_store_wal::testing::{CountingStore, CreateFault, FaultStore, GetRecord};
 use object_store_wal::{
-    entry_id, AppendParts, Config, Durability, EpochEndReason, Error, ObjectStoreLogStore,
-    RecoveryReport, RegionIds, RetryPolicy,
+    entry_id, AppendParts, BootClock, Config, CorruptSegmentPolicy, DamagedSegment, Durability,
+    EpochEndReason, Error, ObjectStoreLogStore, RecoveryReport, RegionIds, RetryPolicy,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -86,9 +90,12 @@ on_every_store!(
     gaps_in_sequences,
     leftover_claims_never_end_the_chain,
     damaged_object_names_its_key,
+    a_damaged_segment_fails_only_its_region,
+    unreadable_objects_below_the_floor_do_not_fail_recovery,
     sequence_mismatch_names_its_key,
     foreign_keys_are_skipped_and_kept,
     open_claims_holes_and_writes_the_opening_object,
+    open_above_claims_up_to_the_sequences_handed_out,
     floor_bounds_recovery,
     two_instances_one_after_the_other,
     late_create_meets_the_claim_and_is_fenced,
@@ -595,7 +602,6 @@ async fn damaged_object_names_its_key(store: Arc<dyn ObjectStore>) {
     put_object(&store, header(1, 2, (0, 0), 0), &[(1, &["a"])]).await;
     let good = put_object(&store, header(2, 2, (1, 2), 0), &[(1, &["payload-b"])]).await;
     let good = good.to_bytes();
-    let record = good_record(&good);
 
     let flip = |at: usize| {
         let mut v = good.to_vec();
@@ -608,10 +614,12 @@ async fn damaged_object_names_its_key(store: Arc<dyn ObjectStore>) {
     version_2[52..56].copy_from_slice(&crc.to_le_bytes());
 
     let footer_at = good.len() - 32 - 8 - 48;
+    // A damaged segment is not among them: it fails only reads of its region
+    // (`a_damaged_segment_fails_only_its_region`).
     let damages: Vec<(&str, Bytes)> = vec![
         ("header byte", flip(20)),
         ("footer byte", flip(footer_at + 10)),
-        ("segment byte (object CRC, whole read)", flip(record.0 + 5)),
+        ("trailer magic", flip(good.len() - 30)),
         ("truncated", good.slice(..60)),
         ("version 2", Bytes::from(version_2)),
     ];
@@ -645,10 +653,9 @@ async fn damaged_object_names_its_key(store: Arc<dyn ObjectStore>) {
                                 "{source:?}"
                             )
                         }
-                        _ => assert!(
-                            matches!(source, FormatError::CrcMismatch { part: "object", .. }),
-                            "{what}: {source:?}"
-                        ),
+                        _ => {
+                            assert_eq!(source, &FormatError::BadMagic { part: "trailer" }, "{what}")
+                        }
                     }
                 }
                 other => panic!("{what}: expected CorruptObject, got {other:?}"),
@@ -663,11 +670,306 @@ async fn damaged_object_names_its_key(store: Arc<dyn ObjectStore>) {
     }
 }
 
-/// The (offset, length) of the single segment of an object.
-fn good_record(bytes: &Bytes) -> (usize, usize) {
-    let summary = format::decode_object_summary(bytes).expect("valid");
-    let r = summary.footer.records[0];
-    (r.offset as usize, r.length as usize)
+/// One item of a read, replay or follow as text: `region:id:payload`, or the damaged
+/// segment an error names. Any other error fails the test.
+fn item(i: Result<object_store_wal::Entry, Error>) -> String {
+    match i {
+        Ok(e) => format!(
+            "{}:{}:{}",
+            e.region,
+            e.id,
+            String::from_utf8(e.payload.to_vec()).expect("utf8")
+        ),
+        Err(Error::CorruptSegment {
+            key,
+            region,
+            source: FormatError::CrcMismatch {
+                part: "segment", ..
+            },
+        }) => format!("damaged {key} region {region}"),
+        Err(other) => panic!("unexpected error {other:?}"),
+    }
+}
+
+/// `region:id:payload` of the entry at `(sequence, position)`.
+fn at(region: u64, sequence: u64, position: u64, payload: &str) -> String {
+    format!("{region}:{}:{payload}", entry_id(sequence, position))
+}
+
+fn damaged_counter(wal: &ObjectStoreLogStore) -> u64 {
+    wal.io()
+        .request_stats()
+        .damaged_segments
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A byte flipped inside region 2's segment of object 2 of a three-region prefix: the
+/// open (which reads these small objects whole) succeeds and reports it; regions 1 and 3
+/// read every entry; region 2 meets a `CorruptSegment` naming key and region in a read,
+/// a replay and a follow, which ends there under `Fail` and goes on past it under `Skip`.
+async fn a_damaged_segment_fails_only_its_region(store: Arc<dyn ObjectStore>) {
+    put_object(
+        &store,
+        header(1, 2, (0, 0), 0),
+        &[(1, &["1a", "1b"]), (2, &["2a", "2b"]), (3, &["3a"])],
+    )
+    .await;
+    let object = put_object(
+        &store,
+        header(2, 2, (1, 2), 0),
+        &[(1, &["1c"]), (2, &["2c", "2d"]), (3, &["3b", "3c"])],
+    )
+    .await;
+    put_object(
+        &store,
+        header(3, 2, (2, 2), 0),
+        &[(1, &["1d"]), (2, &["2e"]), (3, &["3d"])],
+    )
+    .await;
+    let record = *object.records().iter().find(|r| r.region == 2).unwrap();
+    let mut bytes = object.to_bytes().to_vec();
+    // The first payload byte of "2c" (after its 4-byte length).
+    bytes[record.offset as usize + 4] ^= 0x01;
+    let damaged_crc = crc32fast::hash(&bytes[record.offset as usize..][..record.length as usize]);
+    put_raw(&store, &key(2), bytes).await;
+    let damaged = format!("damaged {} region 2", key(2));
+
+    // Recovery reads each object whole (they are under `whole_read_threshold`), finds the
+    // damage, reports it, and goes on.
+    let ro = open_ro(&store).await;
+    assert_eq!(
+        ro.report().damaged_segments,
+        vec![DamagedSegment {
+            key: key(2).to_string(),
+            sequence: 2,
+            region: 2,
+            error: FormatError::CrcMismatch {
+                part: "segment",
+                stored: record.crc,
+                computed: damaged_crc,
+            },
+        }]
+    );
+    assert_eq!(damaged_counter(&ro), 1);
+    assert_eq!(on_chain(ro.report()), vec![1, 2, 3]);
+    assert!(ro.report().unread_below_floor.is_empty());
+
+    // The other regions read every entry, those of object 2 included.
+    let region_1 = vec![
+        at(1, 1, 0, "1a"),
+        at(1, 1, 1, "1b"),
+        at(1, 2, 0, "1c"),
+        at(1, 3, 0, "1d"),
+    ];
+    let region_3 = vec![
+        at(3, 1, 0, "3a"),
+        at(3, 2, 0, "3b"),
+        at(3, 2, 1, "3c"),
+        at(3, 3, 0, "3d"),
+    ];
+    for (region, expected) in [(1, &region_1), (3, &region_3)] {
+        let got: Vec<String> = ro.read(region, 0).map(item).collect().await;
+        assert_eq!(&got, expected, "region {region}");
+    }
+    assert_eq!(damaged_counter(&ro), 1, "no other read met damage");
+
+    // Region 2 under `Fail`: the entries before the hole, the error, the end.
+    let before_hole = vec![at(2, 1, 0, "2a"), at(2, 1, 1, "2b"), damaged.clone()];
+    let got: Vec<String> = ro.read(2, 0).map(item).collect().await;
+    assert_eq!(got, before_hole);
+    assert_eq!(damaged_counter(&ro), 2, "the read's finding counts");
+
+    // Under `Skip`, through a writer's open (which writes its opening object, 4): the
+    // report of the hole, then the entries after it.
+    let mut skip = config();
+    skip.corrupt_segment_policy = CorruptSegmentPolicy::Skip;
+    let mut wal = ObjectStoreLogStore::open(store.clone(), skip.clone())
+        .await
+        .expect("a writer opens over a damaged segment");
+    assert_eq!(wal.report().damaged_segments, ro.report().damaged_segments);
+    let past_hole: Vec<String> = before_hole
+        .iter()
+        .cloned()
+        .chain([at(2, 3, 0, "2e")])
+        .collect();
+    let got: Vec<String> = wal.read(2, 0).map(item).collect().await;
+    assert_eq!(got, past_hole);
+
+    // A replay of the three regions: one error in the segment's place; under `Fail`
+    // nothing more of region 2, under `Skip` region 2 goes on.
+    let from: std::collections::HashMap<u64, u64> = [(1, 0), (2, 0), (3, 0)].into();
+    let replay_of = |policy| {
+        replay_regions(
+            wal.io().clone(),
+            wal.catalog(),
+            from.clone(),
+            ReplayLimits::of(&config()),
+            policy,
+        )
+        .map(item)
+        .collect::<Vec<String>>()
+    };
+    let object_1 = [at(1, 1, 0, "1a"), at(1, 1, 1, "1b"), at(2, 1, 0, "2a")];
+    let object_1 = object_1
+        .into_iter()
+        .chain([at(2, 1, 1, "2b"), at(3, 1, 0, "3a")]);
+    let object_2 = [
+        at(1, 2, 0, "1c"),
+        damaged.clone(),
+        at(3, 2, 0, "3b"),
+        at(3, 2, 1, "3c"),
+    ];
+    let expected: Vec<String> = object_1
+        .clone()
+        .chain(object_2.clone())
+        .chain([at(1, 3, 0, "1d"), at(3, 3, 0, "3d")])
+        .collect();
+    assert_eq!(replay_of(CorruptSegmentPolicy::Fail).await, expected);
+    let expected: Vec<String> = object_1
+        .chain(object_2)
+        .chain([at(1, 3, 0, "1d"), at(2, 3, 0, "2e"), at(3, 3, 0, "3d")])
+        .collect();
+    assert_eq!(replay_of(CorruptSegmentPolicy::Skip).await, expected);
+
+    // Follow under `Fail`: the entries before the hole, the error, the end (the growth
+    // sender is still alive, so the end comes from the error).
+    let (_grows, growth) = tokio::sync::watch::channel(0u64);
+    let got: Vec<String> = follow_region(ro.io().clone(), ro.catalog(), 2, 0, ro.config(), growth)
+        .map(item)
+        .collect()
+        .await;
+    assert_eq!(got, before_hole);
+
+    // Follow under `Skip`: past the hole, then what the writer appends next, once.
+    let (grows, growth) = tokio::sync::watch::channel(0u64);
+    let mut follow = follow_region(wal.io().clone(), wal.catalog(), 2, 0, &skip, growth);
+    let mut got = Vec::new();
+    for _ in 0..past_hole.len() {
+        got.push(item(follow.next().await.expect("an item")));
+    }
+    assert_eq!(got, past_hole);
+    let receipt = wal
+        .append_and_flush(parts(&[(2, &["2f"])]))
+        .await
+        .expect("append");
+    grows.send_replace(receipt.sequence);
+    let next = follow.next().await.map(item);
+    assert_eq!(next, Some(at(2, receipt.sequence, 0, "2f")));
+    drop(grows);
+    assert!(
+        follow.next().await.is_none(),
+        "the follow ends with its growth"
+    );
+    // The writer's recovery, its read, its two replays and its follow: five findings.
+    assert_eq!(damaged_counter(&wal), 5);
+}
+
+/// Objects below the chosen chain's floor that cannot be read, one damaged and one
+/// deleted between the listing and its read, do not fail recovery; an object at or above
+/// the floor that cannot be read still does, naming its key.
+async fn unreadable_objects_below_the_floor_do_not_fail_recovery(store: Arc<dyn ObjectStore>) {
+    let faults = FaultStore::new(store.clone());
+    let wrapped = as_dyn(&faults);
+    put_object(&store, header(1, 2, (0, 0), 0), &[(1, &["a"])]).await;
+    put_object(&store, header(2, 2, (1, 2), 0), &[(1, &["b"])]).await;
+    // Floor 3: objects 1 and 2 may have been reclaimed; the chain is 3, 4.
+    let three = put_object(&store, header(3, 2, (2, 2), 3), &[(1, &["c"])]).await;
+    put_object(&store, header(4, 2, (3, 2), 3), &[(1, &["d"])]).await;
+    let mut one = get_bytes(&store, &key(1)).await.to_vec();
+    one[20] ^= 0x01;
+    put_raw(&store, &key(1), one).await;
+    // Listed, then deleted just before recovery reads it, as by a reclaimer.
+    faults.delete_before_next_get_of(&key(2));
+
+    let ro = ObjectStoreLogStore::open_read_only(wrapped.clone(), config())
+        .await
+        .expect("what lies below the floor does not fail recovery");
+    let report = ro.report();
+    assert_eq!(on_chain(report), vec![3, 4]);
+    assert_eq!(
+        report
+            .objects
+            .iter()
+            .map(|o| o.header.sequence)
+            .collect::<Vec<_>>(),
+        vec![3, 4],
+        "the unread objects are not among the objects"
+    );
+    let unread: Vec<u64> = report
+        .unread_below_floor
+        .iter()
+        .map(|u| u.sequence)
+        .collect();
+    assert_eq!(unread, vec![1, 2]);
+    match &report.unread_below_floor[0].error {
+        Error::CorruptObject { key: k, source } => {
+            assert_eq!(k, &key(1).to_string());
+            assert!(
+                matches!(source, FormatError::CrcMismatch { part: "header", .. }),
+                "{source:?}"
+            );
+        }
+        other => panic!("expected CorruptObject for object 1, got {other:?}"),
+    }
+    match &report.unread_below_floor[1].error {
+        Error::Store {
+            op: "get",
+            key: k,
+            source,
+        } => {
+            assert_eq!(k, &key(2).to_string());
+            assert!(
+                matches!(**source, object_store::Error::NotFound { .. }),
+                "{source:?}"
+            );
+        }
+        other => panic!("expected a GET that found nothing for object 2, got {other:?}"),
+    }
+    assert_eq!(faults.fault_counts().deleted_behind, 1);
+    assert_eq!(replay(&ro, 1, 0).await, ids(&[(3, 0, "c"), (4, 0, "d")]));
+
+    // A writer opens too, above everything, keeping the chain's floor.
+    let wal = ObjectStoreLogStore::open(wrapped.clone(), config())
+        .await
+        .expect("a writer opens");
+    assert_eq!(wal.report().unread_below_floor.len(), 1, "object 1 only");
+    let opening = stored_empty(&store, 5).await;
+    assert_eq!(
+        (opening.link, opening.floor),
+        (
+            Link {
+                sequence: 4,
+                epoch: 2
+            },
+            3
+        )
+    );
+    assert_eq!(replay(&wal, 1, 0).await, ids(&[(3, 0, "c"), (4, 0, "d")]));
+
+    // At the floor, a damaged object fails recovery, named.
+    let mut damaged = three.to_bytes().to_vec();
+    damaged[20] ^= 0x01;
+    put_raw(&store, &key(3), damaged).await;
+    let e = expect_err(ObjectStoreLogStore::open_read_only(wrapped.clone(), config()).await);
+    assert!(
+        matches!(&e, Error::CorruptObject { key: k, .. } if k == &key(3).to_string()),
+        "{e:?}"
+    );
+    // Above it, an object deleted between the listing and its read fails a read-only
+    // recovery, named (a writer's open would start over from a fresh listing).
+    put_raw(&store, &key(3), three.to_bytes()).await;
+    faults.delete_before_next_get_of(&key(4));
+    let e = expect_err(ObjectStoreLogStore::open_read_only(wrapped, config()).await);
+    match &e {
+        Error::Store { key: k, source, .. } => {
+            assert_eq!(k, &key(4).to_string());
+            assert!(
+                matches!(**source, object_store::Error::NotFound { .. }),
+                "{source:?}"
+            );
+        }
+        other => panic!("expected the missing object 4 named, got {other:?}"),
+    }
 }
 
 async fn sequence_mismatch_names_its_key(store: Arc<dyn ObjectStore>) {
@@ -801,6 +1103,40 @@ async fn open_claims_holes_and_writes_the_opening_object(store: Arc<dyn ObjectSt
     assert_eq!(on_chain(report), vec![2, 3, 7]);
     assert_eq!(orphans(report), vec![4, 5, 6]);
     assert_eq!(stored_empty(&store, 8).await, header(8, 9, (7, 8), 2));
+    assert_eq!(replay(&next, 1, 0).await, ids(&[(2, 0, "a"), (3, 0, "b")]));
+}
+
+/// An instance that reopens after handing out ids at sequences it never created (the
+/// actor runtime's two-stage acknowledgement) opens above them: the absent sequences up
+/// to `above` are claimed like any hole, and the next object is above them all.
+async fn open_above_claims_up_to_the_sequences_handed_out(store: Arc<dyn ObjectStore>) {
+    // Chain 2 -> 3; the ended epoch had handed out ids at 4 and 5, never created.
+    put_object(&store, header(2, 3, (0, 0), 0), &[(1, &["a"])]).await;
+    put_object(&store, header(3, 3, (2, 3), 0), &[(1, &["b"])]).await;
+    let io = WalIo::for_config(store.clone(), &config()).expect("io");
+
+    let opened = open_instance_above(&io, &config(), &BootClock, 5)
+        .await
+        .expect("open");
+    assert_eq!(opened.recovery.report.max_sequence, 3);
+    // M = max(3, 5): claims 4 and 5, opening object 6 in epoch 7, writing from 7.
+    let opening = stored_empty(&store, 6).await;
+    assert_eq!(opening, header(6, 7, (3, 3), 0));
+    for hole in [4, 5] {
+        let c = stored_empty(&store, hole).await;
+        assert_eq!(c, claim(hole, 7, (3, 3), 0));
+    }
+    assert_eq!(opened.epoch.next_sequence, 7);
+
+    // Below what is present, `above` changes nothing: M = 6, opening object 7.
+    let opened = open_instance_above(&io, &config(), &BootClock, 2)
+        .await
+        .expect("open");
+    assert_eq!(opened.epoch.next_sequence, 8);
+    assert_eq!(stored_empty(&store, 7).await, header(7, 8, (6, 7), 0));
+    let present: Vec<u64> = stored(&store).await.into_keys().collect();
+    assert_eq!(present, vec![2, 3, 4, 5, 6, 7]);
+    let next = open(&store).await;
     assert_eq!(replay(&next, 1, 0).await, ids(&[(2, 0, "a"), (3, 0, "b")]));
 }
 

@@ -1,5 +1,6 @@
 //! The `walctl` inspector run as a process on a `file://` store: append, chain, dump,
-//! verify, a damaged object, and usage errors.
+//! verify, stats, damaged segments (named, local to their region) and damaged objects,
+//! and usage errors.
 //!
 //! Cargo gives integration tests no path to an example binary, so the first test to need
 //! it builds it (`cargo build --example walctl`, same target directory and profile as
@@ -9,7 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use object_store_wal::format::{encode_object, Header, Link};
+use bytes::Bytes;
+use object_store_wal::format::{decode_object_summary, encode_object, Header, Link};
+use object_store_wal::io::store_from_url;
+use object_store_wal::{Config, ObjectStoreLogStore};
 use serde_json::Value;
 
 const PREFIX: &str = "demo";
@@ -333,61 +337,259 @@ fn append_chain_dump_verify_on_a_file_store() {
     assert_eq!(seqs, (1..=12).collect::<Vec<_>>());
     assert!(verified.iter().all(|l| l["ok"] == true), "{verified:?}");
 
+    // Stats of this known prefix: objects 1..=12 (chain 1-4, 11, 12; claims 5-9; the
+    // orphan 10), region 7's five entries in three segments, one foreign key.
+    let wal_bytes: u64 = (1..=12)
+        .map(|s| std::fs::metadata(key_file(dir, s)).expect("object").len())
+        .sum();
+    let stats = walctl(dir, &["stats", "--json"]).ok();
+    assert_eq!(stats.len(), 1, "{stats:?}");
+    let expected = serde_json::json!({
+        "objects": 12,
+        "bytes": wal_bytes,
+        "chain_objects": 6,
+        "chain_end": 12,
+        "epoch": 12,
+        "floor": 0,
+        "max_sequence": 12,
+        "regions": 1,
+        "entries": 5,
+        "claims": 5,
+        "orphans": 1,
+        "foreign_keys": 1,
+        "segments": 3,
+        "segments_checked": 3,
+        "damaged_segments": 0,
+        "unread_below_floor": 0,
+    });
+    assert_eq!(stats[0], expected);
+    // The same numbers as a table, one "name value what" row each.
+    let run = Command::new(walctl_bin())
+        .args(["--url", &url_of(dir), "--prefix", PREFIX, "stats"])
+        .output()
+        .expect("run walctl");
+    assert_eq!(run.status.code(), Some(0));
+    let table = String::from_utf8(run.stdout).expect("UTF-8");
+    let rows: Vec<(String, String)> = table
+        .lines()
+        .map(|l| {
+            let mut words = l.split_whitespace();
+            let name = words.next().expect("name").to_string();
+            (name, words.next().expect("value").to_string())
+        })
+        .collect();
+    let want: Vec<(String, String)> = expected
+        .as_object()
+        .expect("object")
+        .iter()
+        .map(|(n, v)| (n.clone(), v.to_string()))
+        .collect();
+    let mut sorted = rows.clone();
+    sorted.sort();
+    assert_eq!(sorted, want, "{table}");
+
     // None of the read-only commands wrote anything.
     let before = snapshot(dir);
     walctl(dir, &["chain"]).ok();
     walctl(dir, &["dump", "--region", "7"]).ok();
     walctl(dir, &["verify"]).ok();
+    walctl(dir, &["stats", "--json"]).ok();
     assert_eq!(snapshot(dir), before);
 }
 
-#[test]
-fn a_damaged_object_fails_every_reader_and_is_named() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path();
-    let (seq, _) = append(dir, 7, &["68656c6c6f", "776f726c64"]);
-    append(dir, 7, &["00"]);
-    assert!(walctl(dir, &["verify"])
-        .ok()
-        .iter()
-        .all(|l| l["ok"] == true));
+/// Appends `parts` (several regions in one object) in-process through the library, as
+/// `walctl append` would for one region; returns the object's sequence.
+fn append_parts(dir: &Path, parts: &[(u64, &[&str])]) -> u64 {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let store = store_from_url(&url_of(dir)).expect("store");
+        let mut wal = ObjectStoreLogStore::open(store, Config::new(PREFIX))
+            .await
+            .expect("open");
+        let parts = parts
+            .iter()
+            .map(|(region, entries)| {
+                let entries = entries.iter().map(|e| Bytes::from(e.to_string())).collect();
+                (*region, entries)
+            })
+            .collect();
+        wal.append_and_flush(parts).await.expect("append").sequence
+    })
+}
 
-    // Flip a byte of the first entry's payload (header 56, length prefix 4).
+/// Flips a bit of the first payload byte of `region`'s segment in object `seq`.
+fn damage_segment(dir: &Path, seq: u64, region: u64) {
     let path = key_file(dir, seq);
     let mut bytes = std::fs::read(&path).expect("read object");
-    bytes[56 + 4 + 1] ^= 0x20;
+    let summary = decode_object_summary(&bytes).expect("intact before");
+    let record = summary
+        .footer
+        .records
+        .iter()
+        .find(|r| r.region == region)
+        .expect("the region has a segment");
+    bytes[record.offset as usize + 4] ^= 0x20;
     std::fs::write(&path, &bytes).expect("write object");
-    let damaged = key(seq);
+}
 
+fn payloads(lines: &[Value], region: u64) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| {
+            assert_eq!(l["region"], region, "{l}");
+            let hex = l["payload_hex"].as_str().expect("payload_hex");
+            String::from_utf8(hex::decode(hex).expect("hex")).expect("UTF-8")
+        })
+        .collect()
+}
+
+#[test]
+fn damaged_segments_are_named_and_stay_local() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let s1 = append_parts(dir, &[(7, &["a1", "a2"]), (8, &["b1"])]);
+    let s2 = append_parts(dir, &[(7, &["a3"]), (8, &["b2", "b3"])]);
+    let s3 = append_parts(dir, &[(7, &["a4"]), (8, &["b4"])]);
+    assert_eq!((s1, s2, s3), (2, 4, 6));
+    damage_segment(dir, s1, 8);
+    damage_segment(dir, s2, 7);
+    let named =
+        |seq: u64, region: u64| format!("damaged segment of region {region} in {}", key(seq));
+
+    // Verify names both, goes on to the end, and fails; progress every 2 objects.
+    let run = walctl(dir, &["verify", "--progress-every", "2"]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    let seqs: Vec<u64> = run
+        .lines
+        .iter()
+        .map(|l| l["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=6).collect::<Vec<_>>(), "every object, in order");
+    for l in &run.lines {
+        let seq = l["seq"].as_u64().unwrap();
+        let region = match seq {
+            2 => 8,
+            4 => 7,
+            _ => {
+                assert_eq!(l["ok"], true, "{l}");
+                continue;
+            }
+        };
+        assert_eq!(l["ok"], false, "{l}");
+        let segments = l["damaged_segments"].as_array().expect("damaged_segments");
+        assert_eq!(segments.len(), 1, "{l}");
+        assert_eq!(segments[0]["key"], key(seq), "{l}");
+        assert_eq!(segments[0]["region"], region, "{l}");
+        let error = segments[0]["error"].as_str().expect("error");
+        assert!(error.starts_with("segment CRC mismatch"), "{error}");
+        assert!(
+            l["error"].as_str().unwrap().contains(&named(seq, region)),
+            "{l}"
+        );
+    }
+    for expected in [
+        named(s1, 8),
+        named(s2, 7),
+        "walctl: verified 2/6 objects".to_string(),
+        "walctl: verified 4/6 objects".to_string(),
+        "walctl: verified 6/6 objects".to_string(),
+        "walctl: 2 damaged segments in 2 objects, 0 unusable objects, of 6 objects".to_string(),
+    ] {
+        assert!(
+            run.stderr.contains(&expected),
+            "{expected:?} in {}",
+            run.stderr
+        );
+    }
+
+    // Recovery (chain, stats) goes on and reports both.
+    let chain = walctl(dir, &["chain"]).ok();
+    let damaged: Vec<(String, u64)> = chain
+        .iter()
+        .filter(|l| l.get("damaged").is_some())
+        .map(|l| {
+            (
+                l["damaged"].as_str().unwrap().to_string(),
+                l["region"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(damaged, vec![(key(s1), 8), (key(s2), 7)]);
+    let stats = walctl(dir, &["stats", "--json"]).ok();
+    assert_eq!(stats[0]["damaged_segments"], 2, "{stats:?}");
+    assert_eq!(stats[0]["regions"], 2, "{stats:?}");
+
+    // Only the damaged region's reads fail, at the hole, naming it.
+    let run = walctl(dir, &["dump", "--region", "7"]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains(&named(s2, 7)), "{}", run.stderr);
+    assert_eq!(payloads(&run.lines, 7), ["a1", "a2"]);
+    let run = walctl(dir, &["dump", "--region", "8"]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains(&named(s1, 8)), "{}", run.stderr);
+    assert!(run.lines.is_empty(), "{:?}", run.lines);
+    // An object's intact segments read in full: region 8 of object 4 and on, from there.
+    let from = id(s2, 0).to_string();
+    let run = walctl(dir, &["dump", "--region", "8", "--from", &from]);
+    assert_eq!(payloads(&run.ok(), 8), ["b2", "b3", "b4"]);
+
+    // Only the object CRC of object 5 (an opening object) damaged: recovery, which does
+    // not check it, is unaffected; verify names it.
+    let path = key_file(dir, 5);
+    let mut bytes = std::fs::read(&path).expect("read object");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x01;
+    std::fs::write(&path, &bytes).expect("write object");
+    walctl(dir, &["chain"]).ok();
     let run = walctl(dir, &["verify"]);
     assert_eq!(run.code, Some(1), "{}", run.stderr);
-    assert!(run.stderr.contains(&damaged), "{}", run.stderr);
-    assert_eq!(run.lines.len(), 4, "{:?}", run.lines);
-    for l in &run.lines {
-        if l["seq"] == seq {
-            assert_eq!(l["ok"], false, "{l}");
-            let error = l["error"].as_str().expect("error");
-            assert!(error.contains(&damaged), "{error}");
-        } else {
-            assert_eq!(l["ok"], true, "{l}");
-        }
-    }
+    let line = run.lines.iter().find(|l| l["seq"] == 5).expect("object 5");
+    assert_eq!(line["ok"], false);
+    let error = line["error"].as_str().unwrap();
+    assert!(
+        error.contains(&key(5)) && error.contains("object CRC mismatch"),
+        "{error}"
+    );
+    assert!(
+        run.stderr.contains(
+            "2 damaged segments in 2 objects, 0 unusable objects, \
+             1 objects whose only damage is their object CRC, of 6 objects"
+        ),
+        "{}",
+        run.stderr
+    );
 
-    for args in [&["chain"][..], &["dump", "--region", "7"][..]] {
-        let run = walctl(dir, args);
-        assert_eq!(run.code, Some(1), "{args:?}: {}", run.stderr);
-        assert!(run.stderr.contains(&damaged), "{args:?}: {}", run.stderr);
-    }
-
-    // A damaged header too: still named, still exit 1.
+    // A damaged header makes the object unusable: recovery fails naming it.
+    let path = key_file(dir, s3);
     let mut bytes = std::fs::read(&path).expect("read object");
     bytes[3] ^= 0x01;
     std::fs::write(&path, &bytes).expect("write object");
-    for args in [&["chain"][..], &["verify"][..]] {
+    let tip = key(s3);
+    for args in [
+        &["chain"][..],
+        &["stats"][..],
+        &["dump", "--region", "8"][..],
+    ] {
         let run = walctl(dir, args);
         assert_eq!(run.code, Some(1), "{args:?}: {}", run.stderr);
-        assert!(run.stderr.contains(&damaged), "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(&tip), "{args:?}: {}", run.stderr);
     }
+    let run = walctl(dir, &["verify"]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    let line = run.lines.iter().find(|l| l["seq"] == s3).expect("object 6");
+    assert_eq!(line["ok"], false);
+    assert!(line["error"].as_str().unwrap().contains(&tip), "{line}");
+    assert!(
+        run.stderr.contains(
+            "2 damaged segments in 2 objects, 1 unusable objects, \
+             1 objects whose only damage is their object CRC, of 6 objects"
+        ),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]

@@ -1,19 +1,28 @@
 //! `WalHandle`: async methods over the supervisor's messages, for callers that are not
 //! actors, and the functions that spawn the WAL.
+//!
+//! A call waits as long as the WAL takes unless the handle has a per-call timeout
+//! ([`WalHandle::with_timeout`]); then it gives up with [`Error::CallTimeout`], which
+//! withdraws nothing: the request stays with the WAL, and a timed-out append may still
+//! become durable, so its error says [`Durability::MayBeDurable`].
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
-use futures::Stream;
 use object_store::ObjectStore;
+use object_store_wal::io::WalIo;
 use object_store_wal::{
-    AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Entry, Error, Result,
+    AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Error, Result,
 };
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::messages::{AppendRequest, EntryReceiver, WalMsg, WalStats};
+use crate::admission::{wait_durable_through, Admitted, Durable, Progress, ProgressState};
+use crate::messages::{AppendRequest, EntryReceiver, EntryStream, WalMsg, WalStats};
 use crate::supervisor::{RestartPolicy, Supervisor, SupervisorArgs};
 
 /// Why the WAL could not be spawned.
@@ -59,19 +68,29 @@ pub async fn spawn_wal_with(
     parent: Option<ActorCell>,
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
     config.validate()?;
+    let io = WalIo::for_config(store, &config)?;
     let terminal = Arc::new(Mutex::new(None));
+    let (progress, progress_rx) = Progress::new();
     let args = SupervisorArgs {
-        store,
+        io: io.clone(),
         config,
         restarts,
         terminal: terminal.clone(),
         clock,
+        progress,
     };
     let (actor, join) = match parent {
         Some(p) => Actor::spawn_linked(None, Supervisor, args, p).await?,
         None => Actor::spawn(None, Supervisor, args).await?,
     };
-    Ok((WalHandle { actor, terminal }, join))
+    let handle = WalHandle {
+        actor,
+        terminal,
+        timeout: None,
+        progress: progress_rx,
+        io,
+    };
+    Ok((handle, join))
 }
 
 /// A cloneable handle on a running WAL.
@@ -79,6 +98,12 @@ pub async fn spawn_wal_with(
 pub struct WalHandle {
     actor: ActorRef<WalMsg>,
     terminal: Arc<Mutex<Option<Error>>>,
+    /// Each call's timeout, if any.
+    timeout: Option<Duration>,
+    /// Where the ids handed out at admission stand (the barrier waits on it).
+    progress: watch::Receiver<ProgressState>,
+    /// The instance's store access, closed by `abort` (and `stop`) before they return.
+    io: WalIo,
 }
 
 impl WalHandle {
@@ -93,6 +118,61 @@ impl WalHandle {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// A handle on the same WAL whose every call gives up after `timeout` with
+    /// [`Error::CallTimeout`] (this handle and its other clones keep theirs).
+    ///
+    /// Giving up withdraws nothing: the request stays with the WAL and may still be
+    /// served. A timed-out append may still be admitted, become durable and be replayed,
+    /// so its error is [`Durability::MayBeDurable`], never `NotWritten`: retrying it
+    /// could duplicate its entries (read the region to learn whether it landed). A
+    /// timed-out `obsolete` may still be recorded, a timed-out `stop` still stops. For
+    /// reads the timeout bounds getting the stream, not consuming it. It is measured on
+    /// tokio's clock (virtual time when the clock is paused).
+    pub fn with_timeout(&self, timeout: Duration) -> WalHandle {
+        WalHandle {
+            timeout: Some(timeout),
+            ..self.clone()
+        }
+    }
+
+    /// The per-call timeout of this handle, if it has one.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Runs `call` under the handle's timeout, if any.
+    async fn timed<T>(
+        &self,
+        op: &'static str,
+        durability: Durability,
+        call: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let Some(after) = self.timeout else {
+            return call.await;
+        };
+        match tokio::time::timeout(after, call).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::CallTimeout {
+                op,
+                after,
+                durability,
+            }),
+        }
+    }
+
+    /// Waits until the first recovery is done and the WAL serves appends and reads.
+    /// Fails with the error that ended the WAL if its first open failed terminally
+    /// (damaged data, a store without conditional creates, restarts exhausted: the
+    /// error of the last attempt) or it stopped first ([`Error::Stopped`]). A retryable
+    /// failure of an open is not an answer: the WAL opens again and `ready` waits on.
+    pub async fn ready(&self) -> Result<()> {
+        self.timed("ready", Durability::NotWritten, async {
+            self.call(|reply| WalMsg::Ready { reply }, || self.gone())
+                .await?
+        })
+        .await
     }
 
     fn gone(&self) -> Error {
@@ -123,13 +203,108 @@ impl WalHandle {
     /// Appends to several regions at once, atomically (one object); waits for room
     /// under backpressure.
     pub async fn append_many(&self, parts: AppendParts) -> Result<AppendReceipt> {
-        self.append_inner(parts, false).await
+        self.timed(
+            "append",
+            Durability::MayBeDurable,
+            self.append_inner(parts, false),
+        )
+        .await
     }
 
     /// Like [`append_many`](Self::append_many), but fails at once with
     /// [`Error::Backpressure`] when `max_pending_bytes` are held.
     pub async fn try_append_many(&self, parts: AppendParts) -> Result<AppendReceipt> {
-        self.append_inner(parts, true).await
+        self.timed(
+            "append",
+            Durability::MayBeDurable,
+            self.append_inner(parts, true),
+        )
+        .await
+    }
+
+    /// Appends `entries` to `region` and returns as soon as they are admitted into the
+    /// open batch, with their ids and a future for their durability (the two-stage
+    /// acknowledgement, [`crate::admission`]): apply them to memory now, and await
+    /// [`Admitted::durable`] (or [`durable_through`](Self::durable_through)) before
+    /// answering a client or flushing.
+    ///
+    /// The ids are final: the receipt `durable` resolves with has the same ids, and a
+    /// replay returns the entries with them. If the append fails after admission,
+    /// `durable` says how ([`Error::durability`]), and its ids are never given to
+    /// other entries by this WAL, nor replayed unless its object turned out durable
+    /// (possible only when the error is `MayBeDurable`). Waits for room under
+    /// backpressure; a refusal before admission (bad input, the WAL stopped or ended)
+    /// is returned here. Under the handle's timeout, the wait for admission is bounded
+    /// (`MayBeDurable`: it may still be admitted), `durable` is not.
+    pub async fn append_admitted(&self, region: u64, entries: Vec<Bytes>) -> Result<Admitted> {
+        self.append_many_admitted(vec![(region, entries)]).await
+    }
+
+    /// [`append_admitted`](Self::append_admitted) for several regions at once,
+    /// atomically (one object).
+    pub async fn append_many_admitted(&self, parts: AppendParts) -> Result<Admitted> {
+        self.timed(
+            "append",
+            Durability::MayBeDurable,
+            self.append_admitted_inner(parts),
+        )
+        .await
+    }
+
+    async fn append_admitted_inner(&self, parts: AppendParts) -> Result<Admitted> {
+        let (reply, durable_rx) = ractor::concurrency::oneshot();
+        let (admitted, admitted_rx) = ractor::concurrency::oneshot();
+        let durable = Durable::new(durable_rx, self.terminal.clone());
+        let request = AppendRequest {
+            parts,
+            fail_fast: false,
+            reply: reply.into(),
+            admitted: Some(admitted.into()),
+        };
+        if self.actor.cast(WalMsg::Append(request)).is_err() {
+            return Err(self.gone());
+        }
+        match admitted_rx.await {
+            Ok(ids) => Ok(Admitted { ids, durable }),
+            // Not admitted: the durability reply has the refusal. (A receipt there
+            // would mean it was admitted and acknowledged unannounced: take its ids.)
+            Err(_) => {
+                let receipt = durable.await?;
+                Ok(Admitted {
+                    ids: receipt.clone(),
+                    durable: Durable::resolved(Ok(receipt), self.terminal.clone()),
+                })
+            }
+        }
+    }
+
+    /// Waits until every entry id up to `id` that this WAL handed out (at admission or
+    /// in a receipt) before the call is durable: the barrier before a flush or an
+    /// [`obsolete`](Self::obsolete). Ids are object-granular, so the whole object
+    /// holding `id` is waited for; `u64::MAX` waits for everything handed out so far.
+    ///
+    /// Fails if an object holding such an id failed, with that object's error: the
+    /// lowest one that may still be durable ([`Durability::MayBeDurable`]: an unknown
+    /// outcome may land and be replayed, even after recovery), else the lowest failed
+    /// one (`NotWritten`). A failure is permanent: every later barrier at or above it
+    /// fails too, since the ids below can no longer all be durable (the failed appends'
+    /// own `durable` futures say which entries; a region that dealt with them, say by
+    /// rebuilding from a replay, goes on by the `durable` futures of its later appends).
+    /// Ids of a failed plain [`append`](Self::append) were never handed out and fail no
+    /// barrier.
+    pub async fn durable_through(&self, id: u64) -> Result<()> {
+        let closed = || match self.terminal_error() {
+            Some(e) => e.with_durability(Durability::MayBeDurable),
+            None => Error::Stopped {
+                durability: Durability::MayBeDurable,
+            },
+        };
+        self.timed(
+            "durable_through",
+            Durability::MayBeDurable,
+            wait_durable_through(self.progress.clone(), id, closed),
+        )
+        .await
     }
 
     async fn append_inner(&self, parts: AppendParts, fail_fast: bool) -> Result<AppendReceipt> {
@@ -148,6 +323,7 @@ impl WalHandle {
                     parts,
                     fail_fast,
                     reply,
+                    admitted: None,
                 })
             },
             dropped,
@@ -158,6 +334,15 @@ impl WalHandle {
     /// The entries of `region` with id `>= from` (and above its obsolete watermark), in
     /// order, through a bounded channel.
     pub async fn read(&self, region: u64, from: u64) -> Result<EntryReceiver> {
+        self.timed(
+            "read",
+            Durability::NotWritten,
+            self.read_inner(region, from),
+        )
+        .await
+    }
+
+    async fn read_inner(&self, region: u64, from: u64) -> Result<EntryReceiver> {
         // A read that reached a reader just as it failed is dropped unanswered; reads
         // are idempotent, so it is sent again (to the restarted reader), a few times.
         for _ in 0..3 {
@@ -191,8 +376,16 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(|reply| WalMsg::Replay { regions, reply }, gone)
-            .await?
+        self.timed("replay", Durability::NotWritten, async {
+            self.call(|reply| WalMsg::Replay { regions, reply }, gone)
+                .await?
+        })
+        .await
+    }
+
+    /// [`replay`](Self::replay) as a `Stream`.
+    pub async fn replay_stream(&self, regions: Vec<(u64, u64)>) -> Result<EntryStream> {
+        Ok(self.replay(regions).await?.into_stream())
     }
 
     /// Follows `region`: its entries with id `>= from`, then every new one as it is
@@ -201,15 +394,24 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(
-            |reply| WalMsg::Follow {
-                region,
-                from,
-                reply,
-            },
-            gone,
-        )
-        .await?
+        self.timed("follow", Durability::NotWritten, async {
+            self.call(
+                |reply| WalMsg::Follow {
+                    region,
+                    from,
+                    reply,
+                },
+                gone,
+            )
+            .await?
+        })
+        .await
+    }
+
+    /// [`follow`](Self::follow) as a `Stream`: it ends only when the WAL stops (or
+    /// with an error).
+    pub async fn follow_stream(&self, region: u64, from: u64) -> Result<EntryStream> {
+        Ok(self.follow(region, from).await?.into_stream())
     }
 
     /// Records that every entry `region` has now is safe elsewhere (a dropped region).
@@ -218,11 +420,7 @@ impl WalHandle {
     }
 
     /// [`read`](Self::read) as a `Stream`.
-    pub async fn read_stream(
-        &self,
-        region: u64,
-        from: u64,
-    ) -> Result<impl Stream<Item = Result<Entry>> + Send + 'static> {
+    pub async fn read_stream(&self, region: u64, from: u64) -> Result<EntryStream> {
         Ok(self.read(region, from).await?.into_stream())
     }
 
@@ -231,8 +429,11 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(|reply| WalMsg::Obsolete { region, id, reply }, gone)
-            .await?
+        self.timed("obsolete", Durability::NotWritten, async {
+            self.call(|reply| WalMsg::Obsolete { region, id, reply }, gone)
+                .await?
+        })
+        .await
     }
 
     /// The last entry id of `region` on the live chain (`None` once its entries all fell
@@ -241,14 +442,17 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(
+        let call = self.call(
             |reply| WalMsg::LastEntryId {
                 region: Some(region),
                 reply,
             },
             gone,
-        )
-        .await?
+        );
+        self.timed("last_entry_id", Durability::NotWritten, async {
+            call.await?
+        })
+        .await
     }
 
     /// The last entry id of the whole log.
@@ -256,14 +460,17 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(
+        let call = self.call(
             |reply| WalMsg::LastEntryId {
                 region: None,
                 reply,
             },
             gone,
-        )
-        .await?
+        );
+        self.timed("last_entry_id", Durability::NotWritten, async {
+            call.await?
+        })
+        .await
     }
 
     /// Counters and positions.
@@ -271,20 +478,43 @@ impl WalHandle {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        self.call(|reply| WalMsg::Stats { reply }, gone).await
+        let call = self.call(|reply| WalMsg::Stats { reply }, gone);
+        self.timed("stats", Durability::NotWritten, call).await
     }
 
-    /// Stops gracefully: uploads in flight finish and are acknowledged or failed; appends
-    /// not sent get [`Error::Stopped`]. Idempotent: stopping a stopped WAL succeeds.
+    /// Stops gracefully: uploads in flight finish and are acknowledged or failed, within
+    /// `max_create_duration` (those still unanswered then fail as unknown outcomes,
+    /// [`Durability::MayBeDurable`]); appends not sent get [`Error::Stopped`]. Returns
+    /// `Ok` once the WAL has stopped, or the error that had ended it (e.g.
+    /// [`Error::Fenced`], damaged data, restarts exhausted; as
+    /// [`terminal_error`](Self::terminal_error), with `NotWritten`: it says nothing of
+    /// any append). Idempotent: a second stop answers as the first. An append failing
+    /// during the stop gets its own error, not the stop. Once it returns, nothing of this
+    /// instance reaches the store: no request is sent, none in flight goes on, every
+    /// task the WAL spawned ends (a read's after its consumer took the `Stopped` error).
     pub async fn stop(&self) -> Result<()> {
-        match self.actor.call(|reply| WalMsg::Stop { reply }, None).await {
-            Ok(_) | Err(_) => Ok(()),
-        }
+        self.timed("stop", Durability::NotWritten, async {
+            // Answered once stopped; an error means the supervisor had already ended.
+            let _ = self.actor.call(|reply| WalMsg::Stop { reply }, None).await;
+            // Already closed by the supervisor, unless it had ended before.
+            self.io.close();
+            match self.terminal_error() {
+                Some(e) => Err(e.with_durability(Durability::NotWritten)),
+                None => Ok(()),
+            }
+        })
+        .await
     }
 
     /// Ends the WAL at once, as a crash would: no upload is waited for, nothing more is
-    /// answered. Uploads already sent may still land (the next open deals with them).
+    /// answered. Uploads already sent may still land (the next open deals with them),
+    /// but once this returns nothing more of this instance reaches the store: requests
+    /// waiting for an answer are dropped, none is sent again, and the actors and tasks
+    /// end.
     pub fn abort(&self) {
+        // First: the actors below end asynchronously, and one still handling a message
+        // could otherwise start a request after this returned.
+        self.io.close();
         self.actor.stop_children(None);
         self.actor.kill();
     }

@@ -18,6 +18,17 @@
 //! Callers that are actors send [`WalMsg`]s with `RpcReplyPort`s; others use the
 //! cloneable [`WalHandle`].
 //!
+//! A node that applies entries to memory as soon as their ids are fixed uses the
+//! two-stage acknowledgement ([`admission`]): [`WalHandle::append_admitted`] answers at
+//! admission with the final ids and a [`Durable`] future, and
+//! [`WalHandle::durable_through`] waits until every id up to one is durable.
+//!
+//! Metrics go through the `metrics` facade: the node installs a recorder before it
+//! spawns the WAL ([`object_store_wal::metrics`] lists them). The supervisor's
+//! `Counters` feed the actor-only ones (failed appends, restarts, reclaimed objects,
+//! pending bytes, uploads in flight); the writer records each append's and each
+//! object's latency to durable. [`WalStats`] stays for callers that poll.
+//!
 //! ## What each error means for the caller
 //!
 //! - `Ok(receipt)`: durable; the ids are final and will be replayed.
@@ -27,12 +38,19 @@
 //! - [`Error::Backpressure`]: nothing was sent; retry later.
 //! - [`Error::Fenced`]: another instance owns the prefix; this WAL has stopped for good
 //!   and its supervisor failed (the node sees it).
-//! - [`Error::Stopped`]: the WAL was stopped.
+//! - [`Error::Stopped`]: the WAL was stopped (a read in progress gets it too: once
+//!   `stop()` or `abort()` returned, nothing of the instance reaches the store, and a
+//!   stop waits for uploads in flight at most `max_create_duration`, failing those
+//!   still unanswered as unknown outcomes, `EpochEnded` with `MayBeDurable`).
+//! - [`Error::CallTimeout`] (a handle made by [`WalHandle::with_timeout`]): the caller
+//!   stopped waiting, the request goes on. A timed-out append is `MayBeDurable`: it may
+//!   still become durable and be replayed.
 //! - Input errors (`EmptyAppend`, `EntryTooLarge`, `AppendTooLarge`, `TooManyEntries`):
 //!   nothing was sent; fix the input.
 
 #![warn(missing_docs)]
 
+pub mod admission;
 pub mod handle;
 pub mod messages;
 pub mod reader;
@@ -41,7 +59,8 @@ pub mod recovery;
 pub mod supervisor;
 pub mod writer;
 
+pub use admission::{Admitted, Durable};
 pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
-pub use messages::{AppendRequest, EntryReceiver, WalMsg, WalStats};
+pub use messages::{AppendRequest, EntryReceiver, EntryStream, WalMsg, WalStats};
 pub use object_store_wal::{Durability, Error};
 pub use supervisor::RestartPolicy;

@@ -7,6 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use object_store_wal::metrics::{Counter, Gauge, Metrics};
 use object_store_wal::open::Opened;
 use object_store_wal::persist::PersistOutcome;
 use object_store_wal::{AppendParts, AppendReceipt, Entry, Error, Result};
@@ -14,6 +15,10 @@ use ractor::RpcReplyPort;
 
 /// A stream of a region's entries: a bounded channel fed by the region's reader.
 pub type EntryReceiver = flume::Receiver<Result<Entry>>;
+
+/// An [`EntryReceiver`] as a `futures::Stream` (from the handle's `*_stream` calls): it
+/// ends when the read does; dropping it ends the read.
+pub type EntryStream = flume::r#async::RecvStream<'static, Result<Entry>>;
 
 /// One append: its parts (one region or several, landing atomically in one object).
 #[derive(Debug)]
@@ -25,6 +30,12 @@ pub struct AppendRequest {
     pub fail_fast: bool,
     /// Gets the receipt once the append is durable, or the error.
     pub reply: RpcReplyPort<Result<AppendReceipt>>,
+    /// If set, gets the append's ids as soon as it is admitted into the open batch,
+    /// before it is durable (the two-stage acknowledgement: [`crate::admission`]). The
+    /// ids are final; `reply` still answers once the append is durable or failed. Left
+    /// unanswered (dropped) when the append is refused before admission: `reply` then
+    /// has the error.
+    pub admitted: Option<RpcReplyPort<AppendReceipt>>,
 }
 
 /// What the supervisor (the WAL) accepts.
@@ -81,15 +92,22 @@ pub enum WalMsg {
         /// was refused (the WAL stopped, or [`Error::Backpressure`] while it opens).
         reply: RpcReplyPort<Result<Option<u64>>>,
     },
+    /// Answered once the first recovery is done (`Ok`), or with the error that ended
+    /// the WAL before it was (the first open failed terminally, or the WAL stopped).
+    Ready {
+        /// Gets the answer.
+        reply: RpcReplyPort<Result<()>>,
+    },
     /// Counters and positions.
     Stats {
         /// Gets the stats.
         reply: RpcReplyPort<WalStats>,
     },
-    /// Stop gracefully: uploads in flight finish and are acknowledged or failed, appends
-    /// not yet sent get [`Error::Stopped`]. Idempotent.
+    /// Stop gracefully: uploads in flight finish and are acknowledged or failed (within
+    /// `max_create_duration`, past which those still unanswered fail as unknown
+    /// outcomes), appends not yet sent get [`Error::Stopped`]. Idempotent.
     Stop {
-        /// Answered once stopped.
+        /// Answered once stopped: nothing of the instance reaches the store any more.
         reply: RpcReplyPort<()>,
     },
     /// A message of the WAL's own actors (recovery, writer, timers). It cannot be built
@@ -152,9 +170,13 @@ pub enum WriterMsg {
     },
     /// Stop gracefully.
     Stop {
-        /// Answered once every upload in flight finished.
+        /// Answered once every upload in flight finished, or was abandoned at the stop
+        /// deadline.
         reply: RpcReplyPort<()>,
     },
+    /// `max_create_duration` passed since the stop: the uploads still in flight are
+    /// abandoned as unknown outcomes.
+    StopDeadline,
     /// A region's obsolete watermark rose.
     Obsolete {
         /// The region.
@@ -186,50 +208,106 @@ pub enum ReaderMsg {
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Objects acknowledged (opening objects excluded).
-    pub objects: AtomicU64,
+    pub objects: Stat,
     /// Bytes of the objects acknowledged.
-    pub object_bytes: AtomicU64,
+    pub object_bytes: Stat,
     /// Entries acknowledged.
-    pub entries: AtomicU64,
+    pub entries: Stat,
     /// Appends acknowledged.
-    pub appends: AtomicU64,
+    pub appends: Stat,
     /// Payload bytes acknowledged.
-    pub payload_bytes: AtomicU64,
+    pub payload_bytes: Stat,
     /// Create requests sent for acknowledged objects.
-    pub puts: AtomicU64,
+    pub puts: Stat,
     /// Creates retried after an unknown outcome.
-    pub retries: AtomicU64,
+    pub retries: Stat,
     /// Creates that met an existing object of another epoch or content.
-    pub conflicts: AtomicU64,
+    pub conflicts: Stat,
     /// Appends failed.
-    pub failed_appends: AtomicU64,
+    pub failed_appends: Stat,
     /// Writers replaced.
-    pub restarts: AtomicU64,
+    pub restarts: Stat,
     /// Reads started.
-    pub reads: AtomicU64,
+    pub reads: Stat,
     /// Payload bytes admitted and not yet acknowledged or failed.
-    pub pending_bytes: AtomicU64,
+    pub pending_bytes: Stat,
     /// Uploads in flight.
-    pub in_flight: AtomicU64,
+    pub in_flight: Stat,
     /// The floor of the last object acknowledged.
-    pub floor: AtomicU64,
+    pub floor: Stat,
     /// Everything below this sequence was deleted by the reclaimer.
-    pub reclaimed_below: AtomicU64,
+    pub reclaimed_below: Stat,
     /// Objects deleted by the reclaimer.
-    pub deleted: AtomicU64,
+    pub deleted: Stat,
 }
 
 impl Counters {
-    pub(crate) fn add(c: &AtomicU64, n: u64) {
-        c.fetch_add(n, Ordering::Relaxed);
+    /// Counters that also feed the WAL's metrics ([`object_store_wal::metrics`]): failed
+    /// appends, restarts, reclaimed objects, pending bytes and uploads in flight. The
+    /// rest are `WalStats`' only (the core emits the acknowledgements' metrics).
+    pub fn new(metrics: &Metrics) -> Self {
+        Counters {
+            failed_appends: Stat::counting(&metrics.appends_failed),
+            restarts: Stat::counting(&metrics.writer_restarts),
+            deleted: Stat::counting(&metrics.reclaimed_objects),
+            pending_bytes: Stat::gauging(&metrics.pending_bytes),
+            in_flight: Stat::gauging(&metrics.uploads_in_flight),
+            ..Counters::default()
+        }
     }
 
-    pub(crate) fn set(c: &AtomicU64, n: u64) {
-        c.store(n, Ordering::Relaxed);
+    pub(crate) fn add(c: &Stat, n: u64) {
+        c.value.fetch_add(n, Ordering::Relaxed);
+        match &c.metric {
+            Feeds::Nothing => {}
+            Feeds::Counter(m) => m.increment(n),
+            Feeds::Gauge(m) => m.increment(n as f64),
+        }
     }
 
-    pub(crate) fn get(c: &AtomicU64) -> u64 {
-        c.load(Ordering::Relaxed)
+    pub(crate) fn set(c: &Stat, n: u64) {
+        c.value.store(n, Ordering::Relaxed);
+        match &c.metric {
+            Feeds::Nothing => {}
+            Feeds::Counter(m) => m.absolute(n),
+            Feeds::Gauge(m) => m.set(n as f64),
+        }
+    }
+
+    pub(crate) fn get(c: &Stat) -> u64 {
+        c.value.load(Ordering::Relaxed)
+    }
+}
+
+/// One of the [`Counters`]: its value for `WalStats`, and the metric it feeds, if any.
+#[derive(Debug, Default)]
+pub struct Stat {
+    value: AtomicU64,
+    metric: Feeds,
+}
+
+/// The metric a [`Stat`] feeds.
+#[derive(Debug, Default)]
+enum Feeds {
+    #[default]
+    Nothing,
+    Counter(Counter),
+    Gauge(Gauge),
+}
+
+impl Stat {
+    fn counting(counter: &Counter) -> Self {
+        Stat {
+            value: AtomicU64::new(0),
+            metric: Feeds::Counter(counter.clone()),
+        }
+    }
+
+    fn gauging(gauge: &Gauge) -> Self {
+        Stat {
+            value: AtomicU64::new(0),
+            metric: Feeds::Gauge(gauge.clone()),
+        }
     }
 }
 
@@ -297,6 +375,10 @@ pub struct WalStats {
     pub hedge_wins: u64,
     /// Requests that had not answered within `request_timeout`.
     pub timeouts: u64,
+    /// Damaged segments met: by a recovery that read their object whole, or by a read,
+    /// replay or follow of their region. Each finding counts (a segment met twice counts
+    /// twice); the warnings in the log name key and region.
+    pub damaged_segments: u64,
 }
 
 impl WalStats {

@@ -7,16 +7,27 @@
 //! grace exceeds). Deletes go oldest first, `MAX_DELETES_IN_FLIGHT` at a time; foreign
 //! keys and anything at or above `F` are never touched. A failed delete is retried later,
 //! never fatal. After a restart the reclaimer starts from the recovered chain's floor,
-//! with a fresh grace.
+//! with a fresh grace. A pass runs in a task of its own, aborted when the reclaimer
+//! ends (and its requests end when the WAL's store access is closed): nothing is
+//! listed or deleted after the WAL stopped.
 //!
 //! Floors waiting out their grace are kept in order, one per [`FLOOR_BUCKETS`]th of the
 //! grace: a floor acknowledged within that time of the newest waiting one replaces it
 //! (with its own, later, time), whatever the rate at which the floor rises. So at most
 //! about `FLOOR_BUCKETS` floors wait and one grace timer is pending (for the oldest), a
 //! floor is reclaimed at most `reclaim_grace / FLOOR_BUCKETS` later than it could have
-//! been (never earlier: deleting later is always safe), and a pass, which lists the whole
-//! prefix, starts at most about `FLOOR_BUCKETS` times per grace instead of once per floor
-//! rise.
+//! been (never earlier: deleting later is always safe), and a pass starts at most
+//! about `FLOOR_BUCKETS` times per grace instead of once per floor rise.
+//!
+//! A key is its sequence, so after one pass has listed the prefix, the next passes
+//! delete the keys of the sequences between the last pass's floor and the new one
+//! without listing: a LIST costs as much as a PUT on S3, GCS and Azure, and a DELETE
+//! nothing, so listing every pass made the reclaimer's LISTs up to half of a node's
+//! request bill. A DELETE of a key that is not there succeeds. Every
+//! [`LIST_EVERY`]th pass, and any pass whose range is wider than
+//! [`MAX_UNLISTED_RANGE`], lists again: that catches a straggler a stalled create of an
+//! earlier instance may have landed below the floor after its key was deleted (never
+//! acknowledged, see above, but left behind).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -34,6 +45,12 @@ use crate::messages::Counters;
 pub const MAX_DELETES_IN_FLIGHT: usize = 8;
 /// Floors waiting out their grace per `reclaim_grace`, at most (see the module doc).
 pub const FLOOR_BUCKETS: u32 = 16;
+/// Every this many passes, a pass lists the prefix instead of deleting by sequence.
+pub const LIST_EVERY: u32 = 64;
+/// A pass whose sequences span more than this lists instead of deleting each one (a
+/// guard against a jump in sequences, not a limit a node meets: a pass per sixteenth of
+/// a 600 s grace at 1,000 objects a second spans 37,500).
+pub const MAX_UNLISTED_RANGE: u64 = 65_536;
 /// Wait before retrying a reclaim whose listing or deletes failed.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 
@@ -48,8 +65,9 @@ pub enum ReclaimerMsg {
     Done {
         /// The floor of the pass.
         floor: u64,
-        /// Whether every delete succeeded.
-        result: Result<u64, String>,
+        /// How the pass found its keys and how many deletes succeeded, or the first
+        /// failure.
+        result: Result<(Pass, u64), String>,
     },
 }
 
@@ -72,7 +90,10 @@ pub struct ReclaimerState {
     due: u64,
     /// Everything below this is deleted.
     reclaimed_below: u64,
-    running: bool,
+    /// Passes since the last one that listed; `None` before the first listing.
+    since_listing: Option<u32>,
+    /// The pass running, if any.
+    running: Option<PassTask>,
     /// The floor the pending grace timer is for.
     timing: Option<u64>,
     /// Floors acknowledged and not yet due, ascending.
@@ -88,6 +109,15 @@ struct Waiting {
     opened: Instant,
     /// When `floor` was acknowledged: its grace counts from here.
     acknowledged: Instant,
+}
+
+/// A reclaim pass's task, aborted when dropped (the reclaimer ended).
+struct PassTask(tokio::task::JoinHandle<()>);
+
+impl Drop for PassTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The reclaimer actor.
@@ -128,29 +158,54 @@ impl ReclaimerState {
     }
 
     fn start(&mut self, myself: &ActorRef<ReclaimerMsg>) {
-        if self.running || self.due <= self.reclaimed_below {
+        if self.running.is_some() || self.due <= self.reclaimed_below {
             return;
         }
-        self.running = true;
         let floor = self.due;
+        let from = self.reclaimed_below;
+        let unlisted = self.since_listing.is_some_and(|n| n < LIST_EVERY)
+            && floor - from <= MAX_UNLISTED_RANGE;
+        let pass = if unlisted {
+            Pass::Range { from }
+        } else {
+            Pass::Listed
+        };
         let io = self.args.io.clone();
         let me = myself.clone();
-        tokio::spawn(async move {
-            let result = reclaim_below(&io, floor).await;
+        self.running = Some(PassTask(tokio::spawn(async move {
+            let result = reclaim_below(&io, pass, floor).await;
             let _ = me.cast(ReclaimerMsg::Done { floor, result });
-        });
+        })));
     }
 }
 
-/// Deletes every WAL object below `floor`, oldest first; returns how many were deleted.
-async fn reclaim_below(io: &WalIo, floor: u64) -> Result<u64, String> {
-    let listing = io.list().await.map_err(|e| e.to_string())?;
-    let doomed: Vec<u64> = listing
-        .objects
-        .iter()
-        .map(|o| o.sequence)
-        .filter(|s| *s < floor)
-        .collect();
+/// How a pass finds the keys it deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// List the prefix: every WAL key below the floor.
+    Listed,
+    /// The keys of the sequences from `from` up to the floor, unlisted.
+    Range {
+        /// The floor of the last pass that succeeded.
+        from: u64,
+    },
+}
+
+/// Deletes every WAL object below `floor` that `pass` finds, oldest first; returns the
+/// deletes that succeeded (an unlisted key that was not there counts too).
+async fn reclaim_below(io: &WalIo, pass: Pass, floor: u64) -> Result<(Pass, u64), String> {
+    let doomed: Vec<u64> = match pass {
+        Pass::Range { from } => (from..floor).collect(),
+        Pass::Listed => io
+            .list()
+            .await
+            .map_err(|e| e.to_string())?
+            .objects
+            .iter()
+            .map(|o| o.sequence)
+            .filter(|s| *s < floor)
+            .collect(),
+    };
     let results: Vec<Result<(), String>> = futures::stream::iter(doomed)
         .map(|sequence| {
             let io = io.clone();
@@ -162,7 +217,7 @@ async fn reclaim_below(io: &WalIo, floor: u64) -> Result<u64, String> {
     let deleted = results.iter().filter(|r| r.is_ok()).count() as u64;
     match results.into_iter().find_map(Result::err) {
         Some(e) => Err(e),
-        None => Ok(deleted),
+        None => Ok((pass, deleted)),
     }
 }
 
@@ -181,7 +236,8 @@ impl Actor for ReclaimerActor {
             target: 0,
             due: 0,
             reclaimed_below: 0,
-            running: false,
+            since_listing: None,
+            running: None,
             timing: None,
             waiting: VecDeque::new(),
         })
@@ -212,9 +268,14 @@ impl Actor for ReclaimerActor {
                 state.start(&myself);
             }
             ReclaimerMsg::Done { floor, result } => {
-                state.running = false;
+                // The task sent this as its last act; dropping the handle aborts nothing.
+                state.running = None;
                 match result {
-                    Ok(deleted) => {
+                    Ok((pass, deleted)) => {
+                        state.since_listing = match pass {
+                            Pass::Listed => Some(0),
+                            Pass::Range { .. } => state.since_listing.map(|n| n + 1),
+                        };
                         state.reclaimed_below = state.reclaimed_below.max(floor);
                         Counters::add(&state.args.counters.deleted, deleted);
                         Counters::set(&state.args.counters.reclaimed_below, state.reclaimed_below);

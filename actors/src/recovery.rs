@@ -5,7 +5,7 @@ use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
 use object_store_wal::io::WalIo;
-use object_store_wal::open::open_instance_with;
+use object_store_wal::open::open_instance_above;
 use object_store_wal::{Config, CreateClock, Error};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info_span, Instrument};
@@ -22,6 +22,9 @@ pub struct RecoveryArgs {
     pub supervisor: ActorRef<WalMsg>,
     /// The clock the writer measures creates on.
     pub clock: std::sync::Arc<dyn CreateClock>,
+    /// The opening object goes above this sequence too: the highest whose entry ids
+    /// the WAL handed out at admission (`open_instance_above`).
+    pub above: u64,
 }
 
 /// The task running the open, aborted when the actor's state goes, however the actor
@@ -66,7 +69,8 @@ impl Actor for RecoveryActor {
                 // this task, so aborting the task ends it: an abandoned open sends
                 // nothing more (a claim or an opening object of an instance already
                 // replaced would fence its successor).
-                let opening = open_instance_with(&args.io, &args.config, args.clock.as_ref());
+                let opening =
+                    open_instance_above(&args.io, &args.config, args.clock.as_ref(), args.above);
                 let result = match AssertUnwindSafe(opening).catch_unwind().await {
                     Ok(result) => result,
                     Err(panic) => Err(Error::OpenPanicked {

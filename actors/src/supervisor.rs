@@ -26,7 +26,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use object_store::ObjectStore;
 use object_store_wal::catalog::{Catalog, Retention, STALE_SLACK};
 use object_store_wal::io::WalIo;
 use object_store_wal::open::Opened;
@@ -36,6 +35,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Super
 use tokio::time::Instant;
 use tracing::{error, info, info_span, warn};
 
+use crate::admission::Progress;
 use crate::messages::{
     AppendRequest, Counters, EntryReceiver, Internal, InternalMsg, ReaderMsg, WalMsg, WalStats,
     WriterMsg,
@@ -99,8 +99,9 @@ impl Default for RestartPolicy {
 
 /// What the supervisor starts with.
 pub struct SupervisorArgs {
-    /// The store.
-    pub store: Arc<dyn ObjectStore>,
+    /// Store access; closed when the WAL ends ([`WalIo::close`]), by the supervisor or
+    /// by the handle's `abort`.
+    pub io: WalIo,
     /// The WAL's configuration (validated by the spawner).
     pub config: Config,
     /// Restart bounds.
@@ -109,6 +110,9 @@ pub struct SupervisorArgs {
     pub terminal: Arc<Mutex<Option<Error>>>,
     /// Measures create durations (`max_create_duration`).
     pub clock: Arc<dyn CreateClock>,
+    /// Where the ids handed out at admission stand, shared with the writers and the
+    /// handles; each new epoch opens above the highest sequence handed out.
+    pub progress: Progress,
 }
 
 /// Where the supervisor is in its cycle of opens.
@@ -147,6 +151,7 @@ pub struct SupervisorState {
     clock: Arc<dyn CreateClock>,
     commits: tokio::sync::watch::Sender<u64>,
     reclaimer: Option<ActorRef<ReclaimerMsg>>,
+    progress: Progress,
 }
 
 /// A region's reader and when it last served a read (in reads counted by the supervisor).
@@ -157,6 +162,16 @@ struct Reader {
 
 /// The supervisor actor.
 pub struct Supervisor;
+
+impl Drop for SupervisorState {
+    /// However the supervisor ends (stopped, failed, or killed with its parent, which
+    /// skips `post_stop`), its children stop and nothing of its instance reaches the
+    /// store afterwards.
+    fn drop(&mut self) {
+        self.io.close();
+        self.stop_children();
+    }
+}
 
 fn stopped() -> Error {
     Error::Stopped {
@@ -176,7 +191,7 @@ fn refuse(msg: WalMsg, error: &Error) {
         | WalMsg::Follow { reply, .. } => {
             let _ = reply.send(Err(e));
         }
-        WalMsg::Obsolete { reply, .. } => {
+        WalMsg::Obsolete { reply, .. } | WalMsg::Ready { reply } => {
             let _ = reply.send(Err(e));
         }
         WalMsg::LastEntryId { reply, .. } => {
@@ -200,6 +215,8 @@ impl SupervisorState {
             config: self.config.clone(),
             supervisor: myself.clone(),
             clock: self.clock.clone(),
+            // Ids handed out by an epoch that ended are never given again.
+            above: self.progress.handed_out_through(),
         };
         let (recovery, _) =
             Actor::spawn_linked(None, RecoveryActor, args, myself.get_cell()).await?;
@@ -234,6 +251,9 @@ impl SupervisorState {
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = opened.recovery.catalog;
         // Followers read on from the recovered chain.
         self.commits.send_replace(last_sequence);
+        // The opening object is durable, and above every id handed out before (the open
+        // went above them): a barrier below it has its verdict.
+        self.progress.acknowledged(epoch.link.sequence);
         if self.reclaimer.is_none() {
             self.spawn_reclaimer(myself).await?;
         }
@@ -258,6 +278,7 @@ impl SupervisorState {
             retention,
             commits: self.commits.clone(),
             reclaimer: self.reclaimer.clone(),
+            progress: self.progress.clone(),
         };
         let (writer, _) = Actor::spawn_linked(None, WriterActor, args, myself.get_cell()).await?;
         info!(
@@ -332,6 +353,7 @@ impl SupervisorState {
             refuse(msg, &error);
         }
         self.stop_children();
+        self.io.close();
         self.phase = Phase::Stopped;
         Err(Box::new(error))
     }
@@ -494,6 +516,9 @@ impl SupervisorState {
                 self.on_obsolete(region, id);
                 let _ = reply.send(Ok(()));
             }
+            WalMsg::Ready { reply } => {
+                let _ = reply.send(Ok(()));
+            }
             WalMsg::LastEntryId { region, reply } => {
                 let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
                 let id = match region {
@@ -562,8 +587,10 @@ impl SupervisorState {
         }
     }
 
-    /// Stops gracefully: in-flight uploads finish and are acknowledged or failed, every
-    /// waiting message is refused, the children stop.
+    /// Stops gracefully: in-flight uploads finish and are acknowledged or failed (the
+    /// writer waits at most `max_create_duration`, so this mailbox is never blocked
+    /// longer), every waiting message is refused, the children stop, the store access
+    /// closes.
     async fn on_stop(&mut self, myself: &ActorRef<WalMsg>, reply: RpcReplyPort<()>) {
         if let Phase::Running { writer, .. } = &self.phase {
             let _ = writer.call(|r| WriterMsg::Stop { reply: r }, None).await;
@@ -572,6 +599,9 @@ impl SupervisorState {
             refuse(msg, &stopped());
         }
         self.stop_children();
+        // The children stop asynchronously: closing the store access is what makes
+        // "nothing more reaches the store" true when the reply is sent.
+        self.io.close();
         self.phase = Phase::Stopped;
         let _ = reply.send(());
         // Drain rather than stop: messages already in the mailbox are answered (refused
@@ -618,6 +648,7 @@ impl SupervisorState {
             hedged: requests.hedged.load(Ordering::Relaxed),
             hedge_wins: requests.hedge_wins.load(Ordering::Relaxed),
             timeouts: requests.timeouts.load(Ordering::Relaxed),
+            damaged_segments: requests.damaged_segments.load(Ordering::Relaxed),
             ..WalStats::from_counters(&self.counters)
         }
     }
@@ -633,14 +664,14 @@ impl Actor for Supervisor {
         myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let io = WalIo::for_config(args.store, &args.config)?;
+        let counters = Arc::new(Counters::new(args.io.metrics()));
         let mut state = SupervisorState {
-            io,
+            io: args.io,
             config: args.config,
             restarts: args.restarts,
             terminal: args.terminal,
             catalog: Arc::new(RwLock::new(Catalog::new())),
-            counters: Arc::new(Counters::default()),
+            counters,
             phase: Phase::Recovering,
             recovered_once: false,
             recovery: None,
@@ -654,6 +685,7 @@ impl Actor for Supervisor {
             clock: args.clock,
             commits: tokio::sync::watch::Sender::new(0),
             reclaimer: None,
+            progress: args.progress,
         };
         state.start_recovery(&myself).await?;
         Ok(state)
@@ -689,7 +721,8 @@ impl Actor for Supervisor {
             | WalMsg::Replay { .. }
             | WalMsg::Follow { .. }
             | WalMsg::Obsolete { .. }
-            | WalMsg::LastEntryId { .. }) => state.on_catalog_request(&myself, msg).await?,
+            | WalMsg::LastEntryId { .. }
+            | WalMsg::Ready { .. }) => state.on_catalog_request(&myself, msg).await?,
             WalMsg::Stats { reply } => {
                 let _ = reply.send(state.stats());
             }
@@ -740,6 +773,8 @@ impl Actor for Supervisor {
                 let cause = Error::WriterFailed {
                     durability: Durability::MayBeDurable,
                 };
+                // Its waiters' ports were dropped (`WriterFailed`); barriers learn it here.
+                state.progress.failed_unacknowledged(&cause);
                 return state.schedule_restart(&myself, cause);
             }
         }

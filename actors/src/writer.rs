@@ -14,10 +14,21 @@
 //!   ship one entry and make the rest wait a whole interval. An idle epoch seals an empty object to
 //!   stay inside its link window. Every admission, completion and timer comes back to
 //!   this decision.
+//! - **Admitting.** An append joins the open batch; if it asked for its ids at
+//!   admission (`AppendRequest::admitted`), it gets them now: the batch is sealed whole
+//!   at the epoch's next sequence, so they are final ([`crate::admission`]).
 //! - **Uploading.** Up to `max_in_flight` objects are created at once, each in a spawned
 //!   task running the core's [`persist_within`]; completions come back as messages.
 //! - **Acknowledging.** Strictly in sequence order: an object is acknowledged only when it
 //!   and every earlier object of the epoch are durable (DESIGN.md).
+//! - **Stopping.** Nothing more is admitted, sealed or started; the uploads in flight
+//!   are waited for, at most `max_create_duration`: past it none of them could be
+//!   acknowledged anyway (a create slower than that never is, DESIGN.md "Reclaiming
+//!   space"), so a store that hangs cannot hold a stop longer. Those still unanswered
+//!   then are abandoned (their tasks aborted) as unknown outcomes: their waiters, and
+//!   those of every later object, get [`Error::EpochEnded`] with
+//!   [`Durability::MayBeDurable`], as when the retry bound is spent. Every upload task
+//!   is aborted when the writer ends, however it ends.
 //! - **Ending.** Any other outcome ends the epoch: the object's waiters, and every later
 //!   one's, get errors saying whether their entries may still become durable; nothing
 //!   more is written; the supervisor is told, and decides (new epoch, or escalate when
@@ -25,6 +36,8 @@
 //! - **Backpressure.** Appends wait (or fail fast) while `max_pending_bytes` of admitted
 //!   payload is not yet acknowledged; at most [`MAX_QUEUED_REQUESTS`] wait, the next one
 //!   gets [`Error::Backpressure`].
+//! - **Metrics.** Each waiter keeps its admission instant and each flight its sealing
+//!   instant; the acknowledgement records both latencies ([`object_store_wal::metrics`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, RwLock};
@@ -42,6 +55,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 use tracing::{debug, info_span, warn, Instrument};
 
+use crate::admission::Progress;
 use crate::messages::{AppendRequest, Counters, InternalMsg, WalMsg, WriterMsg};
 use crate::reclaimer::ReclaimerMsg;
 use crate::supervisor::MAX_QUEUED_REQUESTS;
@@ -70,9 +84,36 @@ pub struct WriterArgs {
     pub reclaimer: Option<ActorRef<ReclaimerMsg>>,
     /// When the opening object's create started, on `clock`.
     pub opening_started: Duration,
+    /// Where the ids handed out at admission stand (the barrier's state, shared with
+    /// the supervisor and the handles).
+    pub progress: Progress,
 }
 
-type Waiter = RpcReplyPort<Result<AppendReceipt, Error>>;
+type ReplyPort = RpcReplyPort<Result<AppendReceipt, Error>>;
+
+/// An admitted append's caller, waiting for durability.
+struct Waiter {
+    port: ReplyPort,
+    /// When it was admitted (its `wal_append_to_durable_seconds` sample starts here).
+    admitted: Instant,
+}
+
+/// Where an answer goes: a reply port, or a waiter's.
+trait Answer<T> {
+    fn port(self) -> RpcReplyPort<T>;
+}
+
+impl<T> Answer<T> for RpcReplyPort<T> {
+    fn port(self) -> Self {
+        self
+    }
+}
+
+impl Answer<Result<AppendReceipt, Error>> for Waiter {
+    fn port(self) -> ReplyPort {
+        self.port
+    }
+}
 
 /// A sealed object, from sealing to its acknowledgement.
 struct Flight {
@@ -82,6 +123,20 @@ struct Flight {
     outcome: Option<PersistOutcome>,
     /// Never sent, for this reason; the epoch ends when it reaches the head.
     refused: Option<Error>,
+    /// Some of its ids were handed out at admission.
+    handed_out: bool,
+    /// When it was sealed (its `wal_seal_to_durable_seconds` sample starts here).
+    sealed_at: Instant,
+}
+
+/// An upload's task, aborted when dropped: a writer that ends (stopped, killed with its
+/// supervisor, or past its stop deadline) leaves no upload running.
+struct UploadTask(tokio::task::JoinHandle<()>);
+
+impl Drop for UploadTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// What the writer is doing. Whether the epoch ended is the [`Epoch`]'s to say: a
@@ -93,7 +148,8 @@ enum Lifecycle {
     /// starts, and the epoch ends once the refused object reaches the head.
     Refusing,
     /// Stop was asked: nothing more is admitted, sealed or started; the ports are
-    /// answered once every started upload came back.
+    /// answered once every started upload came back, or was abandoned at the stop
+    /// deadline (`max_create_duration` after the stop).
     Stopping(Vec<RpcReplyPort<()>>),
 }
 
@@ -123,10 +179,15 @@ pub struct WriterState {
     lifecycle: Lifecycle,
     batch: Batch,
     batch_waiters: Vec<Waiter>,
+    /// Some ids of the open batch were handed out at admission.
+    batch_handed_out: bool,
     /// When the open batch took its first entry.
     batch_opened: Option<Instant>,
     objects: BTreeMap<u64, Flight>,
-    uploading: usize,
+    /// The upload tasks running, by sequence: at most `max_in_flight`.
+    uploads: BTreeMap<u64, UploadTask>,
+    /// The stop deadline is armed.
+    stop_deadline_armed: bool,
     pending_bytes: u64,
     waiting: VecDeque<AppendRequest>,
     /// The earliest the next upload may start (the PUT-rate bound): slots one
@@ -155,9 +216,9 @@ fn payload_bytes(req: &AppendRequest) -> u64 {
         .sum()
 }
 
-fn reply<T>(port: RpcReplyPort<T>, value: T) {
+fn reply<T>(to: impl Answer<T>, value: T) {
     // A caller that gave up waiting dropped its end; nothing to do.
-    let _ = port.send(value);
+    let _ = to.port().send(value);
 }
 
 impl WriterState {
@@ -204,10 +265,13 @@ impl WriterState {
 
     fn admit(&mut self, req: AppendRequest, bytes: u64) {
         let AppendRequest {
-            parts, reply: port, ..
+            parts,
+            reply: port,
+            admitted: admission,
+            ..
         } = req;
         let parts = match self.batch.admit(parts) {
-            Ok(_) => return self.admitted(port, bytes),
+            Ok(index) => return self.admitted(port, admission, index, bytes),
             Err(Admit::Invalid(e)) => {
                 Counters::add(&self.args.counters.failed_appends, 1);
                 return reply(port, Err(e));
@@ -219,19 +283,38 @@ impl WriterState {
             return reply(port, Err(e));
         }
         match self.batch.admit(parts) {
-            Ok(_) => self.admitted(port, bytes),
+            Ok(index) => self.admitted(port, admission, index, bytes),
             // Validated alone, so an empty batch takes it; anything else is a bug.
             Err(Admit::Invalid(e)) => reply(port, Err(e)),
             Err(Admit::Full(_)) => reply(port, Err(Error::BatchFull)),
         }
     }
 
-    fn admitted(&mut self, port: Waiter, bytes: u64) {
+    fn admitted(
+        &mut self,
+        port: ReplyPort,
+        admission: Option<RpcReplyPort<AppendReceipt>>,
+        index: usize,
+        bytes: u64,
+    ) {
         let now = Instant::now();
         if self.batch_opened.is_none() {
             self.batch_opened = Some(now);
         }
-        self.batch_waiters.push(port);
+        if let Some(admission) = admission {
+            // The open batch becomes the next sequence, whole (crate::admission): the
+            // ids are final. Noted before the caller learns them.
+            let sequence = self.epoch.position().next_sequence;
+            if let Some(ids) = self.batch.receipt(index, sequence) {
+                self.args.progress.handed_out(sequence);
+                self.batch_handed_out = true;
+                reply(admission, ids);
+            }
+        }
+        self.batch_waiters.push(Waiter {
+            port,
+            admitted: now,
+        });
         self.pending_bytes += bytes;
         Counters::set(&self.args.counters.pending_bytes, self.pending_bytes);
         if self.batch_full() {
@@ -266,7 +349,8 @@ impl WriterState {
     /// uploading and no sealed object waiting to start. While every slot is busy the
     /// batch keeps growing.
     fn slot_free(&self) -> bool {
-        self.uploading < self.args.config.max_in_flight && self.objects.values().all(|f| f.started)
+        self.uploads.len() < self.args.config.max_in_flight
+            && self.objects.values().all(|f| f.started)
     }
 
     /// When the open batch may be sealed for a free slot: once its start slot came and
@@ -327,6 +411,8 @@ impl WriterState {
                 started: false,
                 outcome: None,
                 refused: None,
+                handed_out: std::mem::take(&mut self.batch_handed_out),
+                sealed_at: Instant::now(),
             },
         );
         Ok(())
@@ -385,7 +471,7 @@ impl WriterState {
             .map(|(s, _)| *s)
             .collect();
         for sequence in next {
-            if self.uploading >= max_in_flight {
+            if self.uploads.len() >= max_in_flight {
                 return;
             }
             let now = Instant::now();
@@ -402,7 +488,6 @@ impl WriterState {
                 return;
             }
             flight.started = true;
-            self.uploading += 1;
             // The next slot is an interval after this one, or after this start if it
             // came more than a timer tick late (idle): starts are never closer than an
             // interval less a tick, and never more than one per interval on average.
@@ -411,7 +496,6 @@ impl WriterState {
             let on_grid = self.next_slot.map(|slot| slot + interval);
             let from_now = now + interval - slack;
             self.next_slot = Some(on_grid.map_or(now + interval, |g| g.max(from_now)));
-            Counters::set(&self.args.counters.in_flight, self.uploading as u64);
             let sealed = flight.sealed.clone();
             let io = self.args.io.clone();
             let retry = self.args.config.retry;
@@ -419,7 +503,7 @@ impl WriterState {
             let clock = self.args.clock.clone();
             let me = myself.clone();
             let span = info_span!("upload", sequence, bytes = sealed.encoded.len());
-            tokio::spawn(
+            let task = tokio::spawn(
                 async move {
                     let outcome =
                         persist_within(&io, &sealed.encoded, &retry, max_duration, clock.as_ref())
@@ -429,6 +513,8 @@ impl WriterState {
                 }
                 .instrument(span),
             );
+            self.uploads.insert(sequence, UploadTask(task));
+            Counters::set(&self.args.counters.in_flight, self.uploads.len() as u64);
         }
     }
 
@@ -438,8 +524,11 @@ impl WriterState {
         sequence: u64,
         outcome: PersistOutcome,
     ) {
-        self.uploading = self.uploading.saturating_sub(1);
-        Counters::set(&self.args.counters.in_flight, self.uploading as u64);
+        // An upload abandoned at the stop deadline has its outcome already.
+        if self.uploads.remove(&sequence).is_none() {
+            return;
+        }
+        Counters::set(&self.args.counters.in_flight, self.uploads.len() as u64);
         if let Some(f) = self.objects.get_mut(&sequence) {
             f.outcome = Some(outcome);
         }
@@ -495,6 +584,9 @@ impl WriterState {
             .unwrap_or_else(|p| p.into_inner())
             .commit(encoded);
         if let Err(error) = committed {
+            if flight.handed_out {
+                self.args.progress.failed(sealed.sequence(), &error);
+            }
             for w in flight.waiters {
                 reply(w, Err(error.clone()));
             }
@@ -506,6 +598,7 @@ impl WriterState {
             .retention
             .committed(header.sequence, encoded.records());
         self.args.commits.send_replace(header.sequence);
+        self.args.progress.acknowledged(header.sequence);
         let c = &self.args.counters;
         if header.floor > Counters::get(&c.floor) {
             Counters::set(&c.floor, header.floor);
@@ -526,9 +619,19 @@ impl WriterState {
             self.expected_burst = sealed.receipts.len();
             self.last_ack = Some(Instant::now());
         }
+        let live_objects = self.catalog_objects();
+        let metrics = self.args.io.metrics();
+        metrics.acknowledged(sealed, flight.sealed_at.elapsed(), live_objects);
         for (waiter, receipt) in flight.waiters.into_iter().zip(sealed.receipts.iter()) {
+            metrics.append_to_durable.record(waiter.admitted.elapsed());
             reply(waiter, Ok(receipt.clone()));
         }
+    }
+
+    /// Objects on the chain in the catalog (`wal_live_objects`).
+    fn catalog_objects(&self) -> usize {
+        let catalog = self.args.catalog.read();
+        catalog.unwrap_or_else(|p| p.into_inner()).object_count()
     }
 
     /// Ends the epoch: every waiter gets an error with its durability; nothing more is
@@ -560,12 +663,16 @@ impl WriterState {
                 }
             };
             first = false;
+            if flight.handed_out {
+                self.args.progress.failed(flight.sealed.sequence(), &e);
+            }
             for w in flight.waiters {
                 failed += 1;
                 reply(w, Err(e.clone()));
             }
         }
         let not_written = error.with_durability(Durability::NotWritten);
+        self.batch_ids_failed(&not_written);
         for w in std::mem::take(&mut self.batch_waiters) {
             failed += 1;
             reply(w, Err(not_written.clone()));
@@ -583,6 +690,15 @@ impl WriterState {
             .args
             .supervisor
             .cast(InternalMsg::WriterEnded { epoch, error }.into());
+    }
+
+    /// The open batch fails with `error` (it is dropped unsent): if ids of it were
+    /// handed out, the barrier learns that its sequence failed.
+    fn batch_ids_failed(&mut self, error: &Error) {
+        if std::mem::take(&mut self.batch_handed_out) {
+            let sequence = self.epoch.position().next_sequence;
+            self.args.progress.failed(sequence, error);
+        }
     }
 
     fn admit_waiting(&mut self) {
@@ -626,6 +742,7 @@ impl WriterState {
             durability: Durability::NotWritten,
         };
         let mut failed = 0u64;
+        self.batch_ids_failed(&stopped);
         for w in std::mem::take(&mut self.batch_waiters) {
             failed += 1;
             reply(w, Err(stopped.clone()));
@@ -644,6 +761,9 @@ impl WriterState {
         for s in unsent {
             if let Some(f) = self.objects.remove(&s) {
                 self.pending_bytes = self.pending_bytes.saturating_sub(f.sealed.payload_bytes);
+                if f.handed_out {
+                    self.args.progress.failed(s, &stopped);
+                }
                 for w in f.waiters {
                     failed += 1;
                     reply(w, Err(stopped.clone()));
@@ -653,11 +773,44 @@ impl WriterState {
         self.batch = Batch::new(self.args.config.batch_limits());
         self.batch_opened = None;
         Counters::add(&self.args.counters.failed_appends, failed);
+        if !self.uploads.is_empty() && !self.stop_deadline_armed {
+            self.stop_deadline_armed = true;
+            let bound = self.args.config.max_create_duration;
+            myself.send_after(bound, || WriterMsg::StopDeadline);
+        }
+        self.maybe_finish_stop(myself);
+    }
+
+    /// `max_create_duration` after a stop: the uploads still in flight could no longer
+    /// be acknowledged. They are abandoned (their tasks aborted) as unknown outcomes,
+    /// which ends the epoch: their waiters, and every later object's, get an error with
+    /// [`Durability::MayBeDurable`].
+    fn on_stop_deadline(&mut self, myself: &ActorRef<WriterMsg>) {
+        if !matches!(self.lifecycle, Lifecycle::Stopping(_)) || self.uploads.is_empty() {
+            return;
+        }
+        warn!(
+            epoch = self.epoch.number(),
+            uploads = self.uploads.len(),
+            "stopping: uploads unanswered after max_create_duration are abandoned"
+        );
+        for (sequence, task) in std::mem::take(&mut self.uploads) {
+            drop(task);
+            if let Some(f) = self.objects.get_mut(&sequence) {
+                f.outcome = Some(PersistOutcome::Unknown {
+                    last: Error::Stopped {
+                        durability: Durability::MayBeDurable,
+                    },
+                });
+            }
+        }
+        Counters::set(&self.args.counters.in_flight, 0);
+        self.acknowledge();
         self.maybe_finish_stop(myself);
     }
 
     fn maybe_finish_stop(&mut self, myself: &ActorRef<WriterMsg>) {
-        if self.uploading > 0 {
+        if !self.uploads.is_empty() {
             return;
         }
         let Lifecycle::Stopping(ports) = &mut self.lifecycle else {
@@ -691,9 +844,11 @@ impl Actor for WriterActor {
             lifecycle: Lifecycle::Writing,
             batch: Batch::new(args.config.batch_limits()),
             batch_waiters: Vec::new(),
+            batch_handed_out: false,
             batch_opened: None,
             objects: BTreeMap::new(),
-            uploading: 0,
+            uploads: BTreeMap::new(),
+            stop_deadline_armed: false,
             pending_bytes: 0,
             waiting: VecDeque::new(),
             next_slot: None,
@@ -731,6 +886,7 @@ impl Actor for WriterActor {
                 state.on_uploaded(&myself, sequence, outcome)
             }
             WriterMsg::Stop { reply } => state.on_stop(&myself, reply),
+            WriterMsg::StopDeadline => state.on_stop_deadline(&myself),
             WriterMsg::Obsolete { region, id } => {
                 let catalog = state.args.catalog.read().unwrap_or_else(|p| p.into_inner());
                 state.args.retention.obsolete(&catalog, region, id);

@@ -285,6 +285,7 @@ fn send(
     let request = AppendRequest {
         parts,
         fail_fast: false,
+        admitted: None,
         reply: tx.into(),
     };
     wal.actor()

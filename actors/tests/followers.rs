@@ -3,7 +3,9 @@
 //! across an epoch that ended on an unknown outcome whose object landed; a read-only
 //! follower on a second store handle sees each acknowledged entry once while the owner
 //! writes, restarts its writer and is replaced, with one offset LIST per poll. Each
-//! stream is checked against the [`Ledger`] of what the appenders were told.
+//! stream is checked against the [`Ledger`] of what the appenders were told. And a
+//! damaged segment, met by `Replay`, `Follow` and `Read` only in its own region, under
+//! each corrupt-segment policy.
 
 mod support {
     pub mod harness;
@@ -18,7 +20,7 @@ use std::time::Duration;
 use futures::stream::StreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use object_store_wal::format::entry_sequence;
 use object_store_wal::io::parse_key;
 use object_store_wal::testing::{CountingStore, CreateFault, FaultStore};
@@ -311,4 +313,129 @@ async fn read_only_follower_polls_with_one_offset_list_per_interval() {
     assert_eq!(counts.puts.load(Ordering::Relaxed), 0);
     drop(stream);
     stop(owner, join).await;
+}
+
+/// One item of an entry stream as text: `region:id:payload`, or the damaged segment its
+/// `CorruptSegment` names. Any other error fails the test.
+fn item(i: object_store_wal::Result<Entry>) -> String {
+    match i {
+        Ok(e) => format!(
+            "{}:{}:{}",
+            e.region,
+            e.id,
+            String::from_utf8(e.payload.to_vec()).expect("utf8")
+        ),
+        Err(Error::CorruptSegment { key, region, .. }) => format!("damaged {key} region {region}"),
+        Err(other) => panic!("unexpected error {other:?}"),
+    }
+}
+
+/// `n` items of a stream that does not end (a follow).
+async fn take_items(rx: &EntryReceiver, n: usize) -> Vec<String> {
+    bounded("the follower's items", async {
+        let mut got = Vec::new();
+        while got.len() < n {
+            got.push(item(rx.recv_async().await.expect("the follow ended early")));
+        }
+        got
+    })
+    .await
+}
+
+/// Every item of a stream until it ends.
+async fn all_items(rx: EntryReceiver) -> Vec<String> {
+    bounded("the stream to end", async {
+        let mut got = Vec::new();
+        while let Ok(i) = rx.recv_async().await {
+            got.push(item(i));
+        }
+        got
+    })
+    .await
+}
+
+/// A byte flipped inside region 2's segment of one object: the actors' recovery opens
+/// and counts it, and `Replay`, `Follow` and `Read` meet it only in region 2, where
+/// `Skip` reports the hole and goes on and `Fail` ends that region's stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_segment_fails_only_its_region_in_replay_follow_and_read() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let mut skip = config_no_reclaim();
+    skip.corrupt_segment_policy = object_store_wal::CorruptSegmentPolicy::Skip;
+    let (wal, join) = spawn(&store, &skip).await;
+    let mut seqs = Vec::new();
+    for o in 0..3 {
+        let parts = vec![
+            (1, vec![payload(format!("a{o}"))]),
+            (2, vec![payload(format!("b{o}"))]),
+        ];
+        seqs.push(wal.append_many(parts).await.expect("append").sequence);
+    }
+    stop(wal, join).await;
+    let bytes = object_at(&store, seqs[1]).await.expect("object");
+    let summary = object_store_wal::format::decode_object_summary(&bytes).expect("intact");
+    let record = summary.footer.records[1];
+    assert_eq!(record.region, 2);
+    let mut damaged = bytes.to_vec();
+    damaged[record.offset as usize + 4] ^= 0x01;
+    store
+        .put(&key(seqs[1]), damaged.into())
+        .await
+        .expect("put the damaged object");
+
+    let at = |region: u64, o: usize| {
+        let tag = if region == 1 { "a" } else { "b" };
+        format!(
+            "{region}:{}:{tag}{o}",
+            object_store_wal::entry_id(seqs[o], 0)
+        )
+    };
+    let hole = format!("damaged {} region 2", key(seqs[1]));
+
+    // Skip: the open succeeds over the damage and counts it.
+    let (wal, join) = spawn(&store, &skip).await;
+    assert_eq!(stats(&wal).await.damaged_segments, 1);
+    let replayed = all_items(wal.replay(vec![(1, 0), (2, 0)]).await.expect("replay")).await;
+    let every = vec![
+        at(1, 0),
+        at(2, 0),
+        at(1, 1),
+        hole.clone(),
+        at(1, 2),
+        at(2, 2),
+    ];
+    assert_eq!(replayed, every);
+    let follow = wal.follow(2, 0).await.expect("follow");
+    assert_eq!(
+        take_items(&follow, 3).await,
+        vec![at(2, 0), hole.clone(), at(2, 2)]
+    );
+    let receipt = wal
+        .append_many(vec![(2, vec![payload("b3")])])
+        .await
+        .expect("append");
+    let next = format!("2:{}:b3", object_store_wal::entry_id(receipt.sequence, 0));
+    assert_eq!(take_items(&follow, 1).await, vec![next.clone()]);
+    let read = all_items(wal.read(2, 0).await.expect("read")).await;
+    assert_eq!(read, vec![at(2, 0), hole.clone(), at(2, 2), next]);
+    // Recovery, the replay, the follow and the read each met it once.
+    assert_eq!(stats(&wal).await.damaged_segments, 4);
+    drop(follow);
+    stop(wal, join).await;
+
+    // Fail: region 2 ends at the hole; region 1 replays in full.
+    let fail = config_no_reclaim();
+    let (wal, join) = spawn(&store, &fail).await;
+    let replayed = all_items(wal.replay(vec![(1, 0), (2, 0)]).await.expect("replay")).await;
+    assert_eq!(
+        replayed,
+        vec![at(1, 0), at(2, 0), at(1, 1), hole.clone(), at(1, 2)]
+    );
+    let followed = all_items(wal.follow(2, 0).await.expect("follow")).await;
+    assert_eq!(followed, vec![at(2, 0), hole.clone()]);
+    let read = all_items(wal.read(2, 0).await.expect("read")).await;
+    assert_eq!(read, vec![at(2, 0), hole]);
+    let read = all_items(wal.read(1, 0).await.expect("read")).await;
+    assert_eq!(read, vec![at(1, 0), at(1, 1), at(1, 2)]);
+    stop(wal, join).await;
 }

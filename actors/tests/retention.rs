@@ -517,6 +517,65 @@ proptest! {
 // 2. Recovery after reclaiming reads only the live objects
 // ---------------------------------------------------------------------------------------
 
+/// After the first pass has listed the prefix, a pass deletes the keys of the
+/// sequences between the last floor and the new one without listing (a LIST is billed
+/// like a PUT, a DELETE not at all), and leaves exactly the live keys.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn later_reclaim_passes_delete_by_sequence_without_listing() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let counting = CountingStore::new(inner.clone());
+    let store: Arc<dyn ObjectStore> = counting.clone();
+    let config = config();
+    let (wal, join) = spawn(&store, &config).await;
+
+    // Objects 2..=4 hold region 1 (the opening object is 1); region 1 is dropped and
+    // object 5 (region 2) carries floor 5.
+    for _ in 0..3 {
+        wal.append(1, vec![payload("one")]).await.expect("append");
+    }
+    wal.obsolete_all(1).await.expect("obsolete_all");
+    let r = wal.append(2, vec![payload("two")]).await.expect("append");
+    assert_eq!(r.sequence, 5);
+    let first = stats(&wal).await.floor;
+    assert_eq!(first, 5);
+    stats_until_virtual(&wal, "the first reclaim", Duration::from_secs(1), |s| {
+        s.reclaimed_below >= first
+    })
+    .await;
+    assert_eq!(listing(&inner).await.0, vec![5]);
+
+    // Objects 6..=8 hold region 3; region 2 and 3 are dropped; object 9 (region 4)
+    // carries floor 9. The pass deletes 5..=8 by key: no LIST.
+    counting.reset();
+    for _ in 0..3 {
+        wal.append(3, vec![payload("three")]).await.expect("append");
+    }
+    wal.obsolete_all(2).await.expect("obsolete_all");
+    wal.obsolete_all(3).await.expect("obsolete_all");
+    let r = wal.append(4, vec![payload("four")]).await.expect("append");
+    assert_eq!(r.sequence, 9);
+    let second = stats(&wal).await.floor;
+    assert_eq!(second, 9);
+    let s = stats_until_virtual(&wal, "the second reclaim", Duration::from_secs(1), |s| {
+        s.reclaimed_below >= second
+    })
+    .await;
+    let counts = counting.counts();
+    assert_eq!(
+        counts.lists.load(Ordering::Relaxed),
+        0,
+        "no LIST after the first pass"
+    );
+    assert_eq!(
+        counts.deletes.load(Ordering::Relaxed),
+        4,
+        "keys 5..=8, one DELETE each"
+    );
+    assert_eq!(s.reclaimed_below, second);
+    assert_eq!(listing(&inner).await.0, vec![9]);
+    stop(wal, join).await;
+}
+
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn fresh_open_after_reclaiming_reads_only_live_objects() {
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());

@@ -127,7 +127,19 @@ fn decode_everything(data: &[u8]) {
         }
     }
     let bytes = Bytes::copy_from_slice(data);
-    if let Ok(decoded) = format::decode_object(&bytes) {
+    let decoded = format::decode_object(&bytes);
+    // Checking each segment on its own (recovery's whole read) agrees with decoding
+    // everything: an object decodes exactly when its summary, every segment and the
+    // object CRC verify.
+    let intact = format::check_object(data).is_ok_and(|c| {
+        c.damaged.is_empty() && format::check_object_crc(data, &c.summary.trailer).is_ok()
+    });
+    assert_eq!(
+        decoded.is_ok(),
+        intact,
+        "check_object and decode_object disagree: {decoded:?}"
+    );
+    if let Ok(decoded) = decoded {
         let segments: Vec<(u64, &[Bytes])> = decoded
             .segments
             .iter()

@@ -74,7 +74,7 @@ pub async fn spawn(store: &Arc<dyn ObjectStore>, config: &Config) -> (WalHandle,
         .await
         .expect("spawn the WAL");
     // Queued until the first recovery is done: the WAL is open when this returns.
-    wal.last_entry_id_overall().await.expect("recovered");
+    wal.ready().await.expect("recovered");
     (wal, join)
 }
 

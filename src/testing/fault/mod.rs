@@ -3,7 +3,7 @@
 //! holds on creates, late creates, the random mode and the operation log each have a
 //! file of their own.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -71,6 +71,8 @@ struct FaultState {
     /// every one).
     holds: HashMap<String, (CreateHold, Option<u64>)>,
     flip_next_get: HashMap<String, u32>,
+    /// Keys deleted behind the WAL's back just before their next GET.
+    delete_before_get: HashSet<String>,
     fail_gets: u32,
     fail_lists: u32,
     landed_late: u64,
@@ -117,6 +119,15 @@ impl FaultStore {
             .flip_next_get
             .entry(key.to_string())
             .or_default() += n;
+    }
+
+    /// The next GET of `key` finds it gone: just before that GET reaches the store, the
+    /// object is deleted behind the WAL's back (as by [`delete_behind`](Self::delete_behind)),
+    /// as a reclaimer does between a listing that showed the object and its read.
+    pub fn delete_before_next_get_of(&self, key: &Path) {
+        lock(&self.hooks.state)
+            .delete_before_get
+            .insert(key.to_string());
     }
 
     /// The next `n` GETs fail.
@@ -169,7 +180,8 @@ pub struct FaultCounts {
     pub failed_lists: u64,
     /// Operations made slow (random mode).
     pub slow_ops: u64,
-    /// Objects deleted behind the WAL's back ([`FaultStore::delete_behind`]).
+    /// Objects deleted behind the WAL's back ([`FaultStore::delete_behind`],
+    /// [`FaultStore::delete_before_next_get_of`]).
     pub deleted_behind: u64,
 }
 
@@ -310,6 +322,19 @@ impl Hooks for FaultHooks {
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
         self.tick(inner).await;
+        let vanish = lock(&self.state)
+            .delete_before_get
+            .remove(location.as_ref());
+        if vanish {
+            match inner.delete(location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            self.log.push(format!(
+                "delete {location} behind the WAL's back, before its GET"
+            ));
+            lock(&self.state).counts.deleted_behind += 1;
+        }
         let (before, after) = self.random_latency(Op::Get);
         pause(before).await;
         let (fail, flip) = {

@@ -1,0 +1,216 @@
+//! The `Deserialize` impls of the configuration (feature `serde`); the file form they
+//! read is described in the [`config`](crate::config) module docs.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use object_store::ObjectStore;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+
+use super::{Config, CorruptSegmentPolicy, HedgeAfter, RetryPolicy};
+use crate::error::Result;
+
+/// Every field of a `[wal]` section, none required: the prefix comes as `prefix` (a
+/// `Config`) or as the end of `url` (a `WalSection`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fields {
+    prefix: Option<String>,
+    url: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    min_object_interval: Option<Duration>,
+    max_batch_bytes: Option<ByteSize>,
+    max_entry_bytes: Option<ByteSize>,
+    max_in_flight: Option<usize>,
+    max_pending_bytes: Option<ByteSize>,
+    recovery_concurrency: Option<usize>,
+    whole_read_threshold: Option<ByteSize>,
+    read_ahead: Option<usize>,
+    retry: Option<RetryPolicy>,
+    open_attempts: Option<u32>,
+    #[serde(default, with = "humantime_serde")]
+    max_create_duration: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    reclaim_grace: Option<Duration>,
+    corrupt_segment_policy: Option<CorruptSegmentPolicy>,
+    hedge_after: Option<HedgeAfter>,
+    #[serde(default, with = "humantime_serde")]
+    request_timeout: Option<Duration>,
+    replay_concurrency: Option<usize>,
+    replay_budget_bytes: Option<ByteSize>,
+}
+
+impl Fields {
+    /// The validated config under `prefix`, each field left out at its default. Every
+    /// field of `Config` is named here, so a new one does not compile until the file
+    /// form has it too.
+    fn into_config(self, prefix: String) -> Result<Config> {
+        let d = Config::new(prefix);
+        let size = |v: Option<ByteSize>, default: u64| v.map_or(default, |b| b.as_u64());
+        let config = Config {
+            min_object_interval: self.min_object_interval.unwrap_or(d.min_object_interval),
+            max_batch_bytes: size(self.max_batch_bytes, d.max_batch_bytes),
+            max_entry_bytes: size(self.max_entry_bytes, d.max_entry_bytes),
+            max_in_flight: self.max_in_flight.unwrap_or(d.max_in_flight),
+            max_pending_bytes: size(self.max_pending_bytes, d.max_pending_bytes),
+            recovery_concurrency: self.recovery_concurrency.unwrap_or(d.recovery_concurrency),
+            whole_read_threshold: size(self.whole_read_threshold, d.whole_read_threshold),
+            read_ahead: self.read_ahead.unwrap_or(d.read_ahead),
+            retry: self.retry.unwrap_or(d.retry),
+            open_attempts: self.open_attempts.unwrap_or(d.open_attempts),
+            max_create_duration: self.max_create_duration.unwrap_or(d.max_create_duration),
+            reclaim_grace: self.reclaim_grace.unwrap_or(d.reclaim_grace),
+            corrupt_segment_policy: self
+                .corrupt_segment_policy
+                .unwrap_or(d.corrupt_segment_policy),
+            hedge_after: self.hedge_after.unwrap_or(d.hedge_after),
+            request_timeout: self.request_timeout.unwrap_or(d.request_timeout),
+            replay_concurrency: self.replay_concurrency.unwrap_or(d.replay_concurrency),
+            replay_budget_bytes: size(self.replay_budget_bytes, d.replay_budget_bytes),
+            prefix: d.prefix,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Reads the knobs and `prefix`; a `url` is refused (a `Config` holds no store: read a
+/// [`WalSection`] for that). Validated: see the [`config`](crate::config) module docs.
+impl<'de> Deserialize<'de> for Config {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let mut fields = Fields::deserialize(d)?;
+        if fields.url.is_some() {
+            return Err(de::Error::custom(
+                "`url` names a store, which a Config does not hold: give `prefix`, or read the section as a WalSection",
+            ));
+        }
+        let prefix = fields
+            .prefix
+            .take()
+            .ok_or_else(|| de::Error::missing_field("prefix"))?;
+        fields.into_config(prefix).map_err(de::Error::custom)
+    }
+}
+
+/// A node's `[wal]` section: where the WAL lives, as one URL (`url =
+/// "s3://bucket/path/prefix"`), and the knobs of [`Config`] beside it.
+///
+/// ```toml
+/// [wal]
+/// url = "file:///var/lib/node/wal"
+/// min_object_interval = "10ms"
+/// max_batch_bytes = "8MiB"
+/// hedge_after = "adaptive"
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WalSection {
+    /// The store's URL with the prefix taken off, what
+    /// [`store_from_url`](crate::store_from_url) builds.
+    pub store_url: String,
+    /// The configuration, validated, its prefix the URL's last path component.
+    pub config: Config,
+}
+
+impl WalSection {
+    /// Builds the store [`store_url`](Self::store_url) names.
+    pub fn store(&self) -> Result<Arc<dyn ObjectStore>> {
+        crate::io::store_from_url(&self.store_url)
+    }
+}
+
+/// Reads `url` and the knobs; a `prefix` is refused (the URL names it). Validated: see
+/// the [`config`](crate::config) module docs.
+impl<'de> Deserialize<'de> for WalSection {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let mut fields = Fields::deserialize(d)?;
+        if fields.prefix.is_some() {
+            return Err(de::Error::custom(
+                "`prefix`: a [wal] section names its prefix as the last path component of `url`; give one, not both",
+            ));
+        }
+        let url = fields
+            .url
+            .take()
+            .ok_or_else(|| de::Error::missing_field("url"))?;
+        let (store_url, prefix) = crate::io::split_store_url(&url).map_err(de::Error::custom)?;
+        let config = fields.into_config(prefix).map_err(de::Error::custom)?;
+        Ok(WalSection { store_url, config })
+    }
+}
+
+/// A table `{ max_attempts = 8, initial_backoff = "50ms", max_backoff = "2s" }`, each key
+/// defaulting to [`RetryPolicy::default`]'s. Checked with the rest by
+/// [`Config::validate`].
+impl<'de> Deserialize<'de> for RetryPolicy {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Retry {
+            max_attempts: Option<u32>,
+            #[serde(default, with = "humantime_serde")]
+            initial_backoff: Option<Duration>,
+            #[serde(default, with = "humantime_serde")]
+            max_backoff: Option<Duration>,
+        }
+        let r = Retry::deserialize(d)?;
+        let d = RetryPolicy::default();
+        Ok(RetryPolicy {
+            max_attempts: r.max_attempts.unwrap_or(d.max_attempts),
+            initial_backoff: r.initial_backoff.unwrap_or(d.initial_backoff),
+            max_backoff: r.max_backoff.unwrap_or(d.max_backoff),
+        })
+    }
+}
+
+/// `"off"`, `"adaptive"`, a duration (`"25ms"`) or a table `{ percentile = 95, floor =
+/// "5ms" }`: see [`HedgeAfter`]. Checked with the rest by [`Config::validate`].
+impl<'de> Deserialize<'de> for HedgeAfter {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_any(HedgeAfterVisitor)
+    }
+}
+
+struct HedgeAfterVisitor;
+
+impl<'de> Visitor<'de> for HedgeAfterVisitor {
+    type Value = HedgeAfter;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "\"off\", \"adaptive\", a duration such as \"25ms\", or a table { percentile, floor }",
+        )
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<HedgeAfter, E> {
+        match v {
+            "off" => Ok(HedgeAfter::Off),
+            "adaptive" => Ok(HedgeAfter::default()),
+            other => humantime_serde::re::humantime::parse_duration(other)
+                .map(HedgeAfter::Fixed)
+                .map_err(|e| {
+                    E::custom(format!(
+                        "hedge_after {other:?} is not \"off\", \"adaptive\" or a duration ({e})"
+                    ))
+                }),
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> std::result::Result<HedgeAfter, A::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Adaptive {
+            percentile: Option<u8>,
+            #[serde(default, with = "humantime_serde")]
+            floor: Option<Duration>,
+        }
+        let a = Adaptive::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(HedgeAfter::Adaptive {
+            percentile: a.percentile.unwrap_or(super::ADAPTIVE_PERCENTILE),
+            floor: a.floor.unwrap_or(super::ADAPTIVE_FLOOR),
+        })
+    }
+}
