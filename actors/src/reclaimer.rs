@@ -30,6 +30,7 @@
 //! acknowledged, see above, but left behind).
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -194,28 +195,29 @@ pub enum Pass {
 /// Deletes every WAL object below `floor` that `pass` finds, oldest first; returns the
 /// deletes that succeeded (an unlisted key that was not there counts too).
 async fn reclaim_below(io: &WalIo, pass: Pass, floor: u64) -> Result<(Pass, u64), String> {
-    let doomed: Vec<u64> = match pass {
-        Pass::Range { from } => (from..floor).collect(),
-        Pass::Listed => io
-            .list()
-            .await
-            .map_err(|e| e.to_string())?
-            .objects
-            .iter()
-            .map(|o| o.sequence)
-            .filter(|s| *s < floor)
-            .collect(),
+    // An unlisted range is walked, not collected: it may span tens of thousands.
+    let (listed, range): (Vec<u64>, Range<u64>) = match pass {
+        Pass::Range { from } => (Vec::new(), from..floor),
+        Pass::Listed => {
+            let listing = io.list().await.map_err(|e| e.to_string())?;
+            let below = listing.objects.iter().map(|o| o.sequence);
+            (below.filter(|s| *s < floor).collect(), 0..0)
+        }
     };
-    let results: Vec<Result<(), String>> = futures::stream::iter(doomed)
+    let (deleted, first_error) = futures::stream::iter(listed.into_iter().chain(range))
         .map(|sequence| {
             let io = io.clone();
             async move { io.delete(sequence).await.map_err(|e| e.to_string()) }
         })
         .buffered(MAX_DELETES_IN_FLIGHT)
-        .collect()
+        .fold((0u64, None), |(deleted, first_error), result| async move {
+            match result {
+                Ok(()) => (deleted + 1, first_error),
+                Err(e) => (deleted, first_error.or(Some(e))),
+            }
+        })
         .await;
-    let deleted = results.iter().filter(|r| r.is_ok()).count() as u64;
-    match results.into_iter().find_map(Result::err) {
+    match first_error {
         Some(e) => Err(e),
         None => Ok((pass, deleted)),
     }
