@@ -72,13 +72,17 @@
 //! interval, `live_keys` (keys under the prefix, listed on the base store),
 //! `catalog_objects`, `catalog_regions`, `readers`, `queued`, `watermarks`, `floor`,
 //! `reclaimed_below`, and `heap_mib` (bytes allocated and not freed, counted by the
-//! bench's global allocator: RSS also holds what glibc keeps after frees, in one arena
-//! per thread that ever allocated) and `threads`. Then the `write` line, and a
-//! `soak-summary` line comparing the last interval with the third (the first two hold the
-//! warm-up): appends/s, RSS and heap, in %.
+//! bench's global allocator: RSS also holds what the allocator keeps after frees),
+//! `large_allocs` and `largest_alloc_kib` (blocks of 128 KiB or more since the start,
+//! and the largest: glibc raises its thresholds after freeing one), `threads` and
+//! `allocator` (`system`, or `jemalloc` with `BENCH_ALLOCATOR=jemalloc`: glibc's RSS
+//! climbs for many minutes to a plateau as its arenas keep partly used pages,
+//! jemalloc's does not). Then the `write` line, and a `soak-summary` line comparing the
+//! last interval with the third (the first two hold the warm-up): appends/s, RSS and
+//! heap, in %.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -105,43 +109,123 @@ mod prices;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// The system allocator, counting the bytes allocated and not yet freed: the soak
-/// reports them beside RSS, which also holds what the allocator keeps after a free
-/// (glibc keeps an arena per thread that ever allocated, and tokio's blocking pool,
-/// which runs the file store's calls, starts and ends threads as load varies).
+/// The process's allocator, counting the bytes allocated and not yet freed: the soak
+/// reports them beside RSS, which also holds what the allocator keeps after a free.
+/// glibc's (the default) keeps freed memory in its arenas, partly used pages and all,
+/// so its RSS climbs for many minutes to a plateau while the heap in use stays flat;
+/// `BENCH_ALLOCATOR=jemalloc` runs the same process on jemalloc, which returns unused
+/// pages after a few seconds, as many database nodes do.
 struct CountingAlloc;
+
+/// Which allocator serves the process, chosen at its first allocation: 0 not yet,
+/// 1 the system's, 2 jemalloc.
+static CHOSEN_ALLOCATOR: AtomicU8 = AtomicU8::new(0);
+
+/// Whether jemalloc serves this process (`BENCH_ALLOCATOR=jemalloc`).
+fn on_jemalloc() -> bool {
+    match CHOSEN_ALLOCATOR.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            // SAFETY: `getenv` reads the environment without allocating, and the first
+            // allocation happens before the process starts a thread or changes its
+            // environment, so every allocation of the process sees the same choice.
+            let value = unsafe { libc::getenv(c"BENCH_ALLOCATOR".as_ptr()) };
+            let jemalloc = !value.is_null()
+                && unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes() == b"jemalloc";
+            CHOSEN_ALLOCATOR.store(if jemalloc { 2 } else { 1 }, Ordering::Relaxed);
+            jemalloc
+        }
+    }
+}
+
+/// The allocator's name, for the report.
+fn allocator_name() -> &'static str {
+    if on_jemalloc() {
+        "jemalloc"
+    } else {
+        "system"
+    }
+}
 
 /// Bytes allocated through [`CountingAlloc`] and not yet freed.
 static HEAP_BYTES: AtomicU64 = AtomicU64::new(0);
 
-// SAFETY: every call goes to `System` unchanged; only a counter is added.
+/// glibc's initial mmap threshold: a block this large, once freed, raises the threshold
+/// (and the trim threshold to twice it) for the rest of the process, so every arena then
+/// keeps more memory after frees.
+const LARGE_ALLOC: usize = 128 * 1024;
+
+/// Allocations (and growing reallocations) of at least [`LARGE_ALLOC`] bytes.
+static LARGE_ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+/// The largest allocation so far, in bytes.
+static LARGEST_ALLOC: AtomicU64 = AtomicU64::new(0);
+
+/// Counts an allocation of `size` bytes if it is large.
+fn count_large(size: usize) {
+    if size >= LARGE_ALLOC {
+        LARGE_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        LARGEST_ALLOC.fetch_max(size as u64, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call goes unchanged to the one allocator the process chose at its
+// first allocation; only counters are added.
 unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let p = unsafe { std::alloc::System.alloc(layout) };
+        let p = unsafe {
+            if on_jemalloc() {
+                tikv_jemallocator::Jemalloc.alloc(layout)
+            } else {
+                std::alloc::System.alloc(layout)
+            }
+        };
         if !p.is_null() {
             HEAP_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+            count_large(layout.size());
         }
         p
     }
 
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        let p = unsafe {
+            if on_jemalloc() {
+                tikv_jemallocator::Jemalloc.alloc_zeroed(layout)
+            } else {
+                std::alloc::System.alloc_zeroed(layout)
+            }
+        };
         if !p.is_null() {
             HEAP_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+            count_large(layout.size());
         }
         p
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        unsafe { std::alloc::System.dealloc(ptr, layout) };
+        if on_jemalloc() {
+            unsafe { tikv_jemallocator::Jemalloc.dealloc(ptr, layout) };
+        } else {
+            unsafe { std::alloc::System.dealloc(ptr, layout) };
+        }
         HEAP_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
-        let p = unsafe { std::alloc::System.realloc(ptr, layout, new) };
+        let p = unsafe {
+            if on_jemalloc() {
+                tikv_jemallocator::Jemalloc.realloc(ptr, layout, new)
+            } else {
+                std::alloc::System.realloc(ptr, layout, new)
+            }
+        };
         if !p.is_null() {
             HEAP_BYTES.fetch_add(new as u64, Ordering::Relaxed);
             HEAP_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+            if new > layout.size() {
+                count_large(new);
+            }
         }
         p
     }
@@ -865,11 +949,14 @@ async fn soak_reporter(
             json!({
                 "rss_trimmed_mib": trimmed,
                 "workload": "soak",
+                "allocator": allocator_name(),
                 "report": n,
                 "minute": round2(now.duration_since(started).as_secs_f64() / 60.0),
                 "rss_mib": round2(sample.rss_mib),
                 "peak_rss_mib": round2(peak_rss_mib()),
                 "heap_mib": round2(sample.heap_mib),
+                "large_allocs": LARGE_ALLOCS.load(Ordering::Relaxed),
+                "largest_alloc_kib": LARGEST_ALLOC.load(Ordering::Relaxed) / 1024,
                 "threads": threads(),
                 "appends_per_s": rate.round(),
                 "appends": st.appends,
@@ -1058,6 +1145,7 @@ async fn write_reporting(
         "puts_per_mib": if put_bytes > 0 { (puts as f64 / (put_bytes as f64 / MIB) * 1000.0).round() / 1000.0 } else { 0.0 },
         "objects_per_s": round2(stats.objects as f64 / elapsed),
         "peak_rss_mib": round2(peak_rss_mib()),
+        "allocator": allocator_name(),
         "rss_bound_mib": round2((cfg.max_pending_bytes + cfg.max_in_flight as u64 * cfg.max_batch_bytes) as f64 / MIB + 64.0),
     });
     match (c.rate, offered_seconds) {
