@@ -563,9 +563,9 @@ impl WalIo {
         // key's whole metadata (about 100 bytes: a few thousand keys made a block of
         // several hundred KiB on every reclaimer's listing).
         let prefix = &self.prefix;
-        let listing = list(&self.store, prefix).try_fold(
-            Listing::default(),
-            |mut listing, meta| async move {
+        let listing = async {
+            let keys = list(&self.store, prefix);
+            keys.try_fold(Listing::default(), |mut listing, meta| async move {
                 match parse_key(prefix, &meta.location) {
                     Some(sequence) => listing.objects.push(ListedObject {
                         sequence,
@@ -574,8 +574,9 @@ impl WalIo {
                     None => listing.foreign.push(meta.location.to_string()),
                 }
                 Ok(listing)
-            },
-        );
+            })
+            .await
+        };
         let answer = self.within_timeout("list", &self.prefix, listing).await;
         self.metrics.request(Op::List, outcome_of(&answer));
         let mut listing = answer?.map_err(|e| Error::store("list", &self.prefix, e))?;
