@@ -392,6 +392,13 @@ struct Common {
     /// append (0: never); the reclaimer then deletes what no region needs.
     #[arg(long, default_value_t = 0)]
     obsolete_lag: u64,
+    /// Closed loop: each caller picks every append's region at random (seeded by
+    /// `--seed` and the caller), instead of walking the regions with a stride. With
+    /// `--obsolete-lag`, the floor then follows the least recently appended region of a
+    /// memoryless choice, so the live part of the log is stationary; with the stride it
+    /// drifts over minutes with the callers' phases.
+    #[arg(long)]
+    uniform_regions: bool,
     /// `reclaim_grace`, ms.
     #[arg(long)]
     reclaim_grace_ms: Option<u64>,
@@ -795,6 +802,9 @@ async fn closed_loop(
             (wal.clone(), payload.clone(), budget.clone(), stop.clone());
         let recorder = recorder.clone();
         let (regions, per, lag) = (c.regions, c.entries_per_append.max(1), c.obsolete_lag);
+        let mut uniform = c
+            .uniform_regions
+            .then(|| SplitMix64::new(c.seed ^ (a as u64).wrapping_mul(0x9E37_79B9)));
         tasks.spawn(async move {
             let mut k = a as u64;
             while !stop.load(Ordering::Relaxed)
@@ -802,7 +812,10 @@ async fn closed_loop(
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
                     .is_ok()
             {
-                let region = k % regions.max(1);
+                let region = match uniform.as_mut() {
+                    Some(rng) => rng.below(regions.max(1)),
+                    None => k % regions.max(1),
+                };
                 k += 7919;
                 let arrival = Arrival::new(&recorder, a as u64, Instant::now());
                 arrival
@@ -1182,6 +1195,7 @@ async fn write_reporting(
         let t = Instant::now();
         let ro = ObjectStoreLogStore::open_read_only(s.wal.clone(), cfg.clone()).await?;
         line["obsolete_lag"] = json!(c.obsolete_lag);
+        line["uniform_regions"] = json!(c.uniform_regions);
         line["floor"] = json!(after.floor);
         line["reclaimed_below"] = json!(after.reclaimed_below);
         line["deleted"] = json!(after.deleted);
