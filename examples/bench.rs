@@ -170,56 +170,45 @@ fn count_large(size: usize) {
     }
 }
 
+/// The allocator the process chose at its first allocation.
+fn chosen_allocator() -> &'static dyn std::alloc::GlobalAlloc {
+    if on_jemalloc() {
+        &tikv_jemallocator::Jemalloc
+    } else {
+        &std::alloc::System
+    }
+}
+
+/// Counts a block of `size` bytes that `p` now holds (nothing if the allocation failed).
+fn count_allocated(p: *mut u8, size: usize) -> *mut u8 {
+    if !p.is_null() {
+        HEAP_BYTES.fetch_add(size as u64, Ordering::Relaxed);
+        count_large(size);
+    }
+    p
+}
+
 // SAFETY: every call goes unchanged to the one allocator the process chose at its
 // first allocation; only counters are added.
 unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let p = unsafe {
-            if on_jemalloc() {
-                tikv_jemallocator::Jemalloc.alloc(layout)
-            } else {
-                std::alloc::System.alloc(layout)
-            }
-        };
-        if !p.is_null() {
-            HEAP_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
-            count_large(layout.size());
-        }
-        p
+        count_allocated(unsafe { chosen_allocator().alloc(layout) }, layout.size())
     }
 
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let p = unsafe {
-            if on_jemalloc() {
-                tikv_jemallocator::Jemalloc.alloc_zeroed(layout)
-            } else {
-                std::alloc::System.alloc_zeroed(layout)
-            }
-        };
-        if !p.is_null() {
-            HEAP_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
-            count_large(layout.size());
-        }
-        p
+        count_allocated(
+            unsafe { chosen_allocator().alloc_zeroed(layout) },
+            layout.size(),
+        )
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        if on_jemalloc() {
-            unsafe { tikv_jemallocator::Jemalloc.dealloc(ptr, layout) };
-        } else {
-            unsafe { std::alloc::System.dealloc(ptr, layout) };
-        }
+        unsafe { chosen_allocator().dealloc(ptr, layout) };
         HEAP_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
-        let p = unsafe {
-            if on_jemalloc() {
-                tikv_jemallocator::Jemalloc.realloc(ptr, layout, new)
-            } else {
-                std::alloc::System.realloc(ptr, layout, new)
-            }
-        };
+        let p = unsafe { chosen_allocator().realloc(ptr, layout, new) };
         if !p.is_null() {
             HEAP_BYTES.fetch_add(new as u64, Ordering::Relaxed);
             HEAP_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);

@@ -27,7 +27,7 @@
 //! [`last_entry_id`]: Catalog::last_entry_id
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
 use crate::error::{Durability, Error};
 use crate::format::{EncodedObject, Header, Link, SegmentRecord};
@@ -257,6 +257,15 @@ impl Catalog {
             .map(|s| s.record.first_entry_id)
     }
 
+    /// Forgets the watermarks (region → id) that hide nothing any more, once they could
+    /// outnumber the live regions: amortized O(1) per call. `Retention` and the actor
+    /// runtime's supervisor keep such maps.
+    pub fn forget_stale_watermarks<S: BuildHasher>(&self, watermarks: &mut HashMap<u64, u64, S>) {
+        if watermarks.len() > 2 * self.region_count() + STALE_SLACK {
+            watermarks.retain(|region, w| self.holds_at_or_below(*region, *w));
+        }
+    }
+
     /// Whether `region` still has an entry with id `<= id` on the live chain: a watermark
     /// `id` that does not still hides nothing and may be forgotten (every later entry of
     /// the region has a larger id).
@@ -456,7 +465,7 @@ pub fn plan_opening_above(
 }
 
 /// Watermarks that hide nothing kept beyond twice the live regions before they are
-/// forgotten (see [`Retention`]).
+/// forgotten (see [`Catalog::forget_stale_watermarks`]).
 pub const STALE_SLACK: usize = 64;
 
 /// The floor: the lowest chain sequence that still holds an entry some region needs
@@ -517,7 +526,7 @@ impl Retention {
             self.set_pin(region, None);
             return;
         };
-        self.forget_stale(catalog);
+        catalog.forget_stale_watermarks(&mut self.watermarks);
         let id = id.min(last);
         let w = self.watermarks.entry(region).or_insert(id);
         *w = (*w).max(id);
@@ -540,15 +549,6 @@ impl Retention {
     /// entry, or has not been forgotten yet).
     pub fn watermark(&self, region: u64) -> Option<u64> {
         self.watermarks.get(&region).copied()
-    }
-
-    /// Forgets the watermarks that hide nothing any more, once there could be more of
-    /// them than live regions (amortized O(1) per call).
-    fn forget_stale(&mut self, catalog: &Catalog) {
-        if self.watermarks.len() > 2 * catalog.region_count() + STALE_SLACK {
-            self.watermarks
-                .retain(|region, w| catalog.holds_at_or_below(*region, *w));
-        }
     }
 
     /// Regions with a watermark kept.

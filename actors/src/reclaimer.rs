@@ -41,6 +41,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::messages::Counters;
+use crate::recovery::AbortOnDrop;
 
 /// Deletes in flight at once.
 pub const MAX_DELETES_IN_FLIGHT: usize = 8;
@@ -93,8 +94,8 @@ pub struct ReclaimerState {
     reclaimed_below: u64,
     /// Passes since the last one that listed; `None` before the first listing.
     since_listing: Option<u32>,
-    /// The pass running, if any.
-    running: Option<PassTask>,
+    /// The pass running, if any (aborted when the reclaimer ends).
+    running: Option<AbortOnDrop>,
     /// The floor the pending grace timer is for.
     timing: Option<u64>,
     /// Floors acknowledged and not yet due, ascending.
@@ -110,15 +111,6 @@ struct Waiting {
     opened: Instant,
     /// When `floor` was acknowledged: its grace counts from here.
     acknowledged: Instant,
-}
-
-/// A reclaim pass's task, aborted when dropped (the reclaimer ended).
-struct PassTask(tokio::task::JoinHandle<()>);
-
-impl Drop for PassTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// The reclaimer actor.
@@ -173,7 +165,7 @@ impl ReclaimerState {
         };
         let io = self.args.io.clone();
         let me = myself.clone();
-        self.running = Some(PassTask(tokio::spawn(async move {
+        self.running = Some(AbortOnDrop(tokio::spawn(async move {
             let result = reclaim_below(&io, pass, floor).await;
             let _ = me.cast(ReclaimerMsg::Done { floor, result });
         })));

@@ -27,11 +27,12 @@ pub struct RecoveryArgs {
     pub above: u64,
 }
 
-/// The task running the open, aborted when the actor's state goes, however the actor
-/// ends (stopped, or killed with its supervisor, which skips `post_stop`).
-pub struct OpenTask(tokio::task::JoinHandle<()>);
+/// A task aborted when this is dropped: the state of an actor that owns a task (the
+/// open here, an upload, a reclaim pass), so the task ends however the actor does
+/// (stopped, or killed with its supervisor, which skips `post_stop`).
+pub struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 
-impl Drop for OpenTask {
+impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
@@ -53,7 +54,7 @@ pub struct RecoveryActor;
 
 impl Actor for RecoveryActor {
     type Msg = ();
-    type State = OpenTask;
+    type State = AbortOnDrop;
     type Arguments = RecoveryArgs;
 
     async fn pre_start(
@@ -84,7 +85,7 @@ impl Actor for RecoveryActor {
             }
             .instrument(span),
         );
-        Ok(OpenTask(task))
+        Ok(AbortOnDrop(task))
     }
 
     async fn post_stop(

@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use object_store_wal::catalog::{Catalog, Retention, STALE_SLACK};
+use object_store_wal::catalog::{Catalog, Retention};
 use object_store_wal::io::WalIo;
 use object_store_wal::open::Opened;
 use object_store_wal::read::{replay_regions, ReplayLimits};
@@ -578,13 +578,10 @@ impl SupervisorState {
     }
 
     /// Forgets the watermarks that hide nothing any more (their region has no live entry
-    /// at or below them), once they could outnumber the live regions: amortized O(1).
+    /// at or below them), once they could outnumber the live regions.
     fn forget_stale_watermarks(&mut self) {
         let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
-        if self.watermarks.len() > 2 * catalog.region_count() + STALE_SLACK {
-            self.watermarks
-                .retain(|region, w| catalog.holds_at_or_below(*region, *w));
-        }
+        catalog.forget_stale_watermarks(&mut self.watermarks);
     }
 
     /// Stops gracefully: in-flight uploads finish and are acknowledged or failed (the

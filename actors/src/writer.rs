@@ -58,6 +58,7 @@ use tracing::{debug, info_span, warn, Instrument};
 use crate::admission::Progress;
 use crate::messages::{AppendRequest, Counters, InternalMsg, WalMsg, WriterMsg};
 use crate::reclaimer::ReclaimerMsg;
+use crate::recovery::AbortOnDrop;
 use crate::supervisor::MAX_QUEUED_REQUESTS;
 
 /// Everything the writer starts with.
@@ -129,16 +130,6 @@ struct Flight {
     sealed_at: Instant,
 }
 
-/// An upload's task, aborted when dropped: a writer that ends (stopped, killed with its
-/// supervisor, or past its stop deadline) leaves no upload running.
-struct UploadTask(tokio::task::JoinHandle<()>);
-
-impl Drop for UploadTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// What the writer is doing. Whether the epoch ended is the [`Epoch`]'s to say: a
 /// writer may be stopping with its epoch ended or not.
 enum Lifecycle {
@@ -184,8 +175,10 @@ pub struct WriterState {
     /// When the open batch took its first entry.
     batch_opened: Option<Instant>,
     objects: BTreeMap<u64, Flight>,
-    /// The upload tasks running, by sequence: at most `max_in_flight`.
-    uploads: BTreeMap<u64, UploadTask>,
+    /// The upload tasks running, by sequence: at most `max_in_flight`. Aborted when
+    /// dropped: a writer that ends (stopped, killed with its supervisor, or past its
+    /// stop deadline) leaves no upload running.
+    uploads: BTreeMap<u64, AbortOnDrop>,
     /// The stop deadline is armed.
     stop_deadline_armed: bool,
     pending_bytes: u64,
@@ -513,7 +506,7 @@ impl WriterState {
                 }
                 .instrument(span),
             );
-            self.uploads.insert(sequence, UploadTask(task));
+            self.uploads.insert(sequence, AbortOnDrop(task));
             Counters::set(&self.args.counters.in_flight, self.uploads.len() as u64);
         }
     }
@@ -577,22 +570,24 @@ impl WriterState {
     fn commit(&mut self, flight: Flight, attempts: u64) {
         let sealed = &flight.sealed;
         let encoded = &sealed.encoded;
-        let committed = self
-            .args
-            .catalog
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .commit(encoded);
-        if let Err(error) = committed {
-            if flight.handed_out {
-                self.args.progress.failed(sealed.sequence(), &error);
+        // One guard: commit, and the objects it now holds (`wal_live_objects`).
+        let committed = {
+            let mut catalog = self.args.catalog.write().unwrap_or_else(|p| p.into_inner());
+            catalog.commit(encoded).map(|()| catalog.object_count())
+        };
+        let live_objects = match committed {
+            Ok(live_objects) => live_objects,
+            Err(error) => {
+                if flight.handed_out {
+                    self.args.progress.failed(sealed.sequence(), &error);
+                }
+                for w in flight.waiters {
+                    reply(w, Err(error.clone()));
+                }
+                self.end_epoch(error);
+                return;
             }
-            for w in flight.waiters {
-                reply(w, Err(error.clone()));
-            }
-            self.end_epoch(error);
-            return;
-        }
+        };
         let header = encoded.header();
         self.args
             .retention
@@ -619,19 +614,12 @@ impl WriterState {
             self.expected_burst = sealed.receipts.len();
             self.last_ack = Some(Instant::now());
         }
-        let live_objects = self.catalog_objects();
         let metrics = self.args.io.metrics();
         metrics.acknowledged(sealed, flight.sealed_at.elapsed(), live_objects);
         for (waiter, receipt) in flight.waiters.into_iter().zip(sealed.receipts.iter()) {
             metrics.append_to_durable.record(waiter.admitted.elapsed());
             reply(waiter, Ok(receipt.clone()));
         }
-    }
-
-    /// Objects on the chain in the catalog (`wal_live_objects`).
-    fn catalog_objects(&self) -> usize {
-        let catalog = self.args.catalog.read();
-        catalog.unwrap_or_else(|p| p.into_inner()).object_count()
     }
 
     /// Ends the epoch: every waiter gets an error with its durability; nothing more is
