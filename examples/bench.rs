@@ -68,8 +68,9 @@
 //! **Soak.** `soak --minutes N` (fractions allowed) runs `write` (every `write` flag;
 //! give `--obsolete-lag` so the log is reclaimed as it grows, and `--rate` for a steady
 //! open loop instead of the closed one) and prints, every `--report-seconds` (default
-//! 60), one JSON line: `minute`, `rss_mib` and `peak_rss_mib`, `appends_per_s` over the
-//! interval, `live_keys` (keys under the prefix, listed on the base store),
+//! 60), one JSON line: `minute`, `rss_mib` and `peak_rss_mib`, `appends_per_s` and the
+//! latency `p50_ms`, `p99_ms`, `max_ms` of the appends answered in the interval (at a
+//! steady `--rate`, a WAL that slowed down shows here first), `live_keys` (keys under the prefix, listed on the base store),
 //! `catalog_objects`, `catalog_regions`, `readers`, `queued`, `watermarks`, `floor`,
 //! `reclaimed_below`, and `heap_mib` (bytes allocated and not freed, counted by the
 //! bench's global allocator: RSS also holds what the allocator keeps after frees),
@@ -79,7 +80,7 @@
 //! climbs for many minutes to a plateau as its arenas keep partly used pages,
 //! jemalloc's does not). Then the `write` line, and a `soak-summary` line comparing the
 //! last interval with the third (the first two hold the warm-up): appends/s, RSS and
-//! heap, in %.
+//! heap, in %, and the two intervals' p50 and p99.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -903,21 +904,25 @@ struct SoakSample {
     appends_per_s: f64,
     rss_mib: f64,
     heap_mib: f64,
+    /// The interval's append latency (p50, p99), in milliseconds.
+    p50_ms: f64,
+    p99_ms: f64,
 }
 
-/// Prints, every `period`, one JSON line of the soak: the interval's appends/s, RSS
-/// (now and peak), the keys under the prefix and what the WAL holds; each interval's
-/// appends/s and RSS also go to `samples`, for the summary. Runs until aborted.
+/// Prints, every `period`, one JSON line of the soak: the interval's appends/s and
+/// latency percentiles, RSS (now and peak), the keys under the prefix and what the WAL
+/// holds; each interval's appends/s, latency and RSS also go to `samples`, for the
+/// summary. Runs until aborted.
 async fn soak_reporter(
     wal: WalHandle,
     base: Arc<dyn ObjectStore>,
     prefix: String,
-    period: Duration,
+    recorder: Arc<Recorder>,
     started: Instant,
-    samples: Arc<Mutex<Vec<SoakSample>>>,
-    trim: bool,
+    (period, samples, trim): (Duration, Arc<Mutex<Vec<SoakSample>>>, bool),
 ) {
     let mut ticker = tokio::time::interval_at((started + period).into(), period);
+    let mut before = new_histogram().ok();
     let mut last_appends = 0u64;
     let mut last_at = started;
     let mut n = 0u64;
@@ -933,10 +938,28 @@ async fn soak_reporter(
         last_at = now;
         n += 1;
         let live_keys = count_prefix(&base, &prefix).await.unwrap_or(0);
+        // The interval's latencies: everything recorded so far less what was before.
+        let (p50_ms, p99_ms, max_ms) = match (recorder.merged().ok(), before.take()) {
+            (Some(now), Some(earlier)) => {
+                let mut interval = now.clone();
+                let quantiles = interval.subtract(&earlier).ok().map(|()| {
+                    let ms = |q: f64| interval.value_at_quantile(q) as f64 / 1000.0;
+                    (ms(0.5), ms(0.99), ms(1.0))
+                });
+                before = Some(now);
+                quantiles.unwrap_or_default()
+            }
+            (now, _) => {
+                before = now;
+                Default::default()
+            }
+        };
         let sample = SoakSample {
             appends_per_s: rate,
             rss_mib: status_mib("VmRSS:"),
             heap_mib: heap_mib(),
+            p50_ms,
+            p99_ms,
         };
         samples
             .lock()
@@ -961,6 +984,9 @@ async fn soak_reporter(
                 "largest_alloc_kib": LARGEST_ALLOC.load(Ordering::Relaxed) / 1024,
                 "threads": threads(),
                 "appends_per_s": rate.round(),
+                "p50_ms": round2(p50_ms),
+                "p99_ms": round2(p99_ms),
+                "max_ms": round2(max_ms),
                 "appends": st.appends,
                 "failed_appends": st.failed_appends,
                 "live_keys": live_keys,
@@ -1003,7 +1029,7 @@ async fn count_prefix(
 
 /// The soak: a write run of `--minutes` with a report line every `--report-seconds`,
 /// then the write's own line and a summary: the last interval against the third (the
-/// first two hold the warm-up), appends/s and RSS.
+/// first two hold the warm-up), appends/s, latency and RSS.
 async fn soak(a: &SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut c = a.common.clone();
     c.seconds = a.minutes * 60.0;
@@ -1032,6 +1058,10 @@ async fn soak(a: &SoakArgs) -> Result<(), Box<dyn std::error::Error>> {
                 "third_heap_mib": round2(third.heap_mib),
                 "last_heap_mib": round2(last.heap_mib),
                 "heap_change_pct": pct(third.heap_mib, last.heap_mib),
+                "third_p50_ms": round2(third.p50_ms),
+                "last_p50_ms": round2(last.p50_ms),
+                "third_p99_ms": round2(third.p99_ms),
+                "last_p99_ms": round2(last.p99_ms),
                 "peak_rss_mib": round2(peak_rss_mib()),
             })
         );
@@ -1064,8 +1094,14 @@ async fn write_reporting(
     let started = Instant::now();
     let progress = if let Some((period, samples, trim)) = report {
         let (wal, base, prefix) = (wal.clone(), s.base.clone(), cfg.prefix.clone());
+        let report = (period, samples, trim);
         tokio::spawn(soak_reporter(
-            wal, base, prefix, period, started, samples, trim,
+            wal,
+            base,
+            prefix,
+            recorder.clone(),
+            started,
+            report,
         ))
     } else {
         let (wal, recorder) = (wal.clone(), recorder.clone());
