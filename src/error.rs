@@ -331,6 +331,13 @@ impl Error {
         )
     }
 
+    /// Whether the store said the object does not exist: for a WAL object, the reclaimer
+    /// (this node's or the owner's) deleted it, below a floor.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Store { source, .. }
+            if matches!(**source, object_store::Error::NotFound { .. }))
+    }
+
     pub(crate) fn store(op: &'static str, key: impl ToString, source: object_store::Error) -> Self {
         Error::Store {
             op,

@@ -88,6 +88,12 @@
 //!   not reading them at all). A listed object at or above the floor that cannot be read
 //!   still fails recovery, naming its key (a vanished one makes a writer's open start
 //!   over from a fresh listing).
+//! - A read, a replay or a follow whose next object was deleted (not found) after its
+//!   catalog dropped it below a floor passes over it with a warning: its entries are
+//!   obsolete, and the read goes on above the floor. A read-only follower first brings
+//!   its catalog up to date; one the owner's floor has passed (it lagged longer than the
+//!   owner's `reclaim_grace`) goes on from the chain above the floor, as a fresh
+//!   read-only open would. An object not found that the catalog still holds is an error.
 
 #![warn(missing_docs)]
 

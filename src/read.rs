@@ -26,9 +26,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
-use tracing::{debug, info_span, Instrument};
+use tracing::{debug, info_span, warn, Instrument};
 
-use crate::catalog::{next_on_chain, Catalog, SegmentLocation};
+use crate::catalog::{choose_chain, next_on_chain, Catalog, SegmentLocation};
 use crate::config::{Config, CorruptSegmentPolicy};
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Link, ObjectSummary};
@@ -92,7 +92,9 @@ fn skips(policy: CorruptSegmentPolicy, error: &Error) -> bool {
 
 /// The segments of `region` holding ids `>= from`, looked up one by one in the catalog
 /// as the stream is polled, each with what fetching it gave, in order, at most
-/// `read_ahead` ahead of the consumer.
+/// `read_ahead` ahead of the consumer. A segment whose object is gone (not found) and no
+/// longer in the catalog is passed over: the catalog dropped it below a floor (its
+/// entries obsolete) and the reclaimer deleted it before the read got to it.
 fn region_segments(
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
@@ -100,6 +102,7 @@ fn region_segments(
     from: u64,
     read_ahead: usize,
 ) -> BoxStream<'static, (SegmentLocation, Result<Vec<Entry>>)> {
+    let catalog_of_reads = catalog.clone();
     let locations = stream::unfold(from, move |next| {
         let catalog = catalog.clone();
         async move {
@@ -118,7 +121,25 @@ fn region_segments(
             async move { (location, fetch_segment(&io, &location).await) }
         })
         .buffered(read_ahead.max(1))
+        .filter(move |(location, fetched)| {
+            let reclaimed = matches!(fetched, Err(e) if e.is_not_found())
+                && !holds(&catalog_of_reads, location.sequence);
+            if reclaimed {
+                warn!(sequence = location.sequence, region,
+                    "a segment was reclaimed below the floor before it was read; the read goes on above the floor");
+            }
+            futures::future::ready(!reclaimed)
+        })
         .boxed()
+}
+
+/// Whether `catalog` still holds the object at `sequence` (not dropped below a floor).
+fn holds(catalog: &RwLock<Catalog>, sequence: u64) -> bool {
+    catalog
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .object(sequence)
+        .is_some()
 }
 
 /// Fetches one segment with a ranged read of exactly its bytes and decodes it, verified
@@ -198,7 +219,8 @@ impl ReplayLimits {
 /// (none of its later entries come, so a consumer never mistakes a hole for the end)
 /// while the other regions go on; under `Skip` its region goes on after the hole. Any
 /// other error (a failed GET) concerns every region of its object: the replay yields it
-/// and ends, under either policy.
+/// and ends, under either policy; except an object not found that the catalog dropped
+/// below a floor meanwhile (reclaimed: its entries are obsolete), which is passed over.
 pub fn replay_regions(
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
@@ -297,6 +319,7 @@ impl Planner {
 /// One object being fetched (and decoded) in a task of its own, aborted if dropped
 /// before it finished (the consumer dropped the replay).
 struct Fetch {
+    sequence: u64,
     bytes: u64,
     task: tokio::task::JoinHandle<Result<Vec<Result<Entry>>>>,
 }
@@ -343,12 +366,14 @@ impl Replay {
                 return;
             }
             self.held = self.held.saturating_add(plan.bytes);
+            let sequence = plan.records.first().map_or(0, |r| r.sequence);
             let io = self.io.clone();
             let from = self.from.clone();
             let task = tokio::spawn(
                 async move { fetch_segments(&io, plan.records, &from).await }.in_current_span(),
             );
             self.fetching.push_back(Fetch {
+                sequence,
                 bytes: plan.bytes,
                 task,
             });
@@ -396,6 +421,12 @@ impl Replay {
                     } else {
                         self.handing_bytes = fetch.bytes;
                     }
+                }
+                Err(e) if e.is_not_found() && !holds(&self.planner.catalog, fetch.sequence) => {
+                    // Dropped below a floor and reclaimed before the replay got to it.
+                    warn!(sequence = fetch.sequence,
+                        "an object was reclaimed below the floor before the replay read it; the replay goes on above the floor");
+                    self.release(fetch.bytes);
                 }
                 Err(e) => {
                     // A failed GET (not a damaged segment: those come as items).
@@ -503,6 +534,13 @@ pub trait ChainGrowth: Send + 'static {
     /// Waits until the chain may have grown (and, for a read-only follower, extends the
     /// catalog); `Ok(false)` ends the follow (the WAL stopped).
     fn grown(&mut self) -> BoxFuture<'_, Result<bool>>;
+
+    /// Brings the catalog up to date now, without waiting: after a segment was not found,
+    /// so that an object the owner reclaimed leaves the catalog. In-process the writer's
+    /// catalog is always current (it drops objects before the reclaimer deletes them).
+    fn refresh(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// In-process growth: the writer bumps the watch with every acknowledged sequence (and
@@ -521,7 +559,10 @@ impl ChainGrowth for tokio::sync::watch::Receiver<u64> {
 /// `growth` says the chain may have grown, what was added, in order, exactly once. Ends
 /// when `growth` ends, when the consumer drops the stream, or at the first error (after
 /// yielding it), except a damaged segment under [`CorruptSegmentPolicy::Skip`]: its
-/// error is yielded as the report of the hole and the follow goes on after it.
+/// error is yielded as the report of the hole and the follow goes on after it. A segment
+/// not found is looked up again once after [`ChainGrowth::refresh`]: if its object left
+/// the catalog (below the floor: reclaimed) the follow goes on above the floor; if not,
+/// the error is yielded and the follow ends.
 pub fn follow_region(
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
@@ -543,6 +584,8 @@ pub fn follow_region(
         pass: Option<Segments>,
         /// The entries of the segment being handed over.
         pending: std::vec::IntoIter<Entry>,
+        /// The object last found missing, after which the pass started again.
+        missing: Option<u64>,
         ended: bool,
     }
     let state = Following {
@@ -555,6 +598,7 @@ pub fn follow_region(
         growth,
         pass: None,
         pending: Vec::new().into_iter(),
+        missing: None,
         ended: false,
     };
     stream::unfold(state, |mut s| async move {
@@ -589,6 +633,17 @@ pub fn follow_region(
                         .collect::<Vec<_>>()
                         .into_iter();
                 }
+                Some((location, Err(e)))
+                    if e.is_not_found() && s.missing != Some(location.sequence) =>
+                {
+                    // Reclaimed, maybe: look again over a catalog brought up to date.
+                    s.missing = Some(location.sequence);
+                    s.pass = None;
+                    if let Err(e) = s.growth.refresh().await {
+                        s.ended = true;
+                        return Some((Err(e), s));
+                    }
+                }
                 Some((location, Err(e))) => {
                     if skips(s.policy, &e) {
                         // The next pass starts after the hole.
@@ -619,7 +674,8 @@ pub fn follow_region(
 /// `poll_interval`, starting after the last chain object (a start offset, not a full
 /// listing). Objects that do not extend the chain yet (an orphan, a claim, an object
 /// whose predecessor has not landed) are kept and looked at again; each object's
-/// summary is read once.
+/// summary is read once. An object deleted between the listing and its read is passed
+/// over; a follower the owner's floor has passed goes on from the chain above the floor.
 struct PolledGrowth {
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
@@ -631,12 +687,27 @@ struct PolledGrowth {
 impl PolledGrowth {
     async fn poll(&mut self) -> Result<bool> {
         tokio::time::sleep(self.poll_interval).await;
+        self.extend().await?;
+        Ok(true)
+    }
+
+    /// One LIST after the chain end; extends the catalog by what links on from it, or,
+    /// when the owner's floor has passed this follower, by the chain a fresh read-only
+    /// open would choose now.
+    async fn extend(&mut self) -> Result<()> {
         let listing = self.io.list_after(self.last.sequence).await?;
         for listed in listing.objects {
             if let std::collections::btree_map::Entry::Vacant(slot) =
                 self.pending.entry(listed.sequence)
             {
-                slot.insert(self.io.read_summary(&listed).await?.summary);
+                match self.io.read_summary(&listed).await {
+                    Ok(read) => {
+                        slot.insert(read.summary);
+                    }
+                    // Deleted since the listing: below the owner's floor.
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
         let headers: BTreeMap<u64, Header> =
@@ -647,6 +718,25 @@ impl PolledGrowth {
             let epoch = headers.get(&sequence).map_or(0, |h| h.epoch);
             extended.push(sequence);
             at = Link { sequence, epoch };
+        }
+        if extended.is_empty() {
+            // What is listed above the chain end holds a complete chain that needs
+            // nothing at or below it only if its floor is above the chain end: the owner
+            // let go of everything this follower had, and may have deleted the next link.
+            let chain = choose_chain(&headers);
+            let tip = chain.last().and_then(|s| headers.get(s));
+            if let Some(tip) = tip.filter(|t| {
+                t.floor > self.last.sequence
+                    && (t.epoch, t.sequence) > (self.last.epoch, self.last.sequence)
+            }) {
+                warn!(chain_end = self.last.sequence, floor = tip.floor,
+                    "the owner's floor passed this follower; it goes on from the chain above the floor");
+                at = Link {
+                    sequence: tip.sequence,
+                    epoch: tip.epoch,
+                };
+                extended = chain;
+            }
         }
         if !extended.is_empty() {
             let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
@@ -659,13 +749,17 @@ impl PolledGrowth {
         }
         // What lies at or below the chain end can never extend it.
         self.pending = self.pending.split_off(&(self.last.sequence + 1));
-        Ok(true)
+        Ok(())
     }
 }
 
 impl ChainGrowth for PolledGrowth {
     fn grown(&mut self) -> BoxFuture<'_, Result<bool>> {
         Box::pin(self.poll())
+    }
+
+    fn refresh(&mut self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(self.extend())
     }
 }
 

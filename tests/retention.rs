@@ -1,7 +1,9 @@
 //! Retention and takeover in the core: the `reclaim_grace` rule of the configuration,
 //! creates measured on a [`CreateClock`] and never acknowledged past
-//! `max_create_duration` (`persist_within`, and the sequential write path), and the
-//! read-only follower through claims and orphans of an owner that opened again.
+//! `max_create_duration` (`persist_within`, and the sequential write path), the
+//! read-only follower through claims and orphans of an owner that opened again, and
+//! reads, replays and followers that the owner's floor and reclaimer passed: objects
+//! deleted under them are passed over, above the floor they go on.
 //!
 //! The creates' clock is a [`ManualClock`] and stalled creates are [`CreateHold`]s or late
 //! landings of a [`FaultStore`], so each test decides exactly how long a create "took".
@@ -10,7 +12,7 @@
 //! [`CreateClock`]: object_store_wal::CreateClock
 //! [`CreateHold`]: object_store_wal::testing::CreateHold
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,10 +20,12 @@ use futures::StreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store_wal::catalog::Catalog;
 use object_store_wal::format::{decode_header, encode_object, EncodedObject, Header, Link};
 use object_store_wal::io::{object_key, WalIo};
 use object_store_wal::persist::{persist_within, PersistOutcome};
-use object_store_wal::testing::{CreateFault, FaultStore, ManualClock};
+use object_store_wal::read::{replay_regions, ReplayLimits};
+use object_store_wal::testing::{CreateFault, FaultStore, Hooks, ManualClock, Wrapper};
 use object_store_wal::{
     Config, Durability, Entry, EpochEndReason, Error, ObjectStoreLogStore, RetryPolicy,
 };
@@ -383,4 +387,354 @@ async fn read_only_follower_passes_claims_and_orphans() {
     // Nothing more comes while the owner is idle.
     let idle = tokio::time::timeout(Duration::from_secs(1), stream.next()).await;
     assert!(idle.is_err(), "the follower yielded more: {idle:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// A follower the owner's floor has passed
+// ---------------------------------------------------------------------------------------
+
+/// An object of epoch 3 at `sequence`, linked to the one below (the first to none),
+/// with `floor`, holding one entry of region 1 whose payload names the sequence.
+fn floored(sequence: u64, floor: u64) -> Bytes {
+    let header = Header {
+        sequence,
+        epoch: 3,
+        link: match sequence {
+            1 => Link::NONE,
+            _ => Link {
+                sequence: sequence - 1,
+                epoch: 3,
+            },
+        },
+        floor,
+        claim: false,
+    };
+    let entries = [payload(&format!("e{sequence}"))];
+    encode_object(&header, [(1u64, &entries[..])])
+        .expect("encode")
+        .to_bytes()
+}
+
+async fn create(store: &Arc<dyn ObjectStore>, sequence: u64, bytes: Bytes) {
+    store
+        .put_opts(
+            &key(sequence),
+            PutPayload::from(bytes),
+            PutOptions {
+                mode: PutMode::Create,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("create");
+}
+
+/// What the owner did while a follower lagged: objects 5 to 8 created, the last with
+/// floor 6, and the reclaimer deleted 1 to 5 (5 too: it lies below the floor).
+async fn owner_passes_the_follower(store: &Arc<dyn ObjectStore>) {
+    for sequence in 5..=8 {
+        create(
+            store,
+            sequence,
+            floored(sequence, if sequence == 8 { 6 } else { 0 }),
+        )
+        .await;
+    }
+    for sequence in 1..=5 {
+        store.delete(&key(sequence)).await.expect("delete");
+    }
+}
+
+/// The payloads a follow of region 1 yielded, until `until` is seen (every item must be
+/// an entry, not an error).
+async fn followed_until(
+    stream: &mut futures::stream::BoxStream<'static, object_store_wal::Result<Entry>>,
+    until: &str,
+) -> Vec<String> {
+    bounded("the follower", async {
+        let mut got = Vec::new();
+        while got.last().is_none_or(|p| p != until) {
+            let item = stream.next().await.expect("the follower ended early");
+            let entry = item.expect("a followed entry, not an error");
+            got.push(String::from_utf8_lossy(&entry.payload).into_owned());
+        }
+        got
+    })
+    .await
+}
+
+/// A read-only follower idle while the owner's floor passed it and the reclaimer deleted
+/// the object its chain end links on to: it goes on from the chain above the floor (as
+/// a fresh read-only open would), without an error; the entries below the floor, which
+/// the owner declared obsolete, are not yielded.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn read_only_follower_passed_by_the_floor_goes_on_above_it() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    for sequence in 1..=4 {
+        create(&store, sequence, floored(sequence, 0)).await;
+    }
+    let reader = ObjectStoreLogStore::open_read_only(store.clone(), config())
+        .await
+        .expect("read-only open");
+    let mut stream = reader.follow(1, 0, Duration::from_millis(10));
+    assert_eq!(
+        followed_until(&mut stream, "e4").await,
+        ["e1", "e2", "e3", "e4"]
+    );
+
+    owner_passes_the_follower(&store).await;
+    assert_eq!(followed_until(&mut stream, "e8").await, ["e6", "e7", "e8"]);
+
+    // And it follows on from there.
+    create(&store, 9, floored(9, 6)).await;
+    assert_eq!(followed_until(&mut stream, "e9").await, ["e9"]);
+}
+
+/// A GET that finds nothing: what a store answers for a deleted object.
+fn not_found(location: &Path) -> object_store::Error {
+    object_store::Error::NotFound {
+        path: location.to_string(),
+        source: "deleted".into(),
+    }
+}
+
+/// On the first ranged GET of `trigger` (a segment read), the owner passes the follower
+/// (see [`owner_passes_the_follower`]) and the GET finds nothing: the segment's object
+/// was reclaimed between the follower's poll and its read. Whole GETs of `gone` find
+/// nothing either, though `gone` is still listed: deleted between a listing and a read;
+/// ranged GETs of `segment_gone` always find nothing.
+#[derive(Debug)]
+struct ReclaimedUnderTheReader {
+    trigger: Path,
+    gone: Path,
+    segment_gone: Path,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Hooks for ReclaimedUnderTheReader {
+    const NAME: &'static str = "ReclaimedUnderTheReader";
+
+    async fn get_opts(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        let ordering = std::sync::atomic::Ordering::SeqCst;
+        if *location == self.trigger && options.range.is_some() && !self.fired.swap(true, ordering)
+        {
+            owner_passes_the_follower(inner).await;
+            // 5 is listed again, but reads as deleted.
+            create(inner, 5, floored(5, 0)).await;
+            return Err(not_found(location));
+        }
+        let gone = match options.range {
+            None => &self.gone,
+            Some(_) => &self.segment_gone,
+        };
+        if location == gone {
+            return Err(not_found(location));
+        }
+        inner.get_opts(location, options).await
+    }
+}
+
+/// A read-only follower whose next segment is reclaimed under it (its GET finds nothing)
+/// looks again over a refreshed catalog and goes on above the owner's floor; an object
+/// listed but deleted before its summary is read is passed over. No error is yielded.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn read_only_follower_goes_on_when_its_next_segment_was_reclaimed() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store: Arc<dyn ObjectStore> = Wrapper::wrap(
+        memory.clone(),
+        ReclaimedUnderTheReader {
+            trigger: key(4),
+            gone: key(5),
+            segment_gone: key(0),
+            fired: false.into(),
+        },
+    );
+    for sequence in 1..=3 {
+        create(&memory, sequence, floored(sequence, 0)).await;
+    }
+    let reader = ObjectStoreLogStore::open_read_only(store.clone(), config())
+        .await
+        .expect("read-only open");
+    let mut stream = reader.follow(1, 0, Duration::from_millis(10));
+    assert_eq!(followed_until(&mut stream, "e3").await, ["e1", "e2", "e3"]);
+
+    create(&memory, 4, floored(4, 0)).await;
+    assert_eq!(followed_until(&mut stream, "e8").await, ["e6", "e7", "e8"]);
+    assert!(
+        store.list(None).next().await.is_some(),
+        "the store still lists the prefix"
+    );
+}
+
+/// A segment not found whose object is still in the catalog is not taken as reclaimed:
+/// the follow yields the store's error and ends.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_segment_missing_above_the_floor_fails_the_follow() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store: Arc<dyn ObjectStore> = Wrapper::wrap(
+        memory.clone(),
+        ReclaimedUnderTheReader {
+            trigger: key(0),
+            gone: key(0),
+            segment_gone: key(2),
+            fired: false.into(),
+        },
+    );
+    for sequence in 1..=3 {
+        create(&memory, sequence, floored(sequence, 0)).await;
+    }
+    let reader = ObjectStoreLogStore::open_read_only(store.clone(), config())
+        .await
+        .expect("read-only open");
+    // Object 2's segment reads find nothing, with nothing above the floor to replace it.
+    let mut stream = reader.follow(1, 0, Duration::from_millis(10));
+    let first = bounded("the follower", stream.next()).await;
+    assert_eq!(
+        first
+            .map(|r| r.map(|e| e.payload))
+            .transpose()
+            .ok()
+            .flatten(),
+        Some(payload("e1"))
+    );
+    let second = bounded("the follower", stream.next())
+        .await
+        .expect("an item");
+    match second {
+        Err(e) => assert!(e.is_not_found(), "a not-found store error: {e}"),
+        Ok(entry) => panic!("object 2 is gone, yet {entry:?} was yielded"),
+    }
+    assert!(bounded("the end", stream.next()).await.is_none());
+}
+
+/// Drops the objects below `floor` from `catalog` by adding an empty object above its
+/// end with that floor, as a writer's catalog does when an object with a new floor is
+/// acknowledged.
+fn raise_floor(catalog: &RwLock<Catalog>, floor: u64) {
+    let mut catalog = catalog.write().expect("catalog");
+    let sequence = catalog.last_sequence().expect("a chain") + 1;
+    let header = Header {
+        sequence,
+        epoch: 3,
+        link: Link {
+            sequence: sequence - 1,
+            epoch: 3,
+        },
+        floor,
+        claim: false,
+    };
+    catalog.insert(&header, &[], 0).expect("insert");
+}
+
+/// The reclaimer's delete racing a read: the first ranged GET of `segment` finds
+/// nothing, and by then the catalog has dropped it below `floor`.
+#[derive(Debug)]
+struct DeletedAfterTheFloorRose {
+    segment: Path,
+    floor: u64,
+    catalog: std::sync::OnceLock<Arc<RwLock<Catalog>>>,
+}
+
+#[async_trait::async_trait]
+impl Hooks for DeletedAfterTheFloorRose {
+    const NAME: &'static str = "DeletedAfterTheFloorRose";
+
+    async fn get_opts(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        if *location == self.segment && options.range.is_some() {
+            if let Some(catalog) = self.catalog.get() {
+                raise_floor(catalog, self.floor);
+            }
+            return Err(not_found(location));
+        }
+        inner.get_opts(location, options).await
+    }
+}
+
+/// A read whose next segment was dropped from the catalog below a new floor and deleted
+/// before its GET passes over it (its entries are obsolete) and goes on above the floor:
+/// no error.
+#[tokio::test]
+async fn a_read_passes_over_a_segment_reclaimed_below_the_floor() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store = Wrapper::wrap(
+        memory.clone(),
+        DeletedAfterTheFloorRose {
+            segment: key(2),
+            floor: 3,
+            catalog: std::sync::OnceLock::new(),
+        },
+    );
+    for sequence in 1..=4 {
+        create(&memory, sequence, floored(sequence, 0)).await;
+    }
+    let reader = ObjectStoreLogStore::open_read_only(store.clone(), config())
+        .await
+        .expect("read-only open");
+    store
+        .hooks()
+        .catalog
+        .set(reader.catalog())
+        .expect("set once");
+    let read: Vec<String> = bounded("the read", reader.read(1, 0).collect::<Vec<_>>())
+        .await
+        .into_iter()
+        .map(|item| {
+            let entry = item.expect("an entry, not an error");
+            String::from_utf8_lossy(&entry.payload).into_owned()
+        })
+        .collect();
+    assert_eq!(read, ["e1", "e3", "e4"]);
+}
+
+/// The same race under a replay of many regions: the object reclaimed under it is passed
+/// over and the replay goes on above the floor, without an error.
+#[tokio::test]
+async fn a_replay_passes_over_an_object_reclaimed_below_the_floor() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store = Wrapper::wrap(
+        memory.clone(),
+        DeletedAfterTheFloorRose {
+            segment: key(2),
+            floor: 3,
+            catalog: std::sync::OnceLock::new(),
+        },
+    );
+    for sequence in 1..=4 {
+        create(&memory, sequence, floored(sequence, 0)).await;
+    }
+    let reader = ObjectStoreLogStore::open_read_only(store.clone(), config())
+        .await
+        .expect("read-only open");
+    store
+        .hooks()
+        .catalog
+        .set(reader.catalog())
+        .expect("set once");
+    let replay = replay_regions(
+        reader.io().clone(),
+        reader.catalog(),
+        [(1u64, 0u64)].into_iter().collect(),
+        ReplayLimits::of(reader.config()),
+        reader.config().corrupt_segment_policy,
+    );
+    let replayed: Vec<String> = bounded("the replay", replay.collect::<Vec<_>>())
+        .await
+        .into_iter()
+        .map(|item| {
+            let entry = item.expect("an entry, not an error");
+            String::from_utf8_lossy(&entry.payload).into_owned()
+        })
+        .collect();
+    assert_eq!(replayed, ["e1", "e3", "e4"]);
 }
