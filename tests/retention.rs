@@ -49,20 +49,28 @@ fn payload(tag: &str) -> Bytes {
     Bytes::from(tag.to_string())
 }
 
-/// An object of epoch 3 at `sequence` holding one entry of region 1.
-fn object(sequence: u64) -> EncodedObject {
-    let header = Header {
+/// The header of an object of epoch 3 at `sequence`, linked to the one below (the
+/// first to none), with `floor`.
+fn header(sequence: u64, floor: u64) -> Header {
+    Header {
         sequence,
         epoch: 3,
-        link: Link {
-            sequence: sequence - 1,
-            epoch: 3,
+        link: match sequence {
+            1 => Link::NONE,
+            _ => Link {
+                sequence: sequence - 1,
+                epoch: 3,
+            },
         },
-        floor: 0,
+        floor,
         claim: false,
-    };
+    }
+}
+
+/// An object of epoch 3 at `sequence` holding one entry of region 1.
+fn object(sequence: u64) -> EncodedObject {
     let entries = [payload("stalled")];
-    encode_object(&header, [(1u64, &entries[..])]).expect("encode")
+    encode_object(&header(sequence, 0), [(1u64, &entries[..])]).expect("encode")
 }
 
 async fn bytes_at(store: &Arc<dyn ObjectStore>, sequence: u64) -> Option<Bytes> {
@@ -393,24 +401,11 @@ async fn read_only_follower_passes_claims_and_orphans() {
 // A follower the owner's floor has passed
 // ---------------------------------------------------------------------------------------
 
-/// An object of epoch 3 at `sequence`, linked to the one below (the first to none),
-/// with `floor`, holding one entry of region 1 whose payload names the sequence.
+/// The bytes of [`header`]`(sequence, floor)`'s object, holding one entry of region 1
+/// whose payload names the sequence.
 fn floored(sequence: u64, floor: u64) -> Bytes {
-    let header = Header {
-        sequence,
-        epoch: 3,
-        link: match sequence {
-            1 => Link::NONE,
-            _ => Link {
-                sequence: sequence - 1,
-                epoch: 3,
-            },
-        },
-        floor,
-        claim: false,
-    };
     let entries = [payload(&format!("e{sequence}"))];
-    encode_object(&header, [(1u64, &entries[..])])
+    encode_object(&header(sequence, floor), [(1u64, &entries[..])])
         .expect("encode")
         .to_bytes()
 }
@@ -545,55 +540,49 @@ impl Hooks for ReclaimedUnderTheReader {
 /// listed but deleted before its summary is read is passed over. No error is yielded.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn read_only_follower_goes_on_when_its_next_segment_was_reclaimed() {
-    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let store: Arc<dyn ObjectStore> = Wrapper::wrap(
-        memory.clone(),
-        ReclaimedUnderTheReader {
-            trigger: key(4),
-            gone: key(5),
-            segment_gone: key(0),
-            fired: false.into(),
-        },
-    );
-    for sequence in 1..=3 {
-        create(&memory, sequence, floored(sequence, 0)).await;
-    }
-    let reader = ObjectStoreLogStore::open_read_only(store.clone(), config())
-        .await
-        .expect("read-only open");
-    let mut stream = reader.follow(1, 0, Duration::from_millis(10));
+    let (memory, mut stream) = follow_over(ReclaimedUnderTheReader {
+        trigger: key(4),
+        gone: key(5),
+        segment_gone: key(0),
+        fired: false.into(),
+    })
+    .await;
     assert_eq!(followed_until(&mut stream, "e3").await, ["e1", "e2", "e3"]);
 
     create(&memory, 4, floored(4, 0)).await;
     assert_eq!(followed_until(&mut stream, "e8").await, ["e6", "e7", "e8"]);
-    assert!(
-        store.list(None).next().await.is_some(),
-        "the store still lists the prefix"
-    );
+}
+
+/// Objects 1 to 3 in memory, and a read-only follow of region 1 over `hooks` wrapping it.
+async fn follow_over(
+    hooks: ReclaimedUnderTheReader,
+) -> (
+    Arc<dyn ObjectStore>,
+    futures::stream::BoxStream<'static, object_store_wal::Result<Entry>>,
+) {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let store: Arc<dyn ObjectStore> = Wrapper::wrap(memory.clone(), hooks);
+    for sequence in 1..=3 {
+        create(&memory, sequence, floored(sequence, 0)).await;
+    }
+    let reader = ObjectStoreLogStore::open_read_only(store, config())
+        .await
+        .expect("read-only open");
+    (memory, reader.follow(1, 0, Duration::from_millis(10)))
 }
 
 /// A segment not found whose object is still in the catalog is not taken as reclaimed:
 /// the follow yields the store's error and ends.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_segment_missing_above_the_floor_fails_the_follow() {
-    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let store: Arc<dyn ObjectStore> = Wrapper::wrap(
-        memory.clone(),
-        ReclaimedUnderTheReader {
-            trigger: key(0),
-            gone: key(0),
-            segment_gone: key(2),
-            fired: false.into(),
-        },
-    );
-    for sequence in 1..=3 {
-        create(&memory, sequence, floored(sequence, 0)).await;
-    }
-    let reader = ObjectStoreLogStore::open_read_only(store.clone(), config())
-        .await
-        .expect("read-only open");
     // Object 2's segment reads find nothing, with nothing above the floor to replace it.
-    let mut stream = reader.follow(1, 0, Duration::from_millis(10));
+    let (_, mut stream) = follow_over(ReclaimedUnderTheReader {
+        trigger: key(0),
+        gone: key(0),
+        segment_gone: key(2),
+        fired: false.into(),
+    })
+    .await;
     let first = bounded("the follower", stream.next()).await;
     assert_eq!(
         first
@@ -619,17 +608,9 @@ async fn a_segment_missing_above_the_floor_fails_the_follow() {
 fn raise_floor(catalog: &RwLock<Catalog>, floor: u64) {
     let mut catalog = catalog.write().expect("catalog");
     let sequence = catalog.last_sequence().expect("a chain") + 1;
-    let header = Header {
-        sequence,
-        epoch: 3,
-        link: Link {
-            sequence: sequence - 1,
-            epoch: 3,
-        },
-        floor,
-        claim: false,
-    };
-    catalog.insert(&header, &[], 0).expect("insert");
+    catalog
+        .insert(&header(sequence, floor), &[], 0)
+        .expect("insert");
 }
 
 /// The reclaimer's delete racing a read: the first ranged GET of `segment` finds
@@ -661,11 +642,9 @@ impl Hooks for DeletedAfterTheFloorRose {
     }
 }
 
-/// A read whose next segment was dropped from the catalog below a new floor and deleted
-/// before its GET passes over it (its entries are obsolete) and goes on above the floor:
-/// no error.
-#[tokio::test]
-async fn a_read_passes_over_a_segment_reclaimed_below_the_floor() {
+/// A read-only open of objects 1 to 4 over a [`DeletedAfterTheFloorRose`] that drops
+/// object 2 below floor 3 in the reader's catalog at its first segment read.
+async fn reader_racing_the_reclaimer() -> ObjectStoreLogStore {
     let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let store = Wrapper::wrap(
         memory.clone(),
@@ -686,14 +665,31 @@ async fn a_read_passes_over_a_segment_reclaimed_below_the_floor() {
         .catalog
         .set(reader.catalog())
         .expect("set once");
-    let read: Vec<String> = bounded("the read", reader.read(1, 0).collect::<Vec<_>>())
+    reader
+}
+
+/// The payloads of a read's items, each of which must be an entry.
+async fn payloads_of(
+    what: &str,
+    items: futures::stream::BoxStream<'static, object_store_wal::Result<Entry>>,
+) -> Vec<String> {
+    bounded(what, items.collect::<Vec<_>>())
         .await
         .into_iter()
         .map(|item| {
             let entry = item.expect("an entry, not an error");
             String::from_utf8_lossy(&entry.payload).into_owned()
         })
-        .collect();
+        .collect()
+}
+
+/// A read whose next segment was dropped from the catalog below a new floor and deleted
+/// before its GET passes over it (its entries are obsolete) and goes on above the floor:
+/// no error.
+#[tokio::test]
+async fn a_read_passes_over_a_segment_reclaimed_below_the_floor() {
+    let reader = reader_racing_the_reclaimer().await;
+    let read = payloads_of("the read", reader.read(1, 0)).await;
     assert_eq!(read, ["e1", "e3", "e4"]);
 }
 
@@ -701,26 +697,7 @@ async fn a_read_passes_over_a_segment_reclaimed_below_the_floor() {
 /// over and the replay goes on above the floor, without an error.
 #[tokio::test]
 async fn a_replay_passes_over_an_object_reclaimed_below_the_floor() {
-    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let store = Wrapper::wrap(
-        memory.clone(),
-        DeletedAfterTheFloorRose {
-            segment: key(2),
-            floor: 3,
-            catalog: std::sync::OnceLock::new(),
-        },
-    );
-    for sequence in 1..=4 {
-        create(&memory, sequence, floored(sequence, 0)).await;
-    }
-    let reader = ObjectStoreLogStore::open_read_only(store.clone(), config())
-        .await
-        .expect("read-only open");
-    store
-        .hooks()
-        .catalog
-        .set(reader.catalog())
-        .expect("set once");
+    let reader = reader_racing_the_reclaimer().await;
     let replay = replay_regions(
         reader.io().clone(),
         reader.catalog(),
@@ -728,13 +705,6 @@ async fn a_replay_passes_over_an_object_reclaimed_below_the_floor() {
         ReplayLimits::of(reader.config()),
         reader.config().corrupt_segment_policy,
     );
-    let replayed: Vec<String> = bounded("the replay", replay.collect::<Vec<_>>())
-        .await
-        .into_iter()
-        .map(|item| {
-            let entry = item.expect("an entry, not an error");
-            String::from_utf8_lossy(&entry.payload).into_owned()
-        })
-        .collect();
+    let replayed = payloads_of("the replay", replay).await;
     assert_eq!(replayed, ["e1", "e3", "e4"]);
 }
