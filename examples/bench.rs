@@ -76,9 +76,9 @@
 //! bench's global allocator: RSS also holds what the allocator keeps after frees),
 //! `large_allocs` and `largest_alloc_kib` (blocks of 128 KiB or more since the start,
 //! and the largest: glibc raises its thresholds after freeing one), `threads` and
-//! `allocator` (`system`, or `jemalloc` with `BENCH_ALLOCATOR=jemalloc`: glibc's RSS
-//! climbs for many minutes to a plateau as its arenas keep partly used pages,
-//! jemalloc's does not). Then the `write` line, and a `soak-summary` line comparing the
+//! `allocator` (`jemalloc`, or `system` with `BENCH_ALLOCATOR=system`: glibc's RSS
+//! keeps the high-water mark of each transient backlog as its arenas keep partly used
+//! pages, jemalloc's follows the heap). Then the `write` line, and a `soak-summary` line comparing the
 //! last interval with the third (the first two hold the warm-up): appends/s, RSS and
 //! heap, in %, and the two intervals' p50 and p99.
 
@@ -112,17 +112,19 @@ const MIB: f64 = 1024.0 * 1024.0;
 
 /// The process's allocator, counting the bytes allocated and not yet freed: the soak
 /// reports them beside RSS, which also holds what the allocator keeps after a free.
-/// glibc's (the default) keeps freed memory in its arenas, partly used pages and all,
-/// so its RSS climbs for many minutes to a plateau while the heap in use stays flat;
-/// `BENCH_ALLOCATOR=jemalloc` runs the same process on jemalloc, which returns unused
-/// pages after a few seconds, as many database nodes do.
+/// The bench runs on jemalloc, as database nodes on Linux commonly do (TiKV, GreptimeDB):
+/// it returns unused pages after a few seconds, so RSS follows the heap.
+/// `BENCH_ALLOCATOR=system` runs the same process on the system's allocator; glibc's
+/// keeps freed memory in its arenas, partly used pages and all, so its RSS keeps the
+/// high-water mark of every transient backlog while the heap in use stays flat. The WAL
+/// (a library) takes no side: the node chooses.
 struct CountingAlloc;
 
 /// Which allocator serves the process, chosen at its first allocation: 0 not yet,
 /// 1 the system's, 2 jemalloc.
 static CHOSEN_ALLOCATOR: AtomicU8 = AtomicU8::new(0);
 
-/// Whether jemalloc serves this process (`BENCH_ALLOCATOR=jemalloc`).
+/// Whether jemalloc serves this process (unless `BENCH_ALLOCATOR=system`).
 fn on_jemalloc() -> bool {
     match CHOSEN_ALLOCATOR.load(Ordering::Relaxed) {
         1 => false,
@@ -132,8 +134,8 @@ fn on_jemalloc() -> bool {
             // allocation happens before the process starts a thread or changes its
             // environment, so every allocation of the process sees the same choice.
             let value = unsafe { libc::getenv(c"BENCH_ALLOCATOR".as_ptr()) };
-            let jemalloc = !value.is_null()
-                && unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes() == b"jemalloc";
+            let jemalloc = value.is_null()
+                || unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes() != b"system";
             CHOSEN_ALLOCATOR.store(if jemalloc { 2 } else { 1 }, Ordering::Relaxed);
             jemalloc
         }
@@ -247,6 +249,12 @@ fn threads() -> u64 {
 struct Cli {
     #[command(subcommand)]
     workload: Workload,
+    /// Most threads in the runtime's blocking pool, where the file store's calls run
+    /// (tokio's default is 512). Under a steady load each thread the pool ever started
+    /// stays busy enough to live on, with its stack and its allocator cache in RSS: a
+    /// burst (a stalled disk) would leave the process larger for the rest of the run.
+    #[arg(long, global = true, default_value_t = 16)]
+    max_blocking_threads: usize,
 }
 
 #[derive(Subcommand, Debug)]
@@ -1556,49 +1564,56 @@ async fn replay(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn std
     Ok(line)
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let cli = Cli::parse();
-    let result = async {
-        match &cli.workload {
-            Workload::Write(c) => {
-                let s = stores(c)?;
-                let r = write(c, &s).await?;
-                stop(&r.wal).await?;
-                println!("{}", r.line);
-            }
-            Workload::Limit(c) => {
-                // Each run on a fresh store, the other's dropped first: a memory store
-                // holds everything written, and its size slows the next run.
-                let (line, limit_mib) = {
-                    let s = stores(c)?;
-                    limit(c, &s).await?
-                };
-                println!("{line}");
-                let mut r = {
-                    let s = stores(c)?;
-                    let r = write(c, &s).await?;
-                    stop(&r.wal).await?;
-                    r
-                };
-                r.line["ratio_to_limit"] = json!(round2(r.mib_per_s / limit_mib.max(1e-9)));
-                println!("{}", r.line);
-            }
-            Workload::Recover(c) => {
-                let s = stores(c)?;
-                println!("{}", recover(c, &s).await?);
-            }
-            Workload::Replay(c) => {
-                let s = stores(c)?;
-                println!("{}", replay(c, &s).await?);
-            }
-            Workload::Soak(a) => soak(a).await?,
-        }
-        Ok::<(), Box<dyn std::error::Error>>(())
-    }
-    .await;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(cli.max_blocking_threads.max(1))
+        .build();
+    let result = runtime
+        .map_err(Into::into)
+        .and_then(|runtime| runtime.block_on(run(&cli)));
     if let Err(e) = result {
         eprintln!("bench: {e}");
         std::process::exit(1);
     }
+}
+
+/// The chosen workload, on the runtime `main` built.
+async fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
+    match &cli.workload {
+        Workload::Write(c) => {
+            let s = stores(c)?;
+            let r = write(c, &s).await?;
+            stop(&r.wal).await?;
+            println!("{}", r.line);
+        }
+        Workload::Limit(c) => {
+            // Each run on a fresh store, the other's dropped first: a memory store
+            // holds everything written, and its size slows the next run.
+            let (line, limit_mib) = {
+                let s = stores(c)?;
+                limit(c, &s).await?
+            };
+            println!("{line}");
+            let mut r = {
+                let s = stores(c)?;
+                let r = write(c, &s).await?;
+                stop(&r.wal).await?;
+                r
+            };
+            r.line["ratio_to_limit"] = json!(round2(r.mib_per_s / limit_mib.max(1e-9)));
+            println!("{}", r.line);
+        }
+        Workload::Recover(c) => {
+            let s = stores(c)?;
+            println!("{}", recover(c, &s).await?);
+        }
+        Workload::Replay(c) => {
+            let s = stores(c)?;
+            println!("{}", replay(c, &s).await?);
+        }
+        Workload::Soak(a) => soak(a).await?,
+    }
+    Ok(())
 }
