@@ -29,6 +29,13 @@
 //! pending bytes, uploads in flight); the writer records each append's and each
 //! object's latency to durable. [`WalStats`] stays for callers that poll.
 //!
+//! What the WAL holds is bounded by its configuration and the live part of the log,
+//! not by history (`WalStats` shows each part). The process's RSS beyond that is the
+//! node's choice of allocator and runtime, on which a library takes no side: glibc's
+//! allocator keeps the high-water mark of a transient backlog, jemalloc returns it; a
+//! runtime's blocking pool (where a local file store's calls run) keeps every thread a
+//! burst started. The README's "Memory bounded by the live part" has the numbers.
+//!
 //! ## What each error means for the caller
 //!
 //! - `Ok(receipt)`: durable; the ids are final and will be replayed.
