@@ -719,24 +719,26 @@ impl PolledGrowth {
             extended.push(sequence);
             at = Link { sequence, epoch };
         }
-        if extended.is_empty() {
-            // What is listed above the chain end holds a complete chain that needs
-            // nothing at or below it only if its floor is above the chain end: the owner
-            // let go of everything this follower had, and may have deleted the next link.
-            let chain = choose_chain(&headers);
-            let tip = chain.last().and_then(|s| headers.get(s));
-            if let Some(tip) = tip.filter(|t| {
-                t.floor > self.last.sequence
-                    && (t.epoch, t.sequence) > (self.last.epoch, self.last.sequence)
-            }) {
-                warn!(chain_end = self.last.sequence, floor = tip.floor,
-                    "the owner's floor passed this follower; it goes on from the chain above the floor");
-                at = Link {
-                    sequence: tip.sequence,
-                    epoch: tip.epoch,
-                };
-                extended = chain;
-            }
+        // Where nothing links on (the whole way, or part of it: the owner's deletes run
+        // concurrently and out of order), what is listed above holds a complete chain
+        // that needs nothing at or below the end reached only if its floor is above that
+        // end: the owner let go of it, and may have deleted the next link.
+        let chain = choose_chain(&headers);
+        let tip = chain.last().and_then(|s| headers.get(s));
+        if let Some(tip) =
+            tip.filter(|t| t.floor > at.sequence && (t.epoch, t.sequence) > (at.epoch, at.sequence))
+        {
+            warn!(
+                chain_end = at.sequence,
+                floor = tip.floor,
+                "the owner's floor passed this follower; it goes on from the chain above the floor"
+            );
+            at = Link {
+                sequence: tip.sequence,
+                epoch: tip.epoch,
+            };
+            // Every object of that chain lies at or above its floor, above the end.
+            extended.extend(chain);
         }
         if !extended.is_empty() {
             let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
