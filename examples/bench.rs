@@ -70,16 +70,16 @@
 //! open loop instead of the closed one) and prints, every `--report-seconds` (default
 //! 60), one JSON line: `minute`, `rss_mib` and `peak_rss_mib`, `appends_per_s` and the
 //! latency `p50_ms`, `p99_ms`, `max_ms` of the appends answered in the interval (at a
-//! steady `--rate`, a WAL that slowed down shows here first), `live_keys` (keys under the prefix, listed on the base store),
-//! `catalog_objects`, `catalog_regions`, `readers`, `queued`, `watermarks`, `floor`,
+//! steady `--rate`, a WAL that slowed down shows here first), `live_keys` (keys under
+//! the prefix, listed on the base store), `catalog_objects`, `catalog_regions`, `readers`, `queued`, `watermarks`, `floor`,
 //! `reclaimed_below`, and `heap_mib` (bytes allocated and not freed, counted by the
 //! bench's global allocator: RSS also holds what the allocator keeps after frees),
 //! `large_allocs` and `largest_alloc_kib` (blocks of 128 KiB or more since the start,
 //! and the largest: glibc raises its thresholds after freeing one), `threads` and
 //! `allocator` (`jemalloc`, or `system` with `BENCH_ALLOCATOR=system`: glibc's RSS
 //! keeps the high-water mark of each transient backlog as its arenas keep partly used
-//! pages, jemalloc's follows the heap). Then the `write` line, and a `soak-summary` line comparing the
-//! last interval with the third (the first two hold the warm-up): appends/s, RSS and
+//! pages, jemalloc's follows the heap). Then the `write` line, and a `soak-summary`
+//! line comparing the last interval with the third (the first two hold the warm-up): appends/s, RSS and
 //! heap, in %, and the two intervals' p50 and p99.
 
 use std::collections::HashMap;
@@ -930,7 +930,10 @@ async fn soak_reporter(
     (period, samples, trim): (Duration, Arc<Mutex<Vec<SoakSample>>>, bool),
 ) {
     let mut ticker = tokio::time::interval_at((started + period).into(), period);
-    let mut before = new_histogram().ok();
+    // What was recorded up to the last report.
+    let Ok(mut before) = new_histogram() else {
+        return;
+    };
     let mut last_appends = 0u64;
     let mut last_at = started;
     let mut n = 0u64;
@@ -947,21 +950,18 @@ async fn soak_reporter(
         n += 1;
         let live_keys = count_prefix(&base, &prefix).await.unwrap_or(0);
         // The interval's latencies: everything recorded so far less what was before.
-        let (p50_ms, p99_ms, max_ms) = match (recorder.merged().ok(), before.take()) {
-            (Some(now), Some(earlier)) => {
+        let (p50_ms, p99_ms, max_ms) = recorder.merged().map_or_else(
+            |_| Default::default(),
+            |now| {
                 let mut interval = now.clone();
-                let quantiles = interval.subtract(&earlier).ok().map(|()| {
+                let quantiles = interval.subtract(&before).map(|()| {
                     let ms = |q: f64| interval.value_at_quantile(q) as f64 / 1000.0;
                     (ms(0.5), ms(0.99), ms(1.0))
                 });
-                before = Some(now);
-                quantiles.unwrap_or_default()
-            }
-            (now, _) => {
                 before = now;
-                Default::default()
-            }
-        };
+                quantiles.unwrap_or_default()
+            },
+        );
         let sample = SoakSample {
             appends_per_s: rate,
             rss_mib: status_mib("VmRSS:"),
@@ -1100,9 +1100,8 @@ async fn write_reporting(
     let payload = Bytes::from(vec![0xa5u8; c.entry_bytes]);
     let recorder = Recorder::new()?;
     let started = Instant::now();
-    let progress = if let Some((period, samples, trim)) = report {
+    let progress = if let Some(report) = report {
         let (wal, base, prefix) = (wal.clone(), s.base.clone(), cfg.prefix.clone());
-        let report = (period, samples, trim);
         tokio::spawn(soak_reporter(
             wal,
             base,

@@ -122,24 +122,28 @@ fn region_segments(
         })
         .buffered(read_ahead.max(1))
         .filter(move |(location, fetched)| {
-            let reclaimed = matches!(fetched, Err(e) if e.is_not_found())
-                && !holds(&catalog_of_reads, location.sequence);
-            if reclaimed {
-                warn!(sequence = location.sequence, region,
-                    "a segment was reclaimed below the floor before it was read; the read goes on above the floor");
-            }
-            futures::future::ready(!reclaimed)
+            let passed_over = matches!(fetched,
+                Err(e) if reclaimed(&catalog_of_reads, location.sequence, e));
+            futures::future::ready(!passed_over)
         })
         .boxed()
 }
 
-/// Whether `catalog` still holds the object at `sequence` (not dropped below a floor).
-fn holds(catalog: &RwLock<Catalog>, sequence: u64) -> bool {
-    catalog
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .object(sequence)
-        .is_some()
+/// Whether `error`, met reading the object at `sequence`, says the reclaimer deleted it
+/// after `catalog` dropped it below a floor (its entries obsolete): a read passes over
+/// such an object, with a warning. An object not found that the catalog still holds is
+/// an error.
+fn reclaimed(catalog: &RwLock<Catalog>, sequence: u64, error: &Error) -> bool {
+    let reclaimed = error.is_not_found()
+        && catalog
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .object(sequence)
+            .is_none();
+    if reclaimed {
+        warn!(sequence, "an object was reclaimed below the floor before it was read; the read goes on above the floor");
+    }
+    reclaimed
 }
 
 /// Fetches one segment with a ranged read of exactly its bytes and decodes it, verified
@@ -422,10 +426,7 @@ impl Replay {
                         self.handing_bytes = fetch.bytes;
                     }
                 }
-                Err(e) if e.is_not_found() && !holds(&self.planner.catalog, fetch.sequence) => {
-                    // Dropped below a floor and reclaimed before the replay got to it.
-                    warn!(sequence = fetch.sequence,
-                        "an object was reclaimed below the floor before the replay read it; the replay goes on above the floor");
+                Err(e) if reclaimed(&self.planner.catalog, fetch.sequence, &e) => {
                     self.release(fetch.bytes);
                 }
                 Err(e) => {
@@ -723,7 +724,15 @@ impl PolledGrowth {
         // concurrently and out of order), what is listed above holds a complete chain
         // that needs nothing at or below the end reached only if its floor is above that
         // end: the owner let go of it, and may have deleted the next link.
-        let chain = choose_chain(&headers);
+        let above = headers
+            .range(at.sequence.saturating_add(1)..)
+            .next()
+            .is_some();
+        let chain = if above {
+            choose_chain(&headers)
+        } else {
+            Vec::new()
+        };
         let tip = chain.last().and_then(|s| headers.get(s));
         if let Some(tip) =
             tip.filter(|t| t.floor > at.sequence && (t.epoch, t.sequence) > (at.epoch, at.sequence))

@@ -367,17 +367,7 @@ async fn read_only_follower_passes_claims_and_orphans() {
         [(1u64, &[payload("orphan")][..])],
     )
     .expect("encode");
-    store
-        .put_opts(
-            &key(6),
-            PutPayload::from(orphan.to_bytes()),
-            PutOptions {
-                mode: PutMode::Create,
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("put the orphan");
+    create(&store, 6, orphan.to_bytes()).await;
     owner.reopen().await.expect("reopen");
     let claim = decode_header(&bytes_at(&store, 5).await.expect("a claim")).unwrap();
     assert!(claim.claim);
