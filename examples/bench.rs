@@ -93,7 +93,7 @@ use futures::stream::{self, StreamExt};
 use hdrhistogram::Histogram;
 use object_store::ObjectStore;
 use object_store_wal::batch::Batch;
-use object_store_wal::io::WalIo;
+use object_store_wal::objects::WalIo;
 use object_store_wal::open::open_instance;
 use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{

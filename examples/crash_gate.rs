@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::StreamExt;
-use object_store_wal::io::store_from_url;
 use object_store_wal::read::{replay_regions, ReplayLimits};
+use object_store_wal::store_from_url;
 use object_store_wal::{Config, ObjectStoreLogStore};
 
 #[derive(Parser, Debug)]

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Parser;
-use object_store_wal::{entry_id, io::store_from_url, AppendReceipt, Config, Error};
+use object_store_wal::{entry_id, store_from_url, AppendReceipt, Config, Error};
 use object_store_wal_actors::{spawn_wal, Durable, RestartPolicy, WalHandle};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 

@@ -33,7 +33,8 @@ use bytes::Bytes;
 use clap::{Parser, Subcommand};
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
-use object_store_wal::io::{store_from_url, WalIo};
+use object_store_wal::objects::WalIo;
+use object_store_wal::store_from_url;
 use object_store_wal::{format, Config, Error, ObjectStoreLogStore};
 use serde_json::{json, Value};
 

@@ -310,7 +310,7 @@ impl Config {
 
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<()> {
-        crate::io::validate_prefix(&self.prefix)?;
+        crate::objects::validate_prefix(&self.prefix)?;
         let bad = |field: &'static str, reason: &str| {
             Err(Error::Config {
                 field,

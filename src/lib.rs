@@ -51,7 +51,7 @@
 //! - `futures` (already part of `object_store`) is used for bounded-concurrency streams,
 //!   `libc` for `CLOCK_BOOTTIME` ([`BootClock`]), and the `metrics` facade (no
 //!   exporter: the node installs its own) for [`metrics`](mod@metrics); requests are
-//!   counted in `io`, where they end, so every caller's are.
+//!   counted in the transport, where they end, so every caller's are.
 //! - **Link window** (added to DESIGN.md's two timing bounds): each create of an epoch
 //!   starts within `reclaim_grace - max_create_duration` of the previous one
 //!   ([`Config::link_window`]), else the epoch ends unsent; an idle writer writes an
@@ -109,9 +109,22 @@
 //!
 //! The lifecycle, module by module: [`config`] is validated first; `open` recovers the
 //! chain into a `catalog` and fences earlier instances; an `epoch` seals `batch`es into
-//! objects that `persist` creates through `io` (the only module that calls the store)
-//! and measures on the `clock`; `read` serves regions, replays and followers from the
-//! catalog; `sequential` drives these steps one object at a time.
+//! objects that `persist` creates and measures on the `clock`; `read` serves regions,
+//! replays and followers from the catalog; `sequential` drives these steps one object at
+//! a time.
+//!
+//! The map, from the store up:
+//!
+//! - **Transport** (`transport`): requests to a store, with timeouts, hedging, counting
+//!   and the closing gate, behind one narrow trait, `Transport` (create, get, list,
+//!   delete, close). The only module that calls `object_store`.
+//! - **Objects** (`objects`, `persist`): what a WAL key and object are: keys, listings,
+//!   summaries, conditional creates and DESIGN.md's outcome table. They reach the store
+//!   only through `Transport`. One log over several stores is a `Transport` over N of
+//!   them, between these two layers: the objects above do not change.
+//! - **Pure rules** (`format`, `batch`, `catalog`, `epoch`, `hedge`, `clock`): no I/O.
+//! - **Front ends**: `sequential` ([`ObjectStoreLogStore`]) here, and the actor runtime
+//!   in `object-store-wal-actors`.
 
 #[doc(hidden)]
 pub mod batch;
@@ -126,9 +139,9 @@ pub mod error;
 pub mod format;
 #[doc(hidden)]
 pub mod hedge;
-#[doc(hidden)]
-pub mod io;
 pub mod metrics;
+#[doc(hidden)]
+pub mod objects;
 #[doc(hidden)]
 pub mod open;
 #[doc(hidden)]
@@ -139,6 +152,8 @@ pub mod read;
 pub mod sequential;
 #[cfg(feature = "testing")]
 pub mod testing;
+#[doc(hidden)]
+pub mod transport;
 
 pub use batch::{AppendParts, AppendReceipt, RegionIds};
 pub use clock::{BootClock, CreateClock};
@@ -147,7 +162,7 @@ pub use config::WalSection;
 pub use config::{Config, CorruptSegmentPolicy, HedgeAfter, RetryPolicy};
 pub use error::{BackpressureLimit, Durability, EpochEndReason, Error, Result};
 pub use format::{entry_id, FormatError, Header, Link};
-pub use io::{split_store_url, store_and_prefix_from_url, store_from_url};
 pub use open::{DamagedSegment, ObjectInfo, RecoveryReport, UnreadObject};
 pub use read::Entry;
 pub use sequential::{FlushReceipt, ObjectStoreLogStore};
+pub use transport::{split_store_url, store_and_prefix_from_url, store_from_url};

@@ -2,7 +2,7 @@
 //!
 //! The WAL only emits; the node installs whatever recorder (exporter) it uses, before it
 //! opens or spawns the WAL: the handles are registered once per open, from the WAL's
-//! [`WalIo`](crate::io::WalIo), and a handle registered while no recorder was installed
+//! [`WalIo`](crate::objects::WalIo), and a handle registered while no recorder was installed
 //! stays a no-op. With no recorder nothing is exported and each update is a call on a
 //! no-op handle. The actor runtime's `WalStats` stays for callers that poll.
 //!
@@ -32,8 +32,8 @@
 //! | `wal_recovery_duration_seconds` | histogram | `prefix` | Per open as the writer that succeeded: from the first listing to the opening object created, every attempt of the open included. |
 //! | `wal_replay_duration_seconds` | histogram | `prefix` | Per replay of many regions that ran to its end: from its start to its last entry handed on (a consumer that reads slowly lengthens it; a replay dropped early is not recorded; actor runtime). |
 //!
-//! Choices: requests are counted where they end in [`io`](crate::io), the only module
-//! that calls the store, so the counts hold for both front ends and for every caller
+//! Choices: requests are counted where they end in the [`transport`](crate::transport),
+//! the only module that calls the store, so the counts hold for both front ends and for every caller
 //! (recovery, writer, readers, reclaimer). The sequential front end
 //! ([`ObjectStoreLogStore`](crate::ObjectStoreLogStore)) emits everything not marked
 //! "actor runtime"; its append latency runs from `append` to the `flush` that made it
@@ -112,7 +112,7 @@ impl Outcome {
 
 /// The metric handles of one WAL, registered once with its `prefix` label (see the
 /// module doc for what each means). Shared by the clones of its
-/// [`WalIo`](crate::io::WalIo); the actor runtime reaches it there.
+/// [`WalIo`](crate::objects::WalIo); the actor runtime reaches it there.
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct Metrics {

@@ -40,7 +40,7 @@ use crate::config::Config;
 use crate::epoch::EpochState;
 use crate::error::{Durability, Error, Result};
 use crate::format::{encode_object, EncodedObject, FormatError, Header, Link};
-use crate::io::{CreateAttempt, ListedObject, SummaryRead, WalIo};
+use crate::objects::{CreateAttempt, ListedObject, SummaryRead, WalIo};
 
 /// One object as recovery saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -32,7 +32,7 @@ use crate::catalog::{choose_chain, next_on_chain, Catalog, SegmentLocation};
 use crate::config::{Config, CorruptSegmentPolicy};
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Link, ObjectSummary};
-use crate::io::{read_again_once, WalIo};
+use crate::objects::{read_again_once, WalIo};
 use crate::open::recover;
 
 /// One replayed entry.

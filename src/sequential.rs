@@ -26,7 +26,7 @@ use crate::clock::{BootClock, CreateClock};
 use crate::config::Config;
 use crate::epoch::{Epoch, EpochState};
 use crate::error::{Error, Result};
-use crate::io::WalIo;
+use crate::objects::WalIo;
 use crate::open::{open_instance, recover, Opened, RecoveryReport};
 use crate::persist::persist_within;
 use crate::read::{follow_read_only, read_region, Entry};

@@ -129,7 +129,7 @@ fn bad_urls_are_refused_with_the_reason() {
     for url in ["not a url", "ftp://host/x", "file://relative/dir"] {
         assert!(
             matches!(
-                object_store_wal::io::store_from_url(url),
+                object_store_wal::store_from_url(url),
                 Err(Error::InvalidUrl { .. })
             ),
             "{url}"

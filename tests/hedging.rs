@@ -16,7 +16,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{GetOptions, GetResult, ObjectStore, ObjectStoreExt};
 use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
-use object_store_wal::io::{object_key, CreateAttempt, WalIo};
+use object_store_wal::objects::{object_key, CreateAttempt, WalIo};
 use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{CountingStore, FaultStore, Hooks, Wrapper};
 use object_store_wal::{Error, HedgeAfter, RetryPolicy};

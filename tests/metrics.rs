@@ -18,7 +18,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store_wal::format::{encode_object, EncodedObject, Header, Link, EMPTY_OBJECT_LEN};
-use object_store_wal::io::{object_key, CreateAttempt, WalIo};
+use object_store_wal::objects::{object_key, CreateAttempt, WalIo};
 use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{CountingStore, CreateFault, FaultStore};
 use object_store_wal::{Config, Error, HedgeAfter, ObjectStoreLogStore, RetryPolicy};

@@ -23,7 +23,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, GetResult, ObjectStore};
 use object_store_wal::format;
-use object_store_wal::io::object_key;
+use object_store_wal::objects::object_key;
 use object_store_wal::read::{replay_regions, ReplayLimits};
 use object_store_wal::testing::{CountingStore, FaultStore, Hooks, Wrapper};
 use object_store_wal::{Config, CorruptSegmentPolicy, Entry, HedgeAfter, ObjectStoreLogStore};

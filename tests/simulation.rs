@@ -54,7 +54,7 @@ use std::time::{Duration, Instant as WallInstant};
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
-use object_store_wal::io::object_key;
+use object_store_wal::objects::object_key;
 use object_store_wal::testing::{FaultCounts, FaultRates, FaultStore, SplitMix64};
 use object_store_wal::{
     AppendParts, Config, CreateClock, Durability, Entry, Error, ObjectStoreLogStore, RetryPolicy,

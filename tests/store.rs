@@ -24,7 +24,7 @@ use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
 use object_store_wal::batch::{Batch, SealedObject};
 use object_store_wal::epoch::EpochState;
 use object_store_wal::format::{self, encode_object, EncodedObject, FormatError, Header, Link};
-use object_store_wal::io::{object_key, parse_key, WalIo};
+use object_store_wal::objects::{object_key, parse_key, WalIo};
 use object_store_wal::open::open_instance_above;
 use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::read::{follow_region, replay_regions, ReplayLimits};

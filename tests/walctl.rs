@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 use object_store_wal::format::{decode_object_summary, encode_object, Header, Link};
-use object_store_wal::io::store_from_url;
+use object_store_wal::store_from_url;
 use object_store_wal::{Config, ObjectStoreLogStore};
 use serde_json::Value;
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use object_store::ObjectStore;
-use object_store_wal::io::WalIo;
+use object_store_wal::objects::WalIo;
 use object_store_wal::{
     AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Error, Result,
 };

@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 
 use futures::stream::{BoxStream, StreamExt};
 use object_store_wal::catalog::Catalog;
-use object_store_wal::io::WalIo;
+use object_store_wal::objects::WalIo;
 use object_store_wal::read::{follow_region, read_region};
 use object_store_wal::{Config, Entry, Result};
 use ractor::{Actor, ActorProcessingErr, ActorRef};

@@ -4,7 +4,7 @@
 use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
-use object_store_wal::io::WalIo;
+use object_store_wal::objects::WalIo;
 use object_store_wal::open::open_instance_above;
 use object_store_wal::{Config, CreateClock, Error};
 use ractor::{Actor, ActorProcessingErr, ActorRef};

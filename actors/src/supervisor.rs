@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use object_store_wal::catalog::{Catalog, Retention};
-use object_store_wal::io::WalIo;
+use object_store_wal::objects::WalIo;
 use object_store_wal::open::Opened;
 use object_store_wal::read::{replay_regions, ReplayLimits};
 use object_store_wal::{BackpressureLimit, Config, CreateClock, Durability, Error};

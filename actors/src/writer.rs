@@ -46,7 +46,7 @@ use std::time::Duration;
 use object_store_wal::batch::{Admit, Batch, SealedObject};
 use object_store_wal::catalog::{Catalog, Retention};
 use object_store_wal::epoch::{Epoch, EpochState};
-use object_store_wal::io::WalIo;
+use object_store_wal::objects::WalIo;
 use object_store_wal::persist::{persist_within, PersistOutcome};
 use object_store_wal::{
     AppendReceipt, BackpressureLimit, Config, CreateClock, Durability, EpochEndReason, Error,

@@ -33,7 +33,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use object_store_wal::batch::object_len;
 use object_store_wal::format::{decode_header, Header};
-use object_store_wal::io::object_key;
+use object_store_wal::objects::object_key;
 use object_store_wal::testing::{CreateFault, CreateHold, FaultStore};
 use object_store_wal::{
     AppendParts, AppendReceipt, BackpressureLimit, Config, Durability, Entry, EpochEndReason,

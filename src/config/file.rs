@@ -118,7 +118,7 @@ pub struct WalSection {
 impl WalSection {
     /// Builds the store [`store_url`](Self::store_url) names.
     pub fn store(&self) -> Result<Arc<dyn ObjectStore>> {
-        crate::io::store_from_url(&self.store_url)
+        crate::transport::store_from_url(&self.store_url)
     }
 }
 
@@ -136,7 +136,8 @@ impl<'de> Deserialize<'de> for WalSection {
             .url
             .take()
             .ok_or_else(|| de::Error::missing_field("url"))?;
-        let (store_url, prefix) = crate::io::split_store_url(&url).map_err(de::Error::custom)?;
+        let (store_url, prefix) =
+            crate::transport::split_store_url(&url).map_err(de::Error::custom)?;
         let config = fields.into_config(prefix).map_err(de::Error::custom)?;
         Ok(WalSection { store_url, config })
     }

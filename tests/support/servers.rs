@@ -3,7 +3,7 @@
 //! `tests/servers.rs` and `actors/tests/servers.rs` (included with `#[path]`).
 //!
 //! A server is named by an environment variable holding its store URL (`WAL_TEST_S3`,
-//! `WAL_TEST_AZURE`); the store is built by `object_store_wal::io::store_from_url`, which
+//! `WAL_TEST_AZURE`); the store is built by `object_store_wal::store_from_url`, which
 //! reads the rest (endpoint, keys, emulator) from the `AWS_*` / `AZURE_*` variables the
 //! script exports. Each call gets a key space of its own on the server.
 
@@ -37,7 +37,7 @@ pub fn server_store(var: &str, test: &str) -> Option<Arc<dyn ObjectStore>> {
             return None;
         }
     };
-    let store = object_store_wal::io::store_from_url(&url)
+    let store = object_store_wal::store_from_url(&url)
         .unwrap_or_else(|e| panic!("{var}={url} does not give a store: {e}"));
     Some(Arc::new(PrefixStore::new(store, key_space(test))))
 }

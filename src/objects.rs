@@ -1,0 +1,412 @@
+//! The WAL's objects on a store: keys, listings, summaries, conditional creates; the one
+//! layer that knows what a WAL key and a WAL object are.
+//!
+//! It reaches the store only through [`Transport`] ([`crate::transport`]): requests,
+//! timeouts, hedging and closing are the transport's, and a replication layer that
+//! implements [`Transport`] over several stores slides in beneath without a change here.
+//! What a create's answer means (DESIGN.md's outcome table) is [`crate::persist`]'s, on
+//! top of this module.
+//!
+//! - Keys: `<prefix>/<20-digit sequence>.wal`; any other key under the prefix is
+//!   foreign: listed, reported, never read, never deleted.
+//! - Listing order is not trusted (LocalFileSystem lists unsorted): [`WalIo::list`] sorts.
+//! - Creates are conditional (`PutMode::Create`) and report one of the outcomes of
+//!   DESIGN.md's table; resolving an `AlreadyExists` (identical retry, fenced, stale
+//!   tail) is the caller's, with [`WalIo::read_whole`].
+//! - An object's header, footer and trailer are read with one GET when its listed size
+//!   is at most `whole_read_threshold`, else with two ranged GETs computed from the
+//!   listed size (Azure refuses suffix ranges), plus one for a footer larger than the
+//!   tail read. Segments are read with one ranged GET of exactly their bytes.
+//! - Damage inside a segment never fails a summary read, even of an object read whole
+//!   (FORMAT.md, "What a reader verifies"): the whole read checks each segment on its
+//!   own and reports the damaged ones ([`WalIo::report_damaged_segment`]: a warning
+//!   naming key and region, and [`RequestStats::damaged_segments`]).
+
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::ObjectStore;
+
+use crate::config::{Config, HedgeAfter};
+use crate::error::{Error, Result};
+use crate::format::{
+    self, EncodedObject, FormatError, ObjectSummary, SegmentDamage, EMPTY_OBJECT_LEN, HEADER_LEN,
+    MAX_SEQUENCE, TRAILER_LEN,
+};
+use crate::metrics::Metrics;
+pub use crate::transport::{CreateAttempt, RequestStats, HEDGE_MAX_BYTES};
+use crate::transport::{StoreTransport, Transport};
+
+/// Digits of the zero-padded sequence in a key.
+pub const SEQUENCE_DIGITS: usize = 20;
+/// Suffix of every WAL key.
+pub const KEY_SUFFIX: &str = ".wal";
+/// Bytes read from the end of a large object to get its trailer and, usually, its footer.
+pub const TAIL_READ_BYTES: u64 = 64 * 1024;
+
+/// An object's summary as a recovery read it, with the segments found damaged when the
+/// object was read whole (always empty for an object read with ranged GETs, whose
+/// segments are not fetched).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummaryRead {
+    /// Header, footer and trailer, verified.
+    pub summary: ObjectSummary,
+    /// The segments that failed their own checks twice (read again once).
+    pub damaged: Vec<SegmentDamage>,
+}
+
+/// An object found by listing: its sequence and listed size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedObject {
+    /// The sequence from its key.
+    pub sequence: u64,
+    /// The size the listing reported.
+    pub size: u64,
+}
+
+/// The result of listing a prefix.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// WAL objects, in ascending sequence.
+    pub objects: Vec<ListedObject>,
+    /// Keys under the prefix that are not WAL objects.
+    pub foreign: Vec<String>,
+}
+
+/// Checks a WAL prefix: non-empty, relative, no trailing `/`, no empty, `.` or `..`
+/// component.
+pub fn validate_prefix(prefix: &str) -> Result<Path> {
+    let bad = |reason| Error::InvalidPrefix {
+        prefix: prefix.to_string(),
+        reason,
+    };
+    if prefix.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    if prefix.starts_with('/') {
+        return Err(bad("it starts with '/'; prefixes are relative"));
+    }
+    if prefix.ends_with('/') {
+        return Err(bad("it ends with '/'"));
+    }
+    for part in prefix.split('/') {
+        match part {
+            "" => return Err(bad("it has an empty component")),
+            "." | ".." => return Err(bad("it has a '.' or '..' component")),
+            _ => {}
+        }
+    }
+    Path::parse(prefix).map_err(|_| bad("it is not a valid object store path"))
+}
+
+/// The key of the object with `sequence` under `prefix`.
+pub fn object_key(prefix: &Path, sequence: u64) -> Path {
+    Path::from(format!("{prefix}/{sequence:020}{KEY_SUFFIX}"))
+}
+
+/// The sequence named by `key`, if it is a WAL key directly under `prefix`.
+pub fn parse_key(prefix: &Path, key: &Path) -> Option<u64> {
+    let name = key
+        .as_ref()
+        .strip_prefix(prefix.as_ref())?
+        .strip_prefix('/')?;
+    let digits = name.strip_suffix(KEY_SUFFIX)?;
+    if digits.len() != SEQUENCE_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let sequence: u64 = digits.parse().ok()?;
+    (1..=MAX_SEQUENCE).contains(&sequence).then_some(sequence)
+}
+
+/// The WAL's view of one prefix, through a [`Transport`].
+#[derive(Debug, Clone)]
+pub struct WalIo {
+    transport: Arc<dyn Transport>,
+    prefix: Path,
+    whole_read_threshold: u64,
+    metrics: Arc<Metrics>,
+}
+
+impl WalIo {
+    /// The WAL under `prefix` of `store`. Objects up to `whole_read_threshold` bytes are
+    /// read with one GET during recovery.
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        whole_read_threshold: u64,
+    ) -> Result<Self> {
+        let metrics = Arc::new(Metrics::new(prefix));
+        let transport = Arc::new(StoreTransport::new(store, metrics.clone()));
+        WalIo::over(transport, prefix, whole_read_threshold, metrics)
+    }
+
+    /// The WAL under `prefix`, reached through `transport` (which counts its requests in
+    /// `metrics`): how a layer over several stores is plugged in.
+    pub fn over(
+        transport: Arc<dyn Transport>,
+        prefix: &str,
+        whole_read_threshold: u64,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self> {
+        Ok(WalIo {
+            transport,
+            prefix: validate_prefix(prefix)?,
+            whole_read_threshold: whole_read_threshold.max(EMPTY_OBJECT_LEN as u64),
+            metrics,
+        })
+    }
+
+    /// The WAL under `config.prefix` of `store`, with the configuration's read threshold,
+    /// request timeout and hedging.
+    pub fn for_config(store: Arc<dyn ObjectStore>, config: &Config) -> Result<Self> {
+        let io = WalIo::new(store, &config.prefix, config.whole_read_threshold)?;
+        Ok(io.with_requests(config.hedge_after, config.request_timeout))
+    }
+
+    /// This view with `timeout` on every request and hedging after `hedge_after`.
+    pub fn with_requests(mut self, hedge_after: HedgeAfter, timeout: Duration) -> Self {
+        self.transport = self.transport.with_requests(hedge_after, timeout);
+        self
+    }
+
+    /// What happened to the requests so far (hedges, wins, timeouts, damaged segments).
+    pub fn request_stats(&self) -> &RequestStats {
+        self.transport.stats()
+    }
+
+    /// Closes this view's transport, and so every clone of it, for good (see
+    /// [`Transport::close`]).
+    pub fn close(&self) {
+        self.transport.close();
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.transport.is_closed()
+    }
+
+    /// Waits until [`close`](Self::close) is called.
+    pub async fn closed(&self) {
+        self.transport.closed().await
+    }
+
+    /// The metric handles of this WAL (labelled with its prefix).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Records damage found inside the segment of `region` in the object `sequence`: a
+    /// warning naming the key and region, and one more
+    /// [`damaged_segments`](RequestStats::damaged_segments).
+    pub fn report_damaged_segment(&self, sequence: u64, region: u64, error: &FormatError) {
+        self.request_stats()
+            .damaged_segments
+            .fetch_add(1, Ordering::Relaxed);
+        self.metrics.damaged_segments.increment(1);
+        tracing::warn!(
+            key = %self.key(sequence),
+            region,
+            error = %error,
+            "damaged segment: reads of this region fail there (or skip it)"
+        );
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &Path {
+        &self.prefix
+    }
+
+    /// The error for a store that refuses conditional creates.
+    pub fn unsupported(&self) -> Error {
+        Error::ConditionalCreateUnsupported {
+            store: self.transport.describe(),
+        }
+    }
+
+    /// The key of the object with `sequence`.
+    pub fn key(&self, sequence: u64) -> Path {
+        object_key(&self.prefix, sequence)
+    }
+
+    /// Lists every object under the prefix, sorted by sequence; other keys are foreign.
+    pub async fn list(&self) -> Result<Listing> {
+        self.list_from(None).await
+    }
+
+    /// Lists the objects with a sequence above `after` (a start offset, not a full
+    /// listing), sorted.
+    pub async fn list_after(&self, after: u64) -> Result<Listing> {
+        self.list_from(Some(self.key(after))).await
+    }
+
+    async fn list_from(&self, offset: Option<Path>) -> Result<Listing> {
+        // Folded as the pages arrive: a listing keeps 16 bytes per WAL object, not each
+        // key's whole metadata (about 100 bytes: a few thousand keys made a block of
+        // several hundred KiB on every reclaimer's listing).
+        let prefix = &self.prefix;
+        let mut listing = Listing::default();
+        let mut visit = |key: &Path, size: u64| match parse_key(prefix, key) {
+            Some(sequence) => listing.objects.push(ListedObject { sequence, size }),
+            None => listing.foreign.push(key.to_string()),
+        };
+        self.transport
+            .list(prefix, offset.as_ref(), &mut visit)
+            .await?;
+        listing.objects.sort_by_key(|o| o.sequence);
+        listing.objects.dedup_by_key(|o| o.sequence);
+        listing.foreign.sort();
+        Ok(listing)
+    }
+
+    /// Creates the object only if its key is absent: one attempt, never hedged (claims
+    /// and opening objects), under the request timeout.
+    pub async fn create(&self, object: &EncodedObject) -> CreateAttempt {
+        let key = self.key(object.header().sequence);
+        self.transport.create(&key, object.chunks(), false).await
+    }
+
+    /// Creates a data object only if its key is absent, hedged (unless it is larger than
+    /// [`HEDGE_MAX_BYTES`]): a second identical
+    /// create goes out beside the first when it has not answered within the hedge delay,
+    /// and the first definite answer decides. A twin's "already exists" is the outcome
+    /// table's identical retry, resolved by the caller like any other.
+    pub async fn create_hedged(&self, object: &EncodedObject) -> CreateAttempt {
+        let key = self.key(object.header().sequence);
+        self.transport.create(&key, object.chunks(), true).await
+    }
+
+    /// One GET of `range` (or whole), hedged unless the range is larger than
+    /// [`HEDGE_MAX_BYTES`], under the request timeout.
+    async fn get(&self, sequence: u64, range: Option<Range<u64>>) -> Result<Bytes> {
+        self.transport.get(&self.key(sequence), range).await
+    }
+
+    /// Reads a whole object.
+    pub async fn read_whole(&self, sequence: u64) -> Result<Bytes> {
+        self.get(sequence, None).await
+    }
+
+    /// Reads `range` of an object: one ranged GET.
+    pub async fn read_range(&self, sequence: u64, range: Range<u64>) -> Result<Bytes> {
+        let key = self.key(sequence);
+        let bytes = self.get(sequence, Some(range.clone())).await?;
+        if bytes.len() as u64 != range.end - range.start {
+            return Err(Error::CorruptObject {
+                key: key.to_string(),
+                source: format::FormatError::Truncated {
+                    part: "range",
+                    needed: range.end - range.start,
+                    got: bytes.len() as u64,
+                },
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Reads and verifies an object's header, footer and trailer. An object no larger
+    /// than `whole_read_threshold` is read whole: its segments are then checked too, and
+    /// a damaged one is reported ([`report_damaged_segment`](Self::report_damaged_segment))
+    /// and returned in [`SummaryRead::damaged`], never an error.
+    ///
+    /// An object that fails verification, or has a damaged segment, is read once more,
+    /// as a segment is: bytes damaged in transit must not pass for a damaged object,
+    /// which fails recovery, nor be reported as damage at rest.
+    pub async fn read_summary(&self, listed: &ListedObject) -> Result<SummaryRead> {
+        let checked = read_again_once(|| async {
+            match self.read_summary_once(listed).await {
+                Err(e @ (Error::CorruptObject { .. } | Error::SequenceMismatch { .. })) => {
+                    Ok(Err(Err(e)))
+                }
+                Ok(read) if !read.damaged.is_empty() => Ok(Err(Ok(read))),
+                other => other.map(Ok),
+            }
+        })
+        .await?;
+        match checked {
+            Ok(read) => Ok(read),
+            Err(Ok(read)) => {
+                for damage in &read.damaged {
+                    self.report_damaged_segment(listed.sequence, damage.region, &damage.error);
+                }
+                Ok(read)
+            }
+            Err(Err(e)) => Err(e),
+        }
+    }
+
+    async fn read_summary_once(&self, listed: &ListedObject) -> Result<SummaryRead> {
+        let key = self.key(listed.sequence);
+        let corrupt = |source| Error::CorruptObject {
+            key: key.to_string(),
+            source,
+        };
+        let size = listed.size;
+        if size < EMPTY_OBJECT_LEN as u64 {
+            return Err(corrupt(format::FormatError::Truncated {
+                part: "object",
+                needed: EMPTY_OBJECT_LEN as u64,
+                got: size,
+            }));
+        }
+        let mut damaged = Vec::new();
+        let summary = if size <= self.whole_read_threshold {
+            let bytes = self.read_whole(listed.sequence).await?;
+            // Header, footer and trailer decide whether the object is usable; a damaged
+            // segment fails only reads of its region (FORMAT.md, "What a reader
+            // verifies"), so the object CRC, which cannot tell them apart, is not checked.
+            let checked = format::check_object(&bytes).map_err(corrupt)?;
+            damaged = checked.damaged;
+            checked.summary
+        } else {
+            let tail_len = TAIL_READ_BYTES.min(size - HEADER_LEN as u64);
+            let (head, tail) = futures::try_join!(
+                self.read_range(listed.sequence, 0..HEADER_LEN as u64),
+                self.read_range(listed.sequence, size - tail_len..size),
+            )?;
+            match format::decode_summary(&head, &tail, size) {
+                Ok(s) => s,
+                Err(format::FormatError::Truncated { part: "footer", .. }) => {
+                    // A footer longer than the tail read: fetch footer and trailer exactly.
+                    let trailer = format::decode_trailer(&tail, size).map_err(corrupt)?;
+                    let from = trailer.footer_offset;
+                    let tail = self.read_range(listed.sequence, from..size).await?;
+                    format::decode_summary(&head, &tail, size).map_err(corrupt)?
+                }
+                Err(e) => return Err(corrupt(e)),
+            }
+        };
+        if summary.header.sequence != listed.sequence {
+            return Err(Error::SequenceMismatch {
+                key: key.to_string(),
+                expected: listed.sequence,
+                found: summary.header.sequence,
+            });
+        }
+        debug_assert!(summary.length >= TRAILER_LEN as u64);
+        Ok(SummaryRead { summary, damaged })
+    }
+
+    /// Deletes the object with `sequence` (a missing object is not an error).
+    pub async fn delete(&self, sequence: u64) -> Result<()> {
+        self.transport.delete(&self.key(sequence)).await
+    }
+}
+
+/// Runs `attempt` (a read and the checks of what it read) and, when the checks fail,
+/// once more: bytes damaged in transit must not pass for damage at rest. A store error
+/// ends it at once; the second check's failure is the answer. Every verified read of the
+/// WAL (summaries, segments, create conflicts) goes through here.
+pub async fn read_again_once<T, V, F, Fut>(mut attempt: F) -> Result<std::result::Result<T, V>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<std::result::Result<T, V>>>,
+{
+    match attempt().await? {
+        Ok(checked) => Ok(Ok(checked)),
+        Err(_) => attempt().await,
+    }
+}

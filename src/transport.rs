@@ -1,0 +1,739 @@
+//! The transport: how the WAL's requests reach one object store, apart from what the
+//! WAL's objects mean.
+//!
+//! [`Transport`] is the one narrow interface through which the WAL's objects
+//! ([`crate::objects`]) reach a store: a conditional create, a GET (whole or ranged), a
+//! listing folded as its pages arrive, a delete, and closing. [`StoreTransport`] is its
+//! implementation over one `ObjectStore`; a replication layer (one log over several
+//! stores, DESIGN.md "One log over several stores") implements the same trait over N of
+//! them, and nothing above it changes.
+//!
+//! What a [`StoreTransport`] adds to the bare store, for every request:
+//! - No request waits forever: each has `request_timeout`, past which a create's outcome
+//!   is unknown and a read failed.
+//! - A create of a data object and every GET that has not answered within the hedge
+//!   delay ([`crate::hedge`]) is sent again beside the first; the first definite answer
+//!   decides (DESIGN.md, "Hedging"). A create's slower attempt is left to finish (it may
+//!   still land, which the outcome table covers); a read's is cancelled. Claims and
+//!   opening objects are never hedged: their twin's "already exists" could not be told
+//!   from another opener's.
+//! - Every request is counted once when it ends, by op and outcome
+//!   ([`Metrics::request`]): the twin of a hedged request that lost counts as `hedged`.
+//! - A transport can be closed ([`Transport::close`]), once its instance stopped or was
+//!   aborted: from then on no request of it reaches the store. A request waiting for its
+//!   answer (a hung upload, a hedge's slower twin, a reclaimer's listing) ends at once
+//!   with [`Error::Stopped`], and a request not yet sent is never sent. Every task the
+//!   WAL spawned ends with it: what such a task awaits is a request, and no request
+//!   outlives the close. Closing is the only way to make that true at the moment
+//!   `stop()` or `abort()` returns: ractor stops actors asynchronously, and a writer
+//!   still handling its last message could otherwise start an upload after the WAL was
+//!   said to be gone.
+//! - Building a store from a URL ([`store_from_url`], [`split_store_url`]).
+
+use std::fmt;
+use std::future::Future;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{
+    GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+};
+
+use crate::config::HedgeAfter;
+use crate::error::{Durability, Error, Result};
+use crate::hedge::HedgeDelay;
+use crate::metrics::{Metrics, Op, Outcome};
+
+/// A boxed future of a [`Transport`] request.
+pub type Request<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Called with each key a listing finds and its size, as the pages arrive.
+pub type ListVisitor<'a> = &'a mut (dyn FnMut(&Path, u64) + Send);
+
+/// The answer of a conditional create.
+#[derive(Debug, Clone)]
+pub enum CreateAttempt {
+    /// The object was created: durable.
+    Created,
+    /// An object already holds the key (ours from an earlier attempt, or another's).
+    AlreadyExists,
+    /// The store does not do conditional creates.
+    Unsupported,
+    /// No definite answer (timeout, 5xx, connection): the object may appear later.
+    Unknown(Error),
+}
+
+/// The requests the WAL's objects make of a store: the seam a replication layer
+/// implements over several stores (see the module docs).
+pub trait Transport: fmt::Debug + Send + Sync {
+    /// Creates `key` with `body` (its chunks, in order) only if the key is absent. With
+    /// `hedge`, a create that has not answered within the hedge delay is sent again
+    /// beside the first (data objects only: see the module docs).
+    fn create<'a>(
+        &'a self,
+        key: &'a Path,
+        body: &'a [Bytes],
+        hedge: bool,
+    ) -> Request<'a, CreateAttempt>;
+
+    /// Reads `key`, whole or `range` of it.
+    fn get<'a>(&'a self, key: &'a Path, range: Option<Range<u64>>) -> Request<'a, Result<Bytes>>;
+
+    /// Lists the keys under `prefix` (above `offset`, when given), calling `visit` with
+    /// each key and its size as the pages arrive, in no particular order.
+    fn list<'a>(
+        &'a self,
+        prefix: &'a Path,
+        offset: Option<&'a Path>,
+        visit: ListVisitor<'a>,
+    ) -> Request<'a, Result<()>>;
+
+    /// Deletes `key`; a missing key is not an error.
+    fn delete<'a>(&'a self, key: &'a Path) -> Request<'a, Result<()>>;
+
+    /// The same stores with `timeout` on every request and hedging after `hedge_after`
+    /// (new delay windows and stats; the closing state is shared).
+    fn with_requests(&self, hedge_after: HedgeAfter, timeout: Duration) -> Arc<dyn Transport>;
+
+    /// Closes this transport for good: once this returns, no request reaches a store (a
+    /// request in flight is dropped where it waits, one not yet sent is never sent) and
+    /// every later one fails at once with [`Error::Stopped`] (a create: an unknown
+    /// outcome, [`Durability::MayBeDurable`]). Idempotent.
+    fn close(&self);
+
+    /// Whether [`close`](Self::close) was called.
+    fn is_closed(&self) -> bool;
+
+    /// Waits until [`close`](Self::close) is called.
+    fn closed(&self) -> Request<'_, ()>;
+
+    /// What happened to the requests so far.
+    fn stats(&self) -> &RequestStats;
+
+    /// The store(s), for messages (a store that refuses conditional creates).
+    fn describe(&self) -> String;
+}
+
+/// What happened to the requests of one transport (and every view sharing it).
+#[derive(Debug, Default)]
+pub struct RequestStats {
+    /// Requests sent again beside a first attempt that had not answered in time.
+    pub hedged: AtomicU64,
+    /// Hedged requests whose second attempt answered first.
+    pub hedge_wins: AtomicU64,
+    /// Request attempts that had not answered within the request timeout.
+    pub timeouts: AtomicU64,
+    /// Damaged segments found: by a recovery that read their object whole, or by a read
+    /// of their region (after its one read again). Each finding counts, so a segment
+    /// found by a recovery and then by two reads counts three times.
+    pub damaged_segments: AtomicU64,
+}
+
+/// The kinds of request whose latencies are tracked apart for hedging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Create,
+    Get,
+}
+
+impl Kind {
+    fn op(self) -> Op {
+        match self {
+            Kind::Create => Op::Put,
+            Kind::Get => Op::Get,
+        }
+    }
+}
+
+/// How requests are bounded and hedged, shared by the clones of a [`StoreTransport`].
+#[derive(Debug)]
+struct Requests {
+    timeout: Duration,
+    creates: Mutex<HedgeDelay>,
+    gets: Mutex<HedgeDelay>,
+    stats: RequestStats,
+}
+
+impl Requests {
+    fn new(hedge_after: HedgeAfter, timeout: Duration) -> Self {
+        Requests {
+            timeout,
+            creates: Mutex::new(HedgeDelay::new(hedge_after)),
+            gets: Mutex::new(HedgeDelay::new(hedge_after)),
+            stats: RequestStats::default(),
+        }
+    }
+
+    fn delays(&self, kind: Kind) -> &Mutex<HedgeDelay> {
+        match kind {
+            Kind::Create => &self.creates,
+            Kind::Get => &self.gets,
+        }
+    }
+
+    fn delay(&self, kind: Kind) -> Option<Duration> {
+        self.delays(kind)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .delay()
+    }
+
+    fn record(&self, kind: Kind, latency: Duration) {
+        self.delays(kind)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(latency);
+    }
+}
+
+/// Requests that move more bytes than this are never hedged: their latency is mostly
+/// transfer, which a twin would double, and under load a hedged large upload slows every
+/// other one (measured: 8 MiB objects at 50 ms PUT latency, p99 from 105 ms to 690 ms).
+pub const HEDGE_MAX_BYTES: u64 = 1024 * 1024;
+
+/// The default request timeout of a transport built without a [`Config`](crate::Config).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+type Attempt<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Whether the instance owning a transport has ended, shared by every clone.
+#[derive(Debug)]
+struct Closing {
+    /// `true` once closed. A request's future is polled only under a read lock on it
+    /// and [`Transport::close`] takes the write lock, so once `close` returned no request
+    /// future is polled again: none is sent, none goes on.
+    gate: RwLock<bool>,
+    /// Wakes the requests waiting for an answer when the gate closes.
+    closed: tokio::sync::watch::Sender<bool>,
+}
+
+impl Closing {
+    fn new() -> Self {
+        Closing {
+            gate: RwLock::new(false),
+            closed: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        *self.gate.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `request` while open: `None` when the gate is (or becomes) closed, at once.
+    async fn run<T>(self: &Arc<Self>, request: impl Future<Output = T>) -> Option<T> {
+        let mut closed = self.closed.subscribe();
+        let gated = Gated {
+            closing: self.clone(),
+            request: Box::pin(request),
+        };
+        tokio::select! {
+            biased;
+            // The sender lives in `self`: the wait ends only when the gate closed.
+            _ = closed.wait_for(|c| *c) => None,
+            answer = gated => answer,
+        }
+    }
+}
+
+/// A request's future, polled only while its gate is open.
+struct Gated<F> {
+    closing: Arc<Closing>,
+    request: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Gated<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let closed = this.closing.gate.read().unwrap_or_else(|p| p.into_inner());
+        if *closed {
+            return Poll::Ready(None);
+        }
+        // Polled holding the read lock: `close` waits for this poll to end.
+        let answer = this.request.as_mut().poll(cx).map(Some);
+        drop(closed);
+        answer
+    }
+}
+
+/// How a request under [`StoreTransport::within_timeout`] ended.
+fn outcome_of<T, E>(answer: &Result<std::result::Result<T, E>>) -> Outcome {
+    match answer {
+        Ok(Ok(_)) => Outcome::Ok,
+        Ok(Err(_)) | Err(Error::Stopped { .. }) => Outcome::Error,
+        Err(_) => Outcome::TimedOut,
+    }
+}
+
+fn create_outcome(answer: &CreateAttempt) -> Outcome {
+    match answer {
+        CreateAttempt::Created => Outcome::Ok,
+        CreateAttempt::AlreadyExists => Outcome::Conflict,
+        CreateAttempt::Unsupported | CreateAttempt::Unknown(_) => Outcome::Error,
+    }
+}
+
+fn get_outcome(answer: &Result<Bytes>) -> Outcome {
+    match answer {
+        Ok(_) => Outcome::Ok,
+        Err(_) => Outcome::Error,
+    }
+}
+
+/// [`Transport`] over one `ObjectStore`: timeouts, hedging, counting and closing around
+/// each request.
+#[derive(Debug, Clone)]
+pub struct StoreTransport {
+    store: Arc<dyn ObjectStore>,
+    requests: Arc<Requests>,
+    metrics: Arc<Metrics>,
+    closing: Arc<Closing>,
+}
+
+impl StoreTransport {
+    /// The transport to `store`, counting its requests in `metrics`, without hedging and
+    /// with [`DEFAULT_REQUEST_TIMEOUT`].
+    pub fn new(store: Arc<dyn ObjectStore>, metrics: Arc<Metrics>) -> Self {
+        StoreTransport {
+            store,
+            requests: Arc::new(Requests::new(HedgeAfter::Off, DEFAULT_REQUEST_TIMEOUT)),
+            metrics,
+            closing: Arc::new(Closing::new()),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The error of a request refused or dropped because the transport is closed.
+    fn stopped(durability: Durability) -> Error {
+        Error::Stopped { durability }
+    }
+
+    /// Runs `attempt` under the request timeout (`timed_out` is its answer past it) and,
+    /// when `kind` is hedged and no answer came within the hedge delay, a second attempt
+    /// beside it: the first `definite` answer decides; if neither is definite, the last
+    /// answer is returned. A create's slower attempt is left to run to its end (its
+    /// timeout bounds it, and so does [`close`](Self::close)); a read's is cancelled.
+    /// Once the view is closed, every attempt answers `stopped`. Each attempt is counted
+    /// when it ends, as `outcome` says, or as hedged if it lost.
+    async fn race<T>(
+        &self,
+        kind: Kind,
+        hedgeable: bool,
+        [timed_out, stopped]: [T; 2],
+        definite: fn(&T) -> bool,
+        outcome: fn(&T) -> Outcome,
+        attempt: impl Fn() -> Attempt<T>,
+    ) -> T
+    where
+        T: Clone + Send + 'static,
+    {
+        let timed = || -> Attempt<(T, Outcome)> {
+            let fut = attempt();
+            let requests = self.requests.clone();
+            let closing = self.closing.clone();
+            let (timed_out, stopped) = (timed_out.clone(), stopped.clone());
+            Box::pin(async move {
+                let started = Instant::now();
+                match closing
+                    .run(tokio::time::timeout(requests.timeout, fut))
+                    .await
+                {
+                    None => (stopped, Outcome::Error),
+                    Some(Ok(answer)) => {
+                        if definite(&answer) {
+                            requests.record(kind, started.elapsed());
+                        }
+                        let how = outcome(&answer);
+                        (answer, how)
+                    }
+                    Some(Err(_)) => {
+                        requests.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                        (timed_out, Outcome::TimedOut)
+                    }
+                }
+            })
+        };
+        let op = kind.op();
+        let count = |(answer, how): (T, Outcome)| {
+            self.metrics.request(op, how);
+            answer
+        };
+        let mut first = timed();
+        let Some(delay) = self.requests.delay(kind).filter(|_| hedgeable) else {
+            return count(first.await);
+        };
+        tokio::select! {
+            answer = &mut first => return count(answer),
+            _ = tokio::time::sleep(delay) => {}
+        }
+        self.requests.stats.hedged.fetch_add(1, Ordering::Relaxed);
+        let mut second = timed();
+        let leave = |loser: Attempt<(T, Outcome)>| {
+            if kind == Kind::Create {
+                // Not cancelled: it may still land, like any retry.
+                let metrics = self.metrics.clone();
+                tokio::spawn(async move {
+                    loser.await;
+                    metrics.request(op, Outcome::Hedged);
+                });
+            } else {
+                self.metrics.request(op, Outcome::Hedged);
+            }
+        };
+        tokio::select! {
+            // The twin first: polled once, it is sent, whichever answers first.
+            biased;
+            answer = &mut second => {
+                if definite(&answer.0) {
+                    self.requests.stats.hedge_wins.fetch_add(1, Ordering::Relaxed);
+                    leave(first);
+                    return count(answer);
+                }
+                count(answer);
+                count(first.await)
+            }
+            answer = &mut first => {
+                if definite(&answer.0) {
+                    leave(second);
+                    return count(answer);
+                }
+                count(answer);
+                count(second.await)
+            }
+        }
+    }
+
+    /// What a create of `object` answers past the request timeout, and once the view is
+    /// closed: an unknown outcome either way (it may have been sent).
+    fn create_unanswered(&self, key: &Path) -> [CreateAttempt; 2] {
+        [
+            CreateAttempt::Unknown(self.timeout_error("create", key)),
+            CreateAttempt::Unknown(Self::stopped(Durability::MayBeDurable)),
+        ]
+    }
+
+    /// One conditional create of `object`, as a future that owns what it needs.
+    fn create_attempt(&self, key: &Path, body: &[Bytes]) -> impl Fn() -> Attempt<CreateAttempt> {
+        let store = self.store.clone();
+        let key = key.clone();
+        let chunks: Vec<Bytes> = body.to_vec();
+        move || {
+            let (store, key) = (store.clone(), key.clone());
+            let payload: PutPayload = chunks.iter().cloned().collect();
+            Box::pin(async move {
+                let opts = PutOptions {
+                    mode: PutMode::Create,
+                    ..Default::default()
+                };
+                match store.put_opts(&key, payload, opts).await {
+                    Ok(_) => CreateAttempt::Created,
+                    Err(object_store::Error::AlreadyExists { .. })
+                    | Err(object_store::Error::Precondition { .. }) => CreateAttempt::AlreadyExists,
+                    Err(object_store::Error::NotImplemented { .. })
+                    | Err(object_store::Error::NotSupported { .. }) => CreateAttempt::Unsupported,
+                    Err(e) => CreateAttempt::Unknown(Error::store("create", key, e)),
+                }
+            })
+        }
+    }
+
+    /// `request`, unhedged, under the request timeout: past it, a
+    /// [`Error::RequestTimeout`] for `op` on `key`, counted; once the view is closed,
+    /// [`Error::Stopped`].
+    async fn within_timeout<T>(
+        &self,
+        op: &'static str,
+        key: &Path,
+        request: impl Future<Output = T>,
+    ) -> Result<T> {
+        match self
+            .closing
+            .run(tokio::time::timeout(self.requests.timeout, request))
+            .await
+        {
+            None => Err(Self::stopped(Durability::NotWritten)),
+            Some(Ok(answer)) => Ok(answer),
+            Some(Err(_)) => {
+                let stats = &self.requests.stats;
+                stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(self.timeout_error(op, key))
+            }
+        }
+    }
+
+    fn timeout_error(&self, op: &'static str, key: &Path) -> Error {
+        Error::RequestTimeout {
+            op,
+            key: key.to_string(),
+            after: self.requests.timeout,
+        }
+    }
+
+    /// One GET (of `range`, or whole), hedged unless the range is larger than
+    /// [`HEDGE_MAX_BYTES`], under the request timeout.
+    async fn get_hedged(&self, key: &Path, range: Option<Range<u64>>) -> Result<Bytes> {
+        let hedgeable = range
+            .as_ref()
+            .is_none_or(|r| r.end.saturating_sub(r.start) <= HEDGE_MAX_BYTES);
+        let key = key.clone();
+        let timed_out = Err(self.timeout_error("get", &key));
+        let stopped = Err(Self::stopped(Durability::NotWritten));
+        let store = self.store.clone();
+        let attempt = move || -> Attempt<Result<Bytes>> {
+            let (store, key, range) = (store.clone(), key.clone(), range.clone());
+            Box::pin(async move {
+                let get = |e| Error::store("get", &key, e);
+                let opts = GetOptions {
+                    range: range.map(GetRange::Bounded),
+                    ..Default::default()
+                };
+                store
+                    .get_opts(&key, opts)
+                    .await
+                    .map_err(get)?
+                    .bytes()
+                    .await
+                    .map_err(get)
+            })
+        };
+        self.race(
+            Kind::Get,
+            hedgeable,
+            [timed_out, stopped],
+            Result::is_ok,
+            get_outcome,
+            attempt,
+        )
+        .await
+    }
+}
+
+impl Transport for StoreTransport {
+    fn create<'a>(
+        &'a self,
+        key: &'a Path,
+        body: &'a [Bytes],
+        hedge: bool,
+    ) -> Request<'a, CreateAttempt> {
+        let len: u64 = body.iter().map(|c| c.len() as u64).sum();
+        let definite = |a: &CreateAttempt| !matches!(a, CreateAttempt::Unknown(_));
+        Box::pin(self.race(
+            Kind::Create,
+            hedge && len <= HEDGE_MAX_BYTES,
+            self.create_unanswered(key),
+            definite,
+            create_outcome,
+            self.create_attempt(key, body),
+        ))
+    }
+
+    fn get<'a>(&'a self, key: &'a Path, range: Option<Range<u64>>) -> Request<'a, Result<Bytes>> {
+        Box::pin(self.get_hedged(key, range))
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a Path,
+        offset: Option<&'a Path>,
+        visit: ListVisitor<'a>,
+    ) -> Request<'a, Result<()>> {
+        Box::pin(async move {
+            // The stream is made inside the request, so a closed transport never asks
+            // the store for it; folded as the pages arrive.
+            let listing = async {
+                let keys = match offset {
+                    Some(offset) => self.store.list_with_offset(Some(prefix), offset),
+                    None => self.store.list(Some(prefix)),
+                };
+                keys.try_for_each(|meta| {
+                    visit(&meta.location, meta.size);
+                    futures::future::ready(Ok(()))
+                })
+                .await
+            };
+            let answer = self.within_timeout("list", prefix, listing).await;
+            self.metrics.request(Op::List, outcome_of(&answer));
+            answer?.map_err(|e| Error::store("list", prefix, e))
+        })
+    }
+
+    fn delete<'a>(&'a self, key: &'a Path) -> Request<'a, Result<()>> {
+        Box::pin(async move {
+            let answer = self
+                .within_timeout("delete", key, async { self.store.delete(key).await })
+                .await
+                .map(|r| match r {
+                    Err(object_store::Error::NotFound { .. }) => Ok(()),
+                    other => other,
+                });
+            self.metrics.request(Op::Delete, outcome_of(&answer));
+            answer?.map_err(|e| Error::store("delete", key, e))
+        })
+    }
+
+    fn with_requests(&self, hedge_after: HedgeAfter, timeout: Duration) -> Arc<dyn Transport> {
+        Arc::new(StoreTransport {
+            requests: Arc::new(Requests::new(hedge_after, timeout)),
+            ..self.clone()
+        })
+    }
+
+    fn close(&self) {
+        let mut gate = self.closing.gate.write().unwrap_or_else(|p| p.into_inner());
+        *gate = true;
+        drop(gate);
+        self.closing.closed.send_replace(true);
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closing.is_closed()
+    }
+
+    fn closed(&self) -> Request<'_, ()> {
+        Box::pin(async move {
+            let mut closed = self.closing.closed.subscribe();
+            // The sender lives in `self.closing`: the channel cannot close while waiting.
+            let _ = closed.wait_for(|c| *c).await;
+        })
+    }
+
+    fn stats(&self) -> &RequestStats {
+        &self.requests.stats
+    }
+
+    fn describe(&self) -> String {
+        self.store.to_string()
+    }
+}
+
+/// Builds a store from a URL: `file:///absolute/dir` (with fsync, created if missing),
+/// `memory://`, and, when the crate's features of the same names are on, `s3://`,
+/// `gs://` and `az://` (credentials from the environment, as object_store reads them).
+/// A path after the bucket becomes a key prefix of the returned store.
+pub fn store_from_url(url: &str) -> Result<Arc<dyn ObjectStore>> {
+    let invalid = |reason: String| Error::InvalidUrl {
+        url: url.to_string(),
+        reason,
+    };
+    let parsed = url::Url::parse(url).map_err(|e| invalid(e.to_string()))?;
+    match parsed.scheme() {
+        "file" => {
+            let dir = parsed
+                .to_file_path()
+                .map_err(|_| invalid("not an absolute local path".into()))?;
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| invalid(format!("cannot create {}: {e}", dir.display())))?;
+            let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
+                .map_err(|e| invalid(e.to_string()))?
+                .with_fsync(true);
+            Ok(Arc::new(store))
+        }
+        "memory" => Ok(Arc::new(object_store::memory::InMemory::new())),
+        scheme => cloud_store(scheme, &parsed).map_err(invalid),
+    }
+}
+
+/// Splits a URL that names a store and a WAL prefix in one into the store's URL (what
+/// [`store_from_url`] takes) and the prefix: the prefix is the URL's last path component.
+///
+/// `s3://bucket/path/prefix` gives `s3://bucket/path` and `prefix`; `file:///dir/prefix`
+/// gives `file:///dir` and `prefix`; `memory:///prefix` gives `memory:///` and `prefix`.
+/// Either way the WAL's keys are `<path>/<prefix>/<sequence>.wal` from the bucket's (or
+/// the filesystem's) root. A URL without a path component after the bucket, one ending
+/// in `/`, one with a query or fragment, or one whose prefix is percent-encoded is
+/// refused with [`Error::InvalidUrl`]. Nothing is built or contacted: the scheme is
+/// checked when the store is built.
+pub fn split_store_url(url: &str) -> Result<(String, String)> {
+    let invalid = |reason: &str| Error::InvalidUrl {
+        url: url.to_string(),
+        reason: reason.to_string(),
+    };
+    let mut parsed = url::Url::parse(url).map_err(|e| invalid(&e.to_string()))?;
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(invalid("a store URL takes no query or fragment"));
+    }
+    let path = parsed.path().to_string();
+    if path.ends_with('/') {
+        return Err(invalid(
+            "it ends with '/': the last path component is the WAL prefix",
+        ));
+    }
+    let Some((store_path, prefix)) = path.rsplit_once('/') else {
+        return Err(invalid(
+            "no path: the last path component is the WAL prefix",
+        ));
+    };
+    if prefix.contains('%') {
+        return Err(invalid(
+            "the WAL prefix is percent-encoded; name it plainly",
+        ));
+    }
+    crate::objects::validate_prefix(prefix).map_err(|e| invalid(&e.to_string()))?;
+    let prefix = prefix.to_string();
+    parsed.set_path(if store_path.is_empty() {
+        "/"
+    } else {
+        store_path
+    });
+    Ok((parsed.to_string(), prefix))
+}
+
+/// Builds the store a URL names and returns it with the WAL prefix: the URL is split by
+/// [`split_store_url`] and the store built by [`store_from_url`].
+pub fn store_and_prefix_from_url(url: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
+    let (store_url, prefix) = split_store_url(url)?;
+    Ok((store_from_url(&store_url)?, prefix))
+}
+#[allow(unused_variables, unreachable_code, unreachable_patterns)]
+fn cloud_store(scheme: &str, url: &url::Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
+    let store: Arc<dyn ObjectStore> = match scheme {
+        #[cfg(feature = "aws")]
+        "s3" | "s3a" => Arc::new(
+            object_store::aws::AmazonS3Builder::from_env()
+                .with_url(url.as_str())
+                .build()
+                .map_err(|e| e.to_string())?,
+        ),
+        #[cfg(feature = "gcp")]
+        "gs" => Arc::new(
+            object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_url(url.as_str())
+                .build()
+                .map_err(|e| e.to_string())?,
+        ),
+        #[cfg(feature = "azure")]
+        "az" | "azure" | "abfs" | "abfss" => Arc::new(
+            object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_url(url.as_str())
+                .build()
+                .map_err(|e| e.to_string())?,
+        ),
+        "s3" | "s3a" | "gs" | "az" | "azure" | "abfs" | "abfss" => {
+            return Err(format!(
+                "scheme {scheme}:// needs the crate built with its feature (aws, gcp or azure)"
+            ))
+        }
+        other => return Err(format!("unsupported scheme {other}://")),
+    };
+    let path = url.path().trim_matches('/');
+    if path.is_empty() {
+        Ok(store)
+    } else {
+        let prefix = Path::parse(path).map_err(|e| e.to_string())?;
+        Ok(Arc::new(object_store::prefix::PrefixStore::new(
+            store, prefix,
+        )))
+    }
+}
