@@ -469,7 +469,10 @@ pub fn plan_opening_above(
 pub const STALE_SLACK: usize = 64;
 
 /// The floor: the lowest chain sequence that still holds an entry some region needs
-/// (DESIGN.md, "Reclaiming space"). Pure bookkeeping beside the catalog.
+/// (DESIGN.md, "Reclaiming space"). Pure bookkeeping beside the catalog, and its one
+/// owner: the obsolete watermarks reported to this process (kept across epochs), the
+/// pins, the floor the next object carries and the floor acknowledged so far, which
+/// is published once, when it rises ([`acknowledged`](Self::acknowledged)).
 ///
 /// Each region pins the floor at the sequence of its first entry above its obsolete
 /// watermark. A region on the chain whose watermark has not been reported since the
@@ -487,22 +490,56 @@ pub struct Retention {
     pin_of: RegionMap<u64>,
     pins: std::collections::BTreeSet<(u64, u64)>,
     floor: u64,
+    /// The highest floor carried by an acknowledged object.
+    acknowledged: u64,
 }
 
 impl Retention {
-    /// Retention after an open: every region on the chain pins its first entry; the floor
-    /// starts at `floor` (the chain end's).
+    /// Retention after a first open: every region on the chain pins its first entry; the
+    /// floor starts at `floor` (the chain end's).
     pub fn new(catalog: &Catalog, floor: u64) -> Self {
-        let mut r = Retention {
-            floor,
-            ..Default::default()
-        };
+        let mut r = Retention::default();
+        r.reopen(catalog, floor);
+        r
+    }
+
+    /// Retention after another open of this process: the watermarks reported so far stay
+    /// true and are applied to the recovered `catalog`; every other region on the chain
+    /// pins its first entry; the floor starts at `floor` (the chain end's). The floor
+    /// acknowledged so far is kept.
+    pub fn reopen(&mut self, catalog: &Catalog, floor: u64) {
+        let watermarks = std::mem::take(&mut self.watermarks);
+        self.pin_of.clear();
+        self.pins.clear();
+        self.floor = floor;
         for region in catalog.regions() {
             if let Some(first) = catalog.first_entry_id(region) {
-                r.set_pin(region, Some(crate::format::entry_sequence(first)));
+                self.set_pin(region, Some(crate::format::entry_sequence(first)));
             }
         }
-        r
+        for (region, id) in watermarks {
+            if catalog.last_entry_id(region).is_some() {
+                self.obsolete(catalog, region, id);
+            } else {
+                // Nothing live to hide: kept as it was, until forgotten with the stale.
+                self.watermarks.insert(region, id);
+            }
+        }
+    }
+
+    /// An object carrying `floor` was acknowledged (the opening object included):
+    /// `Some(floor)` when that raised the acknowledged floor, which is then to be
+    /// published (to the reclaimer, the gauge); `None` otherwise.
+    pub fn acknowledged(&mut self, floor: u64) -> Option<u64> {
+        (floor > self.acknowledged).then(|| {
+            self.acknowledged = floor;
+            floor
+        })
+    }
+
+    /// The highest floor carried by an acknowledged object.
+    pub fn acknowledged_floor(&self) -> u64 {
+        self.acknowledged
     }
 
     fn set_pin(&mut self, region: u64, pin: Option<u64>) {
@@ -520,9 +557,8 @@ impl Retention {
     pub fn obsolete(&mut self, catalog: &Catalog, region: u64, id: u64) {
         // Only ids the chain holds can be obsolete: a watermark beyond the region's last
         // committed entry would hide entries not written yet. A region with no live entry
-        // has nothing to hide or pin.
+        // has nothing to hide or pin (a watermark it had is forgotten with the stale ones).
         let Some(last) = catalog.last_entry_id(region) else {
-            self.watermarks.remove(&region);
             self.set_pin(region, None);
             return;
         };

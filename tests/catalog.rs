@@ -177,3 +177,44 @@ fn retention_forgets_what_hides_nothing() {
         "and were forgotten"
     );
 }
+
+/// One owner across epochs: watermarks reported before an open still hide and unpin after
+/// it, the floor starts again at the recovered chain end's, and the acknowledged floor
+/// only rises (it is published exactly when it does).
+#[test]
+fn retention_keeps_watermarks_across_opens_and_publishes_rising_floors() {
+    let mut catalog = Catalog::new();
+    catalog.insert(&header(1, 0), &[], 96).expect("opening");
+    for s in 2..=4 {
+        catalog
+            .insert(&header(s, 0), &records(s, &[10, 20], 1), 300)
+            .expect("insert");
+    }
+    let mut retention = Retention::new(&catalog, 0);
+    assert_eq!(retention.acknowledged(0), None, "nothing above zero");
+    // Region 10 is obsolete up to its entry in object 3: it now pins object 4.
+    retention.obsolete(&catalog, 10, entry_id(3, 0));
+    assert_eq!(retention.floor_for(5), 2, "region 20 still pins object 2");
+    retention.obsolete_all(&catalog, 20);
+    assert_eq!(retention.floor_for(5), 4);
+    assert_eq!(retention.acknowledged(4), Some(4));
+    assert_eq!(
+        retention.acknowledged(3),
+        None,
+        "a lower floor is never published"
+    );
+    assert_eq!(retention.acknowledged(4), None, "nor the same one again");
+
+    // A new epoch recovers the same chain plus its opening object at 5; the floor
+    // starts at the chain end's (4) and the watermarks still hold.
+    catalog
+        .insert(&header(5, 4), &[], 96)
+        .expect("the next opening");
+    retention.reopen(&catalog, 4);
+    assert_eq!(retention.watermark(10), Some(entry_id(3, 0)));
+    assert_eq!(retention.watermark(20), Some(entry_id(4, 0)));
+    assert_eq!(retention.floor_for(6), 4, "region 10 pins object 4 still");
+    assert_eq!(retention.acknowledged_floor(), 4, "kept across the open");
+    assert_eq!(retention.acknowledged(4), None);
+    assert_eq!(retention.acknowledged(5), Some(5));
+}

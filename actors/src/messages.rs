@@ -177,13 +177,6 @@ pub enum WriterMsg {
     /// `max_create_duration` passed since the stop: the uploads still in flight are
     /// abandoned as unknown outcomes.
     StopDeadline,
-    /// A region's obsolete watermark rose.
-    Obsolete {
-        /// The region.
-        region: u64,
-        /// The watermark: entries with id `<= id` are obsolete.
-        id: u64,
-    },
     /// Fault injection: panic.
     #[cfg(feature = "testing")]
     Panic,
@@ -328,8 +321,8 @@ pub struct WalStats {
     /// Requests waiting for an open to finish: at most
     /// [`MAX_QUEUED_REQUESTS`](crate::supervisor::MAX_QUEUED_REQUESTS).
     pub queued: u64,
-    /// Obsolete watermarks the supervisor keeps: about the live regions (those that hide
-    /// nothing any more are forgotten).
+    /// Obsolete watermarks kept (by the WAL's one `Retention`): about the live regions
+    /// (those that hide nothing any more are forgotten).
     pub watermarks: u64,
     /// Orphans found by the last recovery.
     pub orphans: u64,

@@ -23,7 +23,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use object_store_wal::catalog::{Catalog, Retention};
@@ -144,7 +144,8 @@ pub struct SupervisorState {
     readers: HashMap<u64, Reader>,
     /// Counts reads: a reader's `last_read` orders the readers by recency.
     reads: u64,
-    watermarks: HashMap<u64, u64>,
+    /// The obsolete watermarks and the floors: one owner, shared with the writer.
+    retention: Arc<Mutex<Retention>>,
     recent_restarts: VecDeque<Instant>,
     epoch: u64,
     orphans: u64,
@@ -177,6 +178,12 @@ fn stopped() -> Error {
     Error::Stopped {
         durability: Durability::NotWritten,
     }
+}
+
+/// Locks state shared between the WAL's actors; a panic while it was held left it as
+/// consistent as each of its calls does, so poisoning is passed over.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Answers a message that will not be served with `error`.
@@ -242,11 +249,8 @@ impl SupervisorState {
             Err(e) => return self.escalate(e),
         };
         let epoch = opened.epoch;
-        let mut retention = Retention::new(&opened.recovery.catalog, epoch.floor);
         // Watermarks reported to this process stay true across a new epoch.
-        for (region, id) in &self.watermarks {
-            retention.obsolete(&opened.recovery.catalog, *region, *id);
-        }
+        lock(&self.retention).reopen(&opened.recovery.catalog, epoch.floor);
         let last_sequence = opened.recovery.catalog.last_sequence().unwrap_or(0);
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = opened.recovery.catalog;
         // Followers read on from the recovered chain.
@@ -256,13 +260,6 @@ impl SupervisorState {
         self.progress.acknowledged(epoch.link.sequence);
         if self.reclaimer.is_none() {
             self.spawn_reclaimer(myself).await?;
-        }
-        // The opening object, just created, carries the chain end's floor.
-        if epoch.floor > Counters::get(&self.counters.floor) {
-            Counters::set(&self.counters.floor, epoch.floor);
-        }
-        if let Some(r) = &self.reclaimer {
-            let _ = r.cast(ReclaimerMsg::Floor(epoch.floor));
         }
         self.orphans = opened.recovery.report.orphans as u64;
         self.epoch = epoch.epoch;
@@ -275,7 +272,7 @@ impl SupervisorState {
             opening_started: opened.opening_started,
             supervisor: myself.clone(),
             clock: self.clock.clone(),
-            retention,
+            retention: self.retention.clone(),
             commits: self.commits.clone(),
             reclaimer: self.reclaimer.clone(),
             progress: self.progress.clone(),
@@ -437,7 +434,7 @@ impl SupervisorState {
     /// The first id of `region` a read from `from` may see: ids at or below the region's
     /// obsolete watermark are hidden.
     fn visible_from(&self, region: u64, from: u64) -> u64 {
-        match self.watermarks.get(&region) {
+        match lock(&self.retention).watermark(region) {
             Some(w) => from.max(w.saturating_add(1)),
             None => from,
         }
@@ -560,28 +557,10 @@ impl SupervisorState {
     }
 
     /// Raises the region's watermark; only ids on the chain can be obsolete
-    /// (`u64::MAX` means all of them).
+    /// (`u64::MAX` means all of them). The writer reads it at its next seal.
     fn on_obsolete(&mut self, region: u64, id: u64) {
-        let last = self
-            .catalog
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .last_entry_id(region);
-        if let Some(id) = last.map(|last| id.min(last)) {
-            self.forget_stale_watermarks();
-            let w = self.watermarks.entry(region).or_default();
-            *w = (*w).max(id);
-            if let Phase::Running { writer, .. } = &self.phase {
-                let _ = writer.cast(WriterMsg::Obsolete { region, id });
-            }
-        }
-    }
-
-    /// Forgets the watermarks that hide nothing any more (their region has no live entry
-    /// at or below them), once they could outnumber the live regions.
-    fn forget_stale_watermarks(&mut self) {
         let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
-        catalog.forget_stale_watermarks(&mut self.watermarks);
+        lock(&self.retention).obsolete(&catalog, region, id);
     }
 
     /// Stops gracefully: in-flight uploads finish and are acknowledged or failed (the
@@ -639,7 +618,7 @@ impl SupervisorState {
             catalog_regions: catalog.region_count() as u64,
             readers: self.readers.len() as u64,
             queued: self.queued.len() as u64,
-            watermarks: self.watermarks.len() as u64,
+            watermarks: lock(&self.retention).watermark_count() as u64,
             orphans: self.orphans,
             last_entry_id: catalog.last_entry_id_overall(),
             hedged: requests.hedged.load(Ordering::Relaxed),
@@ -675,7 +654,7 @@ impl Actor for Supervisor {
             queued: VecDeque::new(),
             readers: HashMap::new(),
             reads: 0,
-            watermarks: HashMap::new(),
+            retention: Arc::new(Mutex::new(Retention::default())),
             recent_restarts: VecDeque::new(),
             epoch: 0,
             orphans: 0,
@@ -790,7 +769,8 @@ impl Actor for Supervisor {
                 warn!("reclaimer failed; restarting it");
                 let r = state.spawn_reclaimer(&myself).await?;
                 // It starts over from the last floor acknowledged, with a fresh grace.
-                let _ = r.cast(ReclaimerMsg::Floor(Counters::get(&state.counters.floor)));
+                let floor = lock(&state.retention).acknowledged_floor();
+                let _ = r.cast(ReclaimerMsg::Floor(floor));
             }
             return Ok(());
         }

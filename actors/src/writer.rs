@@ -40,7 +40,7 @@
 //!   instant; the acknowledgement records both latencies ([`object_store_wal::metrics`]).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use object_store_wal::batch::{Admit, Batch, SealedObject};
@@ -59,7 +59,7 @@ use crate::admission::Progress;
 use crate::messages::{AppendRequest, Counters, InternalMsg, WalMsg, WriterMsg};
 use crate::reclaimer::ReclaimerMsg;
 use crate::recovery::AbortOnDrop;
-use crate::supervisor::MAX_QUEUED_REQUESTS;
+use crate::supervisor::{lock, MAX_QUEUED_REQUESTS};
 
 /// Everything the writer starts with.
 pub struct WriterArgs {
@@ -77,8 +77,9 @@ pub struct WriterArgs {
     pub supervisor: ActorRef<WalMsg>,
     /// Measures create durations (`max_create_duration`).
     pub clock: Arc<dyn CreateClock>,
-    /// The floor bookkeeping, from the recovered catalog.
-    pub retention: Retention,
+    /// The watermarks and floors (the supervisor's, shared): the writer takes each
+    /// object's floor from it and publishes the floors acknowledged.
+    pub retention: Arc<Mutex<Retention>>,
     /// Bumped with the sequence of every object acknowledged (followers wait on it).
     pub commits: tokio::sync::watch::Sender<u64>,
     /// Told every floor acknowledged.
@@ -383,7 +384,7 @@ impl WriterState {
             .next()
             .copied()
             .unwrap_or(self.epoch.position().next_sequence);
-        let floor = self.args.retention.floor_for(lowest_uncommitted);
+        let floor = lock(&self.args.retention).floor_for(lowest_uncommitted);
         let sealed = self.epoch.seal(&mut self.batch, floor)?;
         let _span = info_span!(
             "seal",
@@ -589,18 +590,17 @@ impl WriterState {
             }
         };
         let header = encoded.header();
-        self.args
-            .retention
-            .committed(header.sequence, encoded.records());
+        let risen = {
+            let mut retention = lock(&self.args.retention);
+            retention.committed(header.sequence, encoded.records());
+            retention.acknowledged(header.floor)
+        };
         self.args.commits.send_replace(header.sequence);
         self.args.progress.acknowledged(header.sequence);
-        let c = &self.args.counters;
-        if header.floor > Counters::get(&c.floor) {
-            Counters::set(&c.floor, header.floor);
-            if let Some(r) = &self.args.reclaimer {
-                let _ = r.cast(ReclaimerMsg::Floor(header.floor));
-            }
+        if let Some(floor) = risen {
+            self.publish_floor(floor);
         }
+        let c = &self.args.counters;
         Counters::add(&c.objects, 1);
         Counters::add(&c.object_bytes, encoded.len());
         Counters::add(&c.entries, sealed.entries);
@@ -619,6 +619,15 @@ impl WriterState {
         for (waiter, receipt) in flight.waiters.into_iter().zip(sealed.receipts.iter()) {
             metrics.append_to_durable.record(waiter.admitted.elapsed());
             reply(waiter, Ok(receipt.clone()));
+        }
+    }
+
+    /// Publishes a floor acknowledged above every earlier one: the gauge and the
+    /// reclaimer. The only place a floor is published.
+    fn publish_floor(&self, floor: u64) {
+        Counters::set(&self.args.counters.floor, floor);
+        if let Some(r) = &self.args.reclaimer {
+            let _ = r.cast(ReclaimerMsg::Floor(floor));
         }
     }
 
@@ -827,7 +836,9 @@ impl Actor for WriterActor {
         _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> std::result::Result<Self::State, ActorProcessingErr> {
-        Ok(WriterState {
+        // The opening object, just created, carries the chain end's floor.
+        let opening_floor = lock(&args.retention).acknowledged(args.epoch.floor);
+        let state = WriterState {
             epoch: Epoch::new(args.epoch, args.opening_started, args.config.link_window()),
             lifecycle: Lifecycle::Writing,
             batch: Batch::new(args.config.batch_limits()),
@@ -845,7 +856,11 @@ impl Actor for WriterActor {
             last_ack: None,
             gather: (args.config.min_object_interval / 4).min(MAX_GATHER),
             args,
-        })
+        };
+        if let Some(floor) = opening_floor {
+            state.publish_floor(floor);
+        }
+        Ok(state)
     }
 
     async fn post_start(
@@ -875,10 +890,6 @@ impl Actor for WriterActor {
             }
             WriterMsg::Stop { reply } => state.on_stop(&myself, reply),
             WriterMsg::StopDeadline => state.on_stop_deadline(&myself),
-            WriterMsg::Obsolete { region, id } => {
-                let catalog = state.args.catalog.read().unwrap_or_else(|p| p.into_inner());
-                state.args.retention.obsolete(&catalog, region, id);
-            }
             #[cfg(feature = "testing")]
             WriterMsg::Panic => panic!("injected writer panic"),
         }
