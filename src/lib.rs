@@ -47,7 +47,10 @@
 //!   lose entries that are intact at rest.
 //! - The sequential write path ([`ObjectStoreLogStore::append`] /
 //!   [`flush`](ObjectStoreLogStore::flush)) answers [`Error::BatchFull`] instead of
-//!   flushing by itself, so the caller always knows which object holds its append.
+//!   flushing by itself, so the caller always knows which object holds its append. Its
+//!   floor rises as the actor runtime's does (the same write protocol): past objects that
+//!   hold no entry some region needs, with [`ObjectStoreLogStore::obsolete`] for what a
+//!   region no longer needs; it deletes nothing itself.
 //! - `futures` (already part of `object_store`) is used for bounded-concurrency streams,
 //!   `libc` for `CLOCK_BOOTTIME` ([`BootClock`]), and the `metrics` facade (no
 //!   exporter: the node installs its own) for [`metrics`](mod@metrics); requests are
@@ -123,8 +126,12 @@
 //!   only through `Transport`. One log over several stores is a `Transport` over N of
 //!   them, between these two layers: the objects above do not change.
 //! - **Pure rules** (`format`, `batch`, `catalog`, `epoch`, `hedge`, `clock`): no I/O.
-//! - **Front ends**: `sequential` ([`ObjectStoreLogStore`]) here, and the actor runtime
-//!   in `object-store-wal-actors`.
+//! - **The write protocol** (`protocol`): one epoch's rules as a state machine without
+//!   I/O (events in: admitted, create answered, time, stop; actions out: start a create,
+//!   acknowledge, fail, publish a floor, the epoch ended), as quinn-proto is under quinn.
+//! - **Front ends** drive it: `sequential` ([`ObjectStoreLogStore`]) one object at a
+//!   time here, and the actor runtime's writer in `object-store-wal-actors` (mailbox,
+//!   timers, upload tasks).
 
 #[doc(hidden)]
 pub mod batch;
@@ -146,6 +153,8 @@ pub mod objects;
 pub mod open;
 #[doc(hidden)]
 pub mod persist;
+#[doc(hidden)]
+pub mod protocol;
 #[doc(hidden)]
 pub mod read;
 #[doc(hidden)]

@@ -41,6 +41,7 @@ use crate::epoch::EpochState;
 use crate::error::{Durability, Error, Result};
 use crate::format::{encode_object, EncodedObject, FormatError, Header, Link};
 use crate::objects::{CreateAttempt, ListedObject, SummaryRead, WalIo};
+use crate::protocol::create_too_slow;
 
 /// One object as recovery saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -378,8 +379,10 @@ pub async fn open_instance_above(
                 CreateAttempt::Created => {
                     // Like any create (`max_create_duration`): one that stalled may have
                     // landed on a key reclaimed meanwhile.
-                    let took = clock.now().saturating_sub(opening_started);
-                    if took > config.max_create_duration {
+                    let now = clock.now();
+                    let too_slow =
+                        create_too_slow(opening_started, now, config.max_create_duration);
+                    if let Some(took) = too_slow {
                         return Ok(Err(format!(
                             "the opening object's create took {took:?}, past max_create_duration"
                         )));

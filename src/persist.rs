@@ -21,6 +21,7 @@ use crate::config::RetryPolicy;
 use crate::error::{Durability, EpochEndReason, Error};
 use crate::format::{self, EncodedObject};
 use crate::objects::{read_again_once, CreateAttempt, WalIo};
+use crate::protocol::create_too_slow;
 
 /// The definite result of persisting one object (DESIGN.md's outcome table).
 #[derive(Debug, Clone)]
@@ -50,8 +51,8 @@ pub enum PersistOutcome {
         /// What was found.
         reason: String,
     },
-    /// The store refuses conditional creates.
-    Unsupported,
+    /// The store refuses conditional creates (the error names it).
+    Unsupported(Error),
     /// Created, but the create took longer than `max_create_duration`: never acknowledged.
     TooSlow {
         /// Create attempts made.
@@ -74,15 +75,19 @@ pub async fn persist_within(
 ) -> PersistOutcome {
     let started = clock.now();
     let outcome = persist(io, object, retry).await;
-    let took = clock.now().saturating_sub(started);
     match outcome {
-        PersistOutcome::Durable { attempts } if took > max_duration => {
-            warn!(
-                sequence = object.header().sequence,
-                took_ms = took.as_millis() as u64,
-                "create took longer than max_create_duration; not acknowledged"
-            );
-            PersistOutcome::TooSlow { attempts, took }
+        PersistOutcome::Durable { attempts } => {
+            match create_too_slow(started, clock.now(), max_duration) {
+                Some(took) => {
+                    warn!(
+                        sequence = object.header().sequence,
+                        took_ms = took.as_millis() as u64,
+                        "create took longer than max_create_duration; not acknowledged"
+                    );
+                    PersistOutcome::TooSlow { attempts, took }
+                }
+                None => outcome,
+            }
         }
         other => other,
     }
@@ -98,7 +103,7 @@ pub async fn persist(io: &WalIo, object: &EncodedObject, retry: &RetryPolicy) ->
     loop {
         let last = match io.create_hedged(object).await {
             CreateAttempt::Created => return PersistOutcome::Durable { attempts: attempt },
-            CreateAttempt::Unsupported => return PersistOutcome::Unsupported,
+            CreateAttempt::Unsupported => return PersistOutcome::Unsupported(io.unsupported()),
             CreateAttempt::Unknown(e) => {
                 debug!(sequence, attempt, error = %e, "create outcome unknown, retrying identical bytes");
                 e
@@ -160,7 +165,7 @@ fn resolve_conflict(
 
 impl PersistOutcome {
     /// The error the appends of an object that ended this way get; `None` when durable.
-    pub fn error(&self, io: &WalIo, epoch: u64, sequence: u64) -> Option<Error> {
+    pub fn error(&self, epoch: u64, sequence: u64) -> Option<Error> {
         match self {
             PersistOutcome::Durable { .. } => None,
             PersistOutcome::Fenced { fenced_by } => Some(Error::Fenced {
@@ -189,7 +194,7 @@ impl PersistOutcome {
                 reason: reason.clone(),
                 durability: Durability::MayBeDurable,
             }),
-            PersistOutcome::Unsupported => Some(io.unsupported()),
+            PersistOutcome::Unsupported(e) => Some(e.clone()),
             PersistOutcome::TooSlow { .. } => Some(Error::EpochEnded {
                 epoch,
                 sequence,

@@ -1,17 +1,20 @@
 //! The sequential front end: [`ObjectStoreLogStore`], for callers without actors.
 //!
-//! It drives the same steps as the actor runtime's writer, one object at a time: the
-//! open (recovery and fencing), then [`append`](ObjectStoreLogStore::append) into the
-//! open batch and [`flush`](ObjectStoreLogStore::flush) to seal, persist and commit it
-//! as the next object of the epoch. A failed flush ends the epoch;
+//! It drives the same write protocol as the actor runtime's writer
+//! ([`crate::protocol`]), one object at a time: the open (recovery and fencing), then
+//! [`append`](ObjectStoreLogStore::append) into the open batch and
+//! [`flush`](ObjectStoreLogStore::flush) to seal, persist and commit it as the next
+//! object of the epoch. A failed flush ends the epoch;
 //! [`reopen`](ObjectStoreLogStore::reopen) starts a new one. Reads go through the shared
-//! catalog, lazily.
+//! catalog, lazily. [`obsolete`](ObjectStoreLogStore::obsolete) raises the floor the
+//! next objects carry, as in the actor runtime (so recovery reads only the live part);
+//! this front end has no reclaimer: deleting below the floor is the caller's.
 //!
 //! Metrics ([`crate::metrics`]): an append's latency runs from `append` to the `flush`
 //! that made it durable; pending bytes, uploads in flight, failed appends, restarts and
 //! reclaims are the actor runtime's.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -20,15 +23,16 @@ use futures::stream::BoxStream;
 use object_store::ObjectStore;
 use tracing::{info_span, warn, Instrument};
 
-use crate::batch::{Admit, AppendParts, AppendReceipt, Batch};
-use crate::catalog::Catalog;
+use crate::batch::{AppendParts, AppendReceipt};
+use crate::catalog::{Catalog, Retention};
 use crate::clock::{BootClock, CreateClock};
 use crate::config::Config;
-use crate::epoch::{Epoch, EpochState};
+use crate::epoch::EpochState;
 use crate::error::{Error, Result};
 use crate::objects::WalIo;
 use crate::open::{open_instance, recover, Opened, RecoveryReport};
 use crate::persist::persist_within;
+use crate::protocol::{Action, Limits, Now, SharedChain, WhenFull, WriteProtocol};
 use crate::read::{follow_read_only, read_region, Entry};
 
 /// The receipt of one flushed object.
@@ -40,23 +44,12 @@ pub struct FlushReceipt {
     pub appends: Vec<AppendReceipt>,
 }
 
-/// The writing side of an instance opened as the writer.
-#[derive(Debug)]
-struct Writing {
-    epoch: Epoch,
-    batch: Batch,
-    /// When each append of the open batch was admitted (its latency's start).
-    admitted: Vec<Instant>,
-}
+/// The writing side of an instance opened as the writer: the write protocol of its
+/// epoch, driven one object at a time.
+type Writing = WriteProtocol<(), SharedChain>;
 
-impl Writing {
-    fn new(opened: &Opened, config: &Config) -> Self {
-        Writing {
-            epoch: Epoch::new(opened.epoch, opened.opening_started, config.link_window()),
-            batch: Batch::new(config.batch_limits()),
-            admitted: Vec::new(),
-        }
-    }
+fn lock(retention: &Mutex<Retention>) -> MutexGuard<'_, Retention> {
+    retention.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A WAL on one prefix of one object store.
@@ -69,6 +62,7 @@ pub struct ObjectStoreLogStore {
     io: WalIo,
     config: Config,
     catalog: Arc<RwLock<Catalog>>,
+    retention: Arc<Mutex<Retention>>,
     report: RecoveryReport,
     writing: Option<Writing>,
     clock: Arc<dyn CreateClock>,
@@ -81,11 +75,24 @@ impl ObjectStoreLogStore {
         config.validate()?;
         let io = WalIo::for_config(store, &config)?;
         let opened = open_instance(&io, &config).await?;
+        let Opened {
+            recovery,
+            epoch,
+            opening_started,
+        } = opened;
+        let retention = Retention::new(&recovery.catalog, epoch.floor);
+        let chain = SharedChain {
+            catalog: Arc::new(RwLock::new(recovery.catalog)),
+            retention: Arc::new(Mutex::new(retention)),
+        };
+        let limits = Limits::sequential(&config);
+        let writing = WriteProtocol::new(epoch, opening_started, limits, chain.clone());
         Ok(ObjectStoreLogStore {
-            writing: Some(Writing::new(&opened, &config)),
+            writing: Some(writing),
             io,
-            catalog: Arc::new(RwLock::new(opened.recovery.catalog)),
-            report: opened.recovery.report,
+            catalog: chain.catalog,
+            retention: chain.retention,
+            report: recovery.report,
             config,
             clock: Arc::new(BootClock),
         })
@@ -101,6 +108,7 @@ impl ObjectStoreLogStore {
         Ok(ObjectStoreLogStore {
             io,
             catalog: Arc::new(RwLock::new(recovery.catalog)),
+            retention: Arc::new(Mutex::new(Retention::default())),
             report: recovery.report,
             writing: None,
             config,
@@ -115,8 +123,17 @@ impl ObjectStoreLogStore {
             return Err(Error::ReadOnly);
         }
         let opened = open_instance(&self.io, &self.config).await?;
-        self.writing = Some(Writing::new(&opened, &self.config));
+        // Watermarks reported before stay true in the new epoch.
+        lock(&self.retention).reopen(&opened.recovery.catalog, opened.epoch.floor);
+        let chain = SharedChain {
+            catalog: self.catalog.clone(),
+            retention: self.retention.clone(),
+        };
+        let limits = Limits::sequential(&self.config);
+        let mut writing = WriteProtocol::new(opened.epoch, opened.opening_started, limits, chain);
+        writing.restart_clock(self.clock.now());
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = opened.recovery.catalog;
+        self.writing = Some(writing);
         self.report = opened.recovery.report;
         Ok(())
     }
@@ -124,7 +141,7 @@ impl ObjectStoreLogStore {
     /// Measures creates on `clock` instead of [`BootClock`] (tests drive it by hand).
     pub fn with_clock(mut self, clock: Arc<dyn CreateClock>) -> Self {
         if let Some(w) = self.writing.as_mut() {
-            w.epoch.restart_clock(clock.now());
+            w.restart_clock(clock.now());
         }
         self.clock = clock;
         self
@@ -154,20 +171,21 @@ impl ObjectStoreLogStore {
 
     /// The write position, `None` when read-only.
     pub fn epoch(&self) -> Option<EpochState> {
-        self.writing.as_ref().map(|w| w.epoch.position())
+        self.writing.as_ref().map(|w| w.position())
     }
 
     /// Admits an append (one or more regions, atomically) into the open batch; returns its
     /// index among the batch's appends. [`Error::BatchFull`]: flush first.
     pub fn append(&mut self, parts: AppendParts) -> Result<usize> {
+        let now = Now {
+            at: Instant::now(),
+            clock: self.clock.now(),
+        };
         let writing = self.writing.as_mut().ok_or(Error::ReadOnly)?;
-        writing.epoch.ensure_open()?;
-        let index = writing.batch.admit(parts).map_err(|a| match a {
-            Admit::Full(_) => Error::BatchFull,
-            Admit::Invalid(e) => e,
-        })?;
-        writing.admitted.push(Instant::now());
-        Ok(index)
+        writing
+            .admit(parts, (), false, WhenFull::Refuse, now)
+            .map(|admitted| admitted.index)
+            .map_err(|(_, e)| e)
     }
 
     /// Flushes the open batch as the next object (seal, persist, commit) and returns the
@@ -176,48 +194,79 @@ impl ObjectStoreLogStore {
     /// A failure ends the epoch (or fences the instance): nothing more is written under
     /// it, and [`reopen`](Self::reopen) starts a new one.
     pub async fn flush(&mut self) -> Result<Option<FlushReceipt>> {
+        let clock = self.clock.clone();
+        let now = || Now {
+            at: Instant::now(),
+            clock: clock.now(),
+        };
         let writing = self.writing.as_mut().ok_or(Error::ReadOnly)?;
-        writing.epoch.ensure_open()?;
-        if writing.batch.is_empty() {
+        if let Some(e) = writing.ended() {
+            return Err(e.with_durability(crate::error::Durability::NotWritten));
+        }
+        if writing.batch_is_empty() {
             return Ok(None);
         }
-        let sequence = writing.epoch.position().next_sequence;
-        if let Err(error) = writing.epoch.start_create(sequence, self.clock.now()) {
-            writing.epoch.end(error.clone());
-            return Err(error);
+        writing.flush(now())?;
+        writing.poll(now());
+        let mut receipt = None;
+        while let Some(action) = writing.poll_action() {
+            match action {
+                Action::Create(sealed) => {
+                    let sequence = sealed.sequence();
+                    let outcome = persist_within(
+                        &self.io,
+                        &sealed.encoded,
+                        &self.config.retry,
+                        self.config.max_create_duration,
+                        clock.as_ref(),
+                    )
+                    .instrument(info_span!("upload", sequence, bytes = sealed.encoded.len()))
+                    .await;
+                    writing.handle_outcome(sequence, outcome, now());
+                }
+                Action::Acknowledge {
+                    sealed,
+                    waiters,
+                    sealed_at,
+                    live_objects,
+                    ..
+                } => {
+                    let metrics = self.io.metrics();
+                    metrics.acknowledged(&sealed, sealed_at.elapsed(), live_objects);
+                    for pending in waiters {
+                        metrics.append_to_durable.record(pending.admitted.elapsed());
+                    }
+                    receipt = Some(FlushReceipt {
+                        sequence: sealed.sequence(),
+                        appends: sealed.receipts.clone(),
+                    });
+                }
+                Action::EpochEnded { error, .. } => {
+                    warn!(error = %error, "object not acknowledged; the epoch is over");
+                    return Err(error);
+                }
+                // No reclaimer here, no timers (one object at a time, no interval), no
+                // ids handed out at admission; failed appends are this call's error.
+                Action::PublishFloor(_)
+                | Action::Fail { .. }
+                | Action::HandedOutFailed { .. }
+                | Action::WakeAt(_) => {}
+            }
         }
-        let floor = writing.epoch.position().floor;
-        let sealed = writing.epoch.seal(&mut writing.batch, floor)?;
-        let sealed_at = Instant::now();
-        let admitted = std::mem::take(&mut writing.admitted);
-        let outcome = persist_within(
-            &self.io,
-            &sealed.encoded,
-            &self.config.retry,
-            self.config.max_create_duration,
-            self.clock.as_ref(),
-        )
-        .instrument(info_span!("upload", sequence, bytes = sealed.encoded.len()))
-        .await;
-        if let Some(error) = outcome.error(&self.io, writing.epoch.number(), sequence) {
-            warn!(sequence, error = %error, "object not acknowledged; the epoch is over");
-            writing.epoch.end(error.clone());
-            return Err(error);
+        Ok(receipt)
+    }
+
+    /// Records that `region`'s entries with id `<= id` are obsolete (safe elsewhere):
+    /// reads no longer return them, and the floor the next objects carry rises past the
+    /// objects no region needs, so a recovery reads only the live part. Nothing is
+    /// deleted by this front end.
+    pub fn obsolete(&mut self, region: u64, id: u64) -> Result<()> {
+        if self.writing.is_none() {
+            return Err(Error::ReadOnly);
         }
-        let live_objects = {
-            let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
-            catalog.commit(&sealed.encoded)?;
-            catalog.object_count()
-        };
-        let metrics = self.io.metrics();
-        metrics.acknowledged(&sealed, sealed_at.elapsed(), live_objects);
-        for at in admitted {
-            metrics.append_to_durable.record(at.elapsed());
-        }
-        Ok(Some(FlushReceipt {
-            sequence,
-            appends: sealed.receipts,
-        }))
+        let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
+        lock(&self.retention).obsolete(&catalog, region, id);
+        Ok(())
     }
 
     /// Appends one append and flushes it at once, alone or with what was admitted before.
@@ -255,6 +304,11 @@ impl ObjectStoreLogStore {
     /// read of exactly each segment's bytes, verified before decoding, at most
     /// `read_ahead` segments ahead of the consumer.
     pub fn read(&self, region: u64, from: u64) -> BoxStream<'static, Result<Entry>> {
+        // Ids at or below the region's obsolete watermark are hidden.
+        let from = match lock(&self.retention).watermark(region) {
+            Some(w) => from.max(w.saturating_add(1)),
+            None => from,
+        };
         read_region(
             self.io.clone(),
             self.catalog.clone(),

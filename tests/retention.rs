@@ -173,12 +173,11 @@ async fn persist_within_refuses_a_create_slower_than_max_create_duration() {
         other => panic!("a create at the bound was refused: {other:?}"),
     }
     // The error a writer gives its appends: the epoch ends, the entries may be durable.
-    let io = WalIo::new(Arc::new(InMemory::new()), PREFIX, 1 << 20).expect("io");
     let e = PersistOutcome::TooSlow {
         attempts: 1,
         took: MAX_CREATE * 2,
     }
-    .error(&io, 3, 7)
+    .error(3, 7)
     .expect("an error");
     assert!(matches!(
         e,

@@ -461,7 +461,8 @@ async fn orphans_below_and_above_the_chain_end(store: Arc<dyn ObjectStore>) {
 
     let next = open(&store).await;
     let report = next.report();
-    assert_eq!(report.chain_end, Some(header(8, 8, (7, 8), 0)));
+    // Object 8 carries floor 1: region 1's first entry, in 1, is still live.
+    assert_eq!(report.chain_end, Some(header(8, 8, (7, 8), 1)));
     assert_eq!(on_chain(report), vec![1, 3, 4, 7, 8]);
     assert_eq!(orphans(report), vec![2, 5, 6]);
     assert_eq!(
@@ -1242,8 +1243,10 @@ async fn two_instances_one_after_the_other(store: Arc<dyn ObjectStore>) {
     assert_eq!(r.sequence, 3);
 
     let c = open(&store).await;
-    assert_eq!(c.report().chain_end, Some(header(3, 3, (2, 3), 0)));
-    assert_eq!(stored_empty(&store, 4).await, header(4, 5, (3, 3), 0));
+    // B's object carries floor 3: it holds the only live entry (the floor rises past the
+    // opening objects, which hold none).
+    assert_eq!(c.report().chain_end, Some(header(3, 3, (2, 3), 3)));
+    assert_eq!(stored_empty(&store, 4).await, header(4, 5, (3, 3), 3));
     assert_eq!(replay(&c, 1, 0).await, ids(&[(3, 0, "from-b")]));
     // Nothing of epoch 2 beyond A's opening object.
     let objects = stored(&store).await;
@@ -1310,7 +1313,7 @@ async fn late_create_meets_the_claim_and_is_fenced(store: Arc<dyn ObjectStore>) 
         matches!(retry, PersistOutcome::Fenced { fenced_by: 5 }),
         "{retry:?}"
     );
-    let e = retry.error(a.io(), 2, 2).expect("an error");
+    let e = retry.error(2, 2).expect("an error");
     assert!(
         matches!(
             e,
@@ -1328,8 +1331,8 @@ async fn late_create_meets_the_claim_and_is_fenced(store: Arc<dyn ObjectStore>) 
         .await
         .expect("append");
     let ro = open_ro(&store).await;
-    assert_eq!(ro.report().chain_end, Some(header(5, 5, (4, 5), 0)));
-    assert_eq!(on_chain(ro.report()), vec![1, 4, 5]);
+    assert_eq!(ro.report().chain_end, Some(header(5, 5, (4, 5), 5)));
+    assert_eq!(on_chain(ro.report()), vec![5], "the floor is past 1 and 4");
     assert_eq!(replay(&ro, 1, 0).await, ids(&[(5, 0, "b")]));
 }
 
@@ -1455,7 +1458,10 @@ async fn claim_loses_and_leftover_claim_stays_off_the_chain(store: Arc<dyn Objec
         .await
         .expect("append");
     let ro = open_ro(&store).await;
-    assert_eq!(on_chain(ro.report()), vec![1, 5, 6]);
+    // 6 links to the opening object 5, not to a claim, and carries floor 6 (it holds
+    // the only live entry), so only 6 is read above the floor.
+    assert_eq!(ro.report().chain_end, Some(header(6, 6, (5, 6), 6)));
+    assert_eq!(on_chain(ro.report()), vec![6]);
     assert_eq!(replay(&ro, 1, 0).await, ids(&[(6, 0, "b")]));
 }
 
@@ -1561,7 +1567,7 @@ async fn create_applied_then_error_is_acknowledged_on_retry(store: Arc<dyn Objec
         matches!(outcome, PersistOutcome::Durable { attempts: 2 }),
         "{outcome:?}"
     );
-    assert!(outcome.error(wal.io(), state.epoch, 4).is_none());
+    assert!(outcome.error(state.epoch, 4).is_none());
 
     let objects = stored(&store).await;
     assert_eq!(
@@ -1717,10 +1723,12 @@ async fn stale_tail_ends_the_epoch(store: Arc<dyn ObjectStore>) {
     );
 
     a.reopen().await.expect("reopen");
-    assert_eq!(a.report().chain_end, Some(header(3, 3, (2, 3), 0)));
-    assert_eq!(orphans(a.report()), vec![4]);
+    // Object 3 carries floor 3: it holds the only live entry.
+    assert_eq!(a.report().chain_end, Some(header(3, 3, (2, 3), 3)));
+    // 1 and 2 lie below that floor: off the chain that recovery replays, like 4.
+    assert_eq!(orphans(a.report()), vec![1, 2, 4]);
     assert_eq!(a.epoch().unwrap().epoch, 6);
-    assert_eq!(stored_empty(&store, 5).await, header(5, 6, (3, 3), 0));
+    assert_eq!(stored_empty(&store, 5).await, header(5, 6, (3, 3), 3));
     let r = a
         .append_and_flush(parts(&[(1, &["a3"])]))
         .await
@@ -1769,7 +1777,8 @@ async fn unknown_outcome_ends_the_epoch(store: Arc<dyn ObjectStore>) {
 
     wal.reopen().await.expect("reopen");
     assert_eq!(wal.epoch().unwrap().epoch, 4);
-    assert_eq!(stored_empty(&store, 3).await, header(3, 4, (2, 2), 0));
+    // The chain end 2 carries floor 2 (it holds the only live entry).
+    assert_eq!(stored_empty(&store, 3).await, header(3, 4, (2, 2), 2));
     let r = wal
         .append_and_flush(parts(&[(1, &["c"])]))
         .await
@@ -1806,7 +1815,8 @@ async fn unknown_outcome_ends_the_epoch(store: Arc<dyn ObjectStore>) {
     assert_eq!(faults.land_late().await, 1);
     wal.reopen().await.expect("reopen");
     assert_eq!(wal.epoch().unwrap().epoch, 7);
-    assert_eq!(on_chain(wal.report()), vec![1, 2, 3, 4, 5]);
+    // From the floor 2 up (the opening object 1 holds no entry).
+    assert_eq!(on_chain(wal.report()), vec![2, 3, 4, 5]);
     wal.append_and_flush(parts(&[(1, &["e"])]))
         .await
         .expect("append");
@@ -1821,7 +1831,7 @@ async fn unknown_outcome_ends_the_epoch(store: Arc<dyn ObjectStore>) {
         "{outcome:?}"
     );
     assert!(matches!(
-        outcome.error(wal.io(), copy.epoch, 8),
+        outcome.error(copy.epoch, 8),
         Some(Error::EpochEnded {
             durability: Durability::MayBeDurable,
             ..

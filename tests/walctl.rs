@@ -275,20 +275,21 @@ fn append_chain_dump_verify_on_a_file_store() {
     assert_eq!(foreign.len(), 1);
     assert_eq!(foreign[0]["foreign"], "demo/notes.txt");
 
-    // The opening objects and the data objects are on the chain, each linking to the
-    // one before; epoch = opening sequence + 1.
-    let expect_on_chain = [(1, 2, 0, 0), (2, 2, 1, 2), (3, 4, 2, 2), (4, 4, 3, 4)];
-    for (seq, epoch, link_seq, link_epoch) in expect_on_chain
+    // The opening objects and the data objects form the chain, each linking to the
+    // one before; epoch = opening sequence + 1. Region 7's first entry is in 2, so every
+    // object from 2 on carries floor 2, and the first opening object lies below it.
+    let expect_chain = [(1, 2, 0, 0), (2, 2, 1, 2), (3, 4, 2, 2), (4, 4, 3, 4)];
+    for (seq, epoch, link_seq, link_epoch) in expect_chain
         .into_iter()
         .chain([(11, 12, 4, 4), (12, 12, 11, 12)])
     {
         let l = chain_line(&chain, seq);
-        assert_eq!(l["on_chain"], true, "{l}");
+        assert_eq!(l["on_chain"], seq >= 2, "{l}");
         assert_eq!(l["claim"], false, "{l}");
         assert_eq!(l["epoch"], epoch, "{l}");
         assert_eq!(l["link_seq"], link_seq, "{l}");
         assert_eq!(l["link_epoch"], link_epoch, "{l}");
-        assert_eq!(l["floor"], 0, "{l}");
+        assert_eq!(l["floor"], if seq >= 2 { 2 } else { 0 }, "{l}");
     }
     for (seq, entries) in [(1, 0), (2, 2), (3, 0), (4, 1), (11, 0), (12, 2)] {
         let l = chain_line(&chain, seq);
@@ -337,8 +338,9 @@ fn append_chain_dump_verify_on_a_file_store() {
     assert_eq!(seqs, (1..=12).collect::<Vec<_>>());
     assert!(verified.iter().all(|l| l["ok"] == true), "{verified:?}");
 
-    // Stats of this known prefix: objects 1..=12 (chain 1-4, 11, 12; claims 5-9; the
-    // orphan 10), region 7's five entries in three segments, one foreign key.
+    // Stats of this known prefix: objects 1..=12 (chain 2-4, 11, 12 above the floor 2;
+    // claims 5-9; the orphan 10 and the opening object 1 below the floor), region 7's
+    // five entries in three segments, one foreign key.
     let wal_bytes: u64 = (1..=12)
         .map(|s| std::fs::metadata(key_file(dir, s)).expect("object").len())
         .sum();
@@ -347,15 +349,15 @@ fn append_chain_dump_verify_on_a_file_store() {
     let expected = serde_json::json!({
         "objects": 12,
         "bytes": wal_bytes,
-        "chain_objects": 6,
+        "chain_objects": 5,
         "chain_end": 12,
         "epoch": 12,
-        "floor": 0,
+        "floor": 2,
         "max_sequence": 12,
         "regions": 1,
         "entries": 5,
         "claims": 5,
-        "orphans": 1,
+        "orphans": 2,
         "foreign_keys": 1,
         "segments": 3,
         "segments_checked": 3,

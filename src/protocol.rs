@@ -1,0 +1,1187 @@
+//! The write protocol of one epoch as a pure state machine: no I/O, no async, no clock
+//! of its own.
+//!
+//! Both writers of the crate drive a [`WriteProtocol`]: the actor runtime's writer (its
+//! mailbox, timers and upload tasks) and the sequential front end
+//! ([`ObjectStoreLogStore`](crate::ObjectStoreLogStore)). They feed it events (an append
+//! admitted, a create answered with its outcome, the time, a stop) and carry out the
+//! [`Action`]s it queues (start this create, acknowledge these appends, fail those with
+//! this error, publish this floor, the epoch ended, wake me then), as `quinn` drives
+//! `quinn-proto`. Every rule of DESIGN.md "Writing an object" lives here once:
+//!
+//! - **One sealing decision** ([`WriteProtocol::poll`]): the open batch becomes the next
+//!   object when it is full (`max_batch_bytes`, a region at 2^20 entries, or an append
+//!   that does not fit), and otherwise as soon as an upload slot is free and the next
+//!   start slot has come (slots one `min_object_interval` apart), after a short gather:
+//!   a batch that became sealable by its first entry, or by the end of the interval it
+//!   waited for, waits until it holds as many appends as the last object acknowledged
+//!   (in a closed loop those callers come back within milliseconds), for at most
+//!   `gather`. An idle epoch seals an empty object every half link window. A sequential
+//!   caller seals by asking ([`WriteProtocol::flush`]).
+//! - **Starting creates** in sequence order, at most `max_in_flight` at once, no faster
+//!   than `min_object_interval`; one whose create would start outside the epoch's link
+//!   window is refused, never sent, and the epoch ends when it reaches the head.
+//! - **Acknowledging** strictly in sequence order: an object is acknowledged only when it
+//!   and every earlier object of the epoch are durable; its floor is published when it
+//!   rose.
+//! - **Failing**: the first object whose outcome is not durable ends the epoch; its
+//!   appends and every later one's fail, each with the durability its object had (sent
+//!   or not), and nothing after it is acknowledged. An ended epoch admits nothing more.
+//! - **Stopping**: nothing more is admitted, sealed or started; what was never sent
+//!   fails as `Stopped`; uploads in flight are waited for, or abandoned as unknown
+//!   outcomes once their time is up ([`WriteProtocol::abandon_uploads`]).
+//!
+//! The catalog and retention are reached through [`Chain`]: the floor the next object
+//! carries, and the commit of an acknowledged object.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::batch::{Admit, AppendParts, AppendReceipt, Batch, BatchLimits, SealedObject};
+use crate::catalog::{Catalog, Retention};
+use crate::config::Config;
+use crate::epoch::{Epoch, EpochState};
+use crate::error::{Durability, EpochEndReason, Error, Result};
+use crate::persist::PersistOutcome;
+
+/// The longest a batch that could be sealed at once gathers first.
+pub const MAX_GATHER: Duration = Duration::from_millis(5);
+
+/// The granularity of tokio's timers: a timer fires up to this late.
+const TIMER_TICK: Duration = Duration::from_millis(1);
+
+/// The rule for every create: one that took longer than `max_create_duration`, from its
+/// first attempt to its definite answer, is never acknowledged (DESIGN.md "Reclaiming
+/// space"): it may have landed on a key a newer instance reclaimed meanwhile. Returns
+/// how long it took when past the bound.
+pub fn create_too_slow(started: Duration, now: Duration, max: Duration) -> Option<Duration> {
+    let took = now.saturating_sub(started);
+    (took > max).then_some(took)
+}
+
+/// The moment an event happens, on both clocks the protocol reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// Monotonic time, for the sealing decision's intervals and gathering.
+    pub at: Instant,
+    /// The creation clock ([`CreateClock`](crate::CreateClock)), for the link window.
+    pub clock: Duration,
+}
+
+/// The bounds the protocol applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Objects uploading at once.
+    pub max_in_flight: usize,
+    /// The least time between two create starts.
+    pub min_object_interval: Duration,
+    /// A batch of this many encoded bytes is sealed.
+    pub max_batch_bytes: u64,
+    /// The batch's own limits.
+    pub batch: BatchLimits,
+    /// Each create starts within this of the previous one (`Config::link_window`).
+    pub link_window: Duration,
+    /// How long a batch that could be sealed at once gathers at most.
+    pub gather: Duration,
+}
+
+impl Limits {
+    /// The actor runtime's: the configuration's bounds, gathering a quarter of
+    /// `min_object_interval` at most ([`MAX_GATHER`] at most).
+    pub fn from_config(config: &Config) -> Self {
+        Limits {
+            max_in_flight: config.max_in_flight,
+            min_object_interval: config.min_object_interval,
+            max_batch_bytes: config.max_batch_bytes,
+            batch: config.batch_limits(),
+            link_window: config.link_window(),
+            gather: (config.min_object_interval / 4).min(MAX_GATHER),
+        }
+    }
+
+    /// The sequential front end's: one object at a time, sealed when the caller asks.
+    pub fn sequential(config: &Config) -> Self {
+        Limits {
+            max_in_flight: 1,
+            min_object_interval: Duration::ZERO,
+            gather: Duration::ZERO,
+            ..Limits::from_config(config)
+        }
+    }
+}
+
+/// The catalog and the floor bookkeeping, as the protocol needs them.
+pub trait Chain {
+    /// The floor the next object carries, given the lowest sequence not yet committed;
+    /// never decreasing.
+    fn floor_for(&mut self, lowest_uncommitted: u64) -> u64;
+    /// Puts an acknowledged object on the chain: the objects now live, or the error that
+    /// ends the epoch (the object does not fit the chain).
+    fn commit(&mut self, sealed: &SealedObject) -> Result<usize>;
+    /// An object carrying `floor` was acknowledged: `Some(floor)` when the acknowledged
+    /// floor rose, to be published.
+    fn acknowledge_floor(&mut self, floor: u64) -> Option<u64>;
+}
+
+/// [`Chain`] over the catalog shared with reads and the WAL's one [`Retention`].
+#[derive(Debug, Clone)]
+pub struct SharedChain {
+    /// The catalog readers read.
+    pub catalog: Arc<RwLock<Catalog>>,
+    /// The watermarks and floors.
+    pub retention: Arc<Mutex<Retention>>,
+}
+
+impl SharedChain {
+    fn retention(&self) -> std::sync::MutexGuard<'_, Retention> {
+        self.retention.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Chain for SharedChain {
+    fn floor_for(&mut self, lowest_uncommitted: u64) -> u64 {
+        self.retention().floor_for(lowest_uncommitted)
+    }
+
+    fn commit(&mut self, sealed: &SealedObject) -> Result<usize> {
+        let live = {
+            let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
+            catalog.commit(&sealed.encoded)?;
+            catalog.object_count()
+        };
+        self.retention()
+            .committed(sealed.sequence(), sealed.records());
+        Ok(live)
+    }
+
+    fn acknowledge_floor(&mut self, floor: u64) -> Option<u64> {
+        self.retention().acknowledged(floor)
+    }
+}
+
+/// An admitted append's caller and when it was admitted.
+#[derive(Debug)]
+pub struct Pending<W> {
+    /// Whoever waits for the answer.
+    pub waiter: W,
+    /// When it was admitted (its append-to-durable latency starts here).
+    pub admitted: Instant,
+}
+
+/// What the driver must do next.
+#[derive(Debug)]
+pub enum Action<W> {
+    /// Start the create of this object (DESIGN.md's outcome table, to a definite
+    /// outcome), and report it with [`WriteProtocol::handle_outcome`].
+    Create(Arc<SealedObject>),
+    /// The object is durable and on the chain: answer each waiter with its receipt (in
+    /// order, `sealed.receipts`).
+    Acknowledge {
+        /// The object.
+        sealed: Arc<SealedObject>,
+        /// Its appends' callers, in admission order.
+        waiters: Vec<Pending<W>>,
+        /// Create attempts made.
+        attempts: u32,
+        /// When it was sealed.
+        sealed_at: Instant,
+        /// Objects live on the chain now.
+        live_objects: usize,
+    },
+    /// The floor acknowledged rose to this: publish it (the reclaimer, the gauge).
+    PublishFloor(u64),
+    /// Answer these appends with this error.
+    Fail {
+        /// The appends' callers.
+        waiters: Vec<Pending<W>>,
+        /// Their answer.
+        error: Error,
+    },
+    /// Ids handed out at admission for the object `sequence` will never be
+    /// acknowledged: it failed with `error`.
+    HandedOutFailed {
+        /// The object.
+        sequence: u64,
+        /// Why.
+        error: Error,
+    },
+    /// The epoch ended: nothing more is admitted or written under it. Comes before the
+    /// failures of the appends it ends.
+    EpochEnded {
+        /// Why.
+        error: Error,
+        /// The store answered with a conflict (another object held the key).
+        conflict: bool,
+    },
+    /// Call [`WriteProtocol::poll`] again at this instant.
+    WakeAt(Instant),
+}
+
+/// A successful admission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// The append's index among the open batch's appends.
+    pub index: usize,
+    /// Its ids, when asked for at admission: final, since the batch is sealed whole as
+    /// the next object.
+    pub ids: Option<AppendReceipt>,
+}
+
+/// What to do with an append that does not fit the open batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenFull {
+    /// Seal the batch and admit the append into the next one.
+    Seal,
+    /// Refuse it with [`Error::BatchFull`] (the caller flushes).
+    Refuse,
+}
+
+/// Why the open batch is sealed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealReason {
+    /// It reached `max_batch_bytes` or a region its 2^20 entries, or the next append
+    /// does not fit.
+    Full,
+    /// An upload slot is free, the start slot came and the batch has gathered.
+    SlotFree,
+    /// The epoch has been idle for half its link window: an empty object keeps it.
+    KeepAlive,
+    /// The caller asked ([`WriteProtocol::flush`]).
+    Flush,
+}
+
+/// A sealed object, from sealing to its acknowledgement.
+#[derive(Debug)]
+struct Flight<W> {
+    sealed: Arc<SealedObject>,
+    waiters: Vec<Pending<W>>,
+    started: bool,
+    outcome: Option<PersistOutcome>,
+    /// Never sent, for this reason; the epoch ends when it reaches the head.
+    refused: Option<Error>,
+    handed_out: bool,
+    sealed_at: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lifecycle {
+    Writing,
+    /// An object was refused before it was sent: nothing more starts.
+    Refusing,
+    /// Nothing more is admitted, sealed or started.
+    Stopping,
+}
+
+/// The write protocol of one epoch (see the module docs).
+#[derive(Debug)]
+pub struct WriteProtocol<W, C> {
+    limits: Limits,
+    chain: C,
+    epoch: Epoch,
+    lifecycle: Lifecycle,
+    batch: Batch,
+    batch_waiters: Vec<Pending<W>>,
+    batch_handed_out: bool,
+    batch_opened: Option<Instant>,
+    objects: BTreeMap<u64, Flight<W>>,
+    /// Started and not yet answered (nor abandoned).
+    uploading: BTreeSet<u64>,
+    pending_bytes: u64,
+    /// The earliest the next create may start: slots one `min_object_interval` apart.
+    next_slot: Option<Instant>,
+    /// Appends of the last object acknowledged with any.
+    expected_burst: usize,
+    last_ack: Option<Instant>,
+    actions: VecDeque<Action<W>>,
+}
+
+impl<W, C: Chain> WriteProtocol<W, C> {
+    /// The epoch opened at `position`, its opening object's create started at
+    /// `opening_started` on the creation clock. The opening object is acknowledged: its
+    /// floor is published if it rose.
+    pub fn new(
+        position: EpochState,
+        opening_started: Duration,
+        limits: Limits,
+        mut chain: C,
+    ) -> Self {
+        let mut actions = VecDeque::new();
+        if let Some(floor) = chain.acknowledge_floor(position.floor) {
+            actions.push_back(Action::PublishFloor(floor));
+        }
+        WriteProtocol {
+            epoch: Epoch::new(position, opening_started, limits.link_window),
+            batch: Batch::new(limits.batch),
+            limits,
+            chain,
+            lifecycle: Lifecycle::Writing,
+            batch_waiters: Vec::new(),
+            batch_handed_out: false,
+            batch_opened: None,
+            objects: BTreeMap::new(),
+            uploading: BTreeSet::new(),
+            pending_bytes: 0,
+            next_slot: None,
+            expected_burst: 1,
+            last_ack: None,
+            actions,
+        }
+    }
+
+    /// The next action to carry out, in order.
+    pub fn poll_action(&mut self) -> Option<Action<W>> {
+        self.actions.pop_front()
+    }
+
+    /// The write position.
+    pub fn position(&self) -> EpochState {
+        self.epoch.position()
+    }
+
+    /// This epoch's number.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.number()
+    }
+
+    /// Why the epoch ended, if it did.
+    pub fn ended(&self) -> Option<&Error> {
+        self.epoch.ended()
+    }
+
+    /// Payload bytes admitted and not yet acknowledged or failed.
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending_bytes
+    }
+
+    /// Creates started and not yet answered.
+    pub fn uploading(&self) -> usize {
+        self.uploading.len()
+    }
+
+    /// Whether `bytes` more may be admitted under `max_pending_bytes` (always, when
+    /// nothing is pending: an append is never refused for its own size).
+    pub fn has_room(&self, bytes: u64, max_pending_bytes: u64) -> bool {
+        self.pending_bytes == 0 || self.pending_bytes + bytes <= max_pending_bytes
+    }
+
+    /// Whether a stop asked for has finished: nothing uploading any more.
+    pub fn stopped(&self) -> bool {
+        self.lifecycle == Lifecycle::Stopping && self.uploading.is_empty()
+    }
+
+    /// Whether objects are still sealed and started: not stopping, and no object was
+    /// refused.
+    pub fn is_writing(&self) -> bool {
+        self.lifecycle == Lifecycle::Writing
+    }
+
+    /// Whether an append would be refused now, and why: the epoch ended, a stop, or an
+    /// invalid append. [`admit`](Self::admit) checks the same first.
+    pub fn check(&self, parts: &AppendParts) -> Result<()> {
+        self.epoch.ensure_open()?;
+        if self.lifecycle == Lifecycle::Stopping {
+            return Err(Error::Stopped {
+                durability: Durability::NotWritten,
+            });
+        }
+        Batch::validate(&self.limits.batch, parts)
+    }
+
+    /// The creation clock's time since the last create started (the opening object's at
+    /// first).
+    pub fn since_last_create(&self, clock: Duration) -> Duration {
+        self.epoch.since_last_create(clock)
+    }
+
+    /// Restarts the link window's clock from `clock` (a driver that measures creates on
+    /// another clock than the open did).
+    pub fn restart_clock(&mut self, clock: Duration) {
+        self.epoch.restart_clock(clock);
+    }
+
+    /// How long after `clock` the keep-alive decision should be looked at again: half a
+    /// link window after the last create (or a whole half, if that has passed).
+    pub fn keep_alive_in(&self, clock: Duration) -> Duration {
+        let half = self.limits.link_window / 2;
+        let since = self.epoch.since_last_create(clock);
+        let wait = if since >= half { half } else { half - since };
+        wait.max(TIMER_TICK)
+    }
+
+    /// Admits an append into the open batch. An append that does not fit is handled as
+    /// `when_full` says. With `want_ids`, its ids are returned now (and the batch is
+    /// marked as having handed ids out). Refused appends come back with their error.
+    /// Call [`poll`](Self::poll) after admitting.
+    pub fn admit(
+        &mut self,
+        parts: AppendParts,
+        waiter: W,
+        want_ids: bool,
+        when_full: WhenFull,
+        now: Now,
+    ) -> std::result::Result<Admitted, (W, Error)> {
+        if let Err(e) = self.check(&parts) {
+            return Err((waiter, e));
+        }
+        let bytes = payload_bytes(&parts);
+        let index = match self.batch.admit(parts) {
+            Ok(index) => index,
+            Err(Admit::Invalid(e)) => return Err((waiter, e)),
+            Err(Admit::Full(_)) if when_full == WhenFull::Refuse => {
+                return Err((waiter, Error::BatchFull))
+            }
+            Err(Admit::Full(parts)) => {
+                if let Err(e) = self.seal(SealReason::Full, now) {
+                    return Err((waiter, e));
+                }
+                match self.batch.admit(parts) {
+                    Ok(index) => index,
+                    Err(Admit::Invalid(e)) => return Err((waiter, e)),
+                    // Validated alone, so an empty batch takes it.
+                    Err(Admit::Full(_)) => return Err((waiter, Error::BatchFull)),
+                }
+            }
+        };
+        if self.batch_opened.is_none() {
+            self.batch_opened = Some(now.at);
+        }
+        let mut ids = None;
+        if want_ids {
+            // The open batch becomes the next sequence, whole: the ids are final.
+            ids = self
+                .batch
+                .receipt(index, self.epoch.position().next_sequence);
+            self.batch_handed_out |= ids.is_some();
+        }
+        self.batch_waiters.push(Pending {
+            waiter,
+            admitted: now.at,
+        });
+        self.pending_bytes += bytes;
+        Ok(Admitted { index, ids })
+    }
+
+    /// Whether the open batch holds no append.
+    pub fn batch_is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
+    /// The sequential caller's seal: the open batch (if it holds anything) becomes the
+    /// next object now; [`poll`](Self::poll) then starts it.
+    pub fn flush(&mut self, now: Now) -> Result<()> {
+        self.epoch.ensure_open()?;
+        if self.batch.is_empty() || self.lifecycle != Lifecycle::Writing {
+            return Ok(());
+        }
+        self.seal(SealReason::Flush, now)
+    }
+
+    /// The one sealing decision, then the starts: seals if the decision says so, starts
+    /// what may start, and asks for a wake-up when a seal or start waits for time.
+    /// Every admission, answer and timer ends here.
+    pub fn poll(&mut self, now: Now) {
+        if self.epoch.ended().is_some() {
+            return;
+        }
+        match self.seal_reason(now) {
+            Some(reason) => {
+                // An object that cannot be encoded fails nothing yet: its appends stay
+                // in the batch (the error is a bug, and `seal` ended nothing).
+                if let Err(e) = self.seal(reason, now) {
+                    tracing::warn!(error = %e, ?reason, "cannot seal");
+                }
+            }
+            None if !self.batch.is_empty() && self.slot_free() => {
+                if let Some(due) = self.seal_due(now.at) {
+                    self.actions.push_back(Action::WakeAt(due));
+                }
+            }
+            None => {}
+        }
+        self.start_creates(now);
+    }
+
+    /// A create answered with its definite outcome: acknowledges what is durable in
+    /// order, and ends the epoch at the first other outcome. An answer for a create
+    /// abandoned before is ignored.
+    pub fn handle_outcome(&mut self, sequence: u64, outcome: PersistOutcome, now: Now) {
+        if !self.uploading.remove(&sequence) {
+            return;
+        }
+        if let Some(f) = self.objects.get_mut(&sequence) {
+            f.outcome = Some(outcome);
+        }
+        self.acknowledge(now);
+    }
+
+    /// Stop: nothing more is admitted, sealed or started. The open batch and the objects
+    /// never sent fail with [`Error::Stopped`] (`NotWritten`); uploads in flight go on
+    /// until answered or abandoned. Returns whether any is still uploading.
+    pub fn stop(&mut self) -> bool {
+        self.lifecycle = Lifecycle::Stopping;
+        let stopped = Error::Stopped {
+            durability: Durability::NotWritten,
+        };
+        self.fail_batch(&stopped);
+        for sequence in self.unstarted() {
+            if let Some(f) = self.objects.remove(&sequence) {
+                self.pending_bytes = self.pending_bytes.saturating_sub(f.sealed.payload_bytes);
+                self.fail_flight(f, stopped.clone());
+            }
+        }
+        !self.uploading.is_empty()
+    }
+
+    /// The uploads still in flight are abandoned as unknown outcomes (their time is up:
+    /// none could be acknowledged any more); which ends the epoch. Returns the sequences
+    /// abandoned.
+    pub fn abandon_uploads(&mut self, now: Now) -> Vec<u64> {
+        let abandoned: Vec<u64> = std::mem::take(&mut self.uploading).into_iter().collect();
+        for sequence in &abandoned {
+            if let Some(f) = self.objects.get_mut(sequence) {
+                f.outcome = Some(PersistOutcome::Unknown {
+                    last: Error::Stopped {
+                        durability: Durability::MayBeDurable,
+                    },
+                });
+            }
+        }
+        self.acknowledge(now);
+        abandoned
+    }
+
+    fn seal_reason(&self, now: Now) -> Option<SealReason> {
+        if self.lifecycle != Lifecycle::Writing || self.epoch.ended().is_some() {
+            return None;
+        }
+        if self.batch.is_empty() {
+            let half = self.limits.link_window / 2;
+            let idle = self.objects.is_empty();
+            let since = self.epoch.since_last_create(now.clock);
+            return (idle && since >= half).then_some(SealReason::KeepAlive);
+        }
+        if self.batch_full() {
+            return Some(SealReason::Full);
+        }
+        (self.slot_free() && self.seal_due(now.at).is_none()).then_some(SealReason::SlotFree)
+    }
+
+    fn batch_full(&self) -> bool {
+        self.batch.encoded_len() >= self.limits.max_batch_bytes || self.batch.region_full()
+    }
+
+    /// Whether an object sealed now could start: fewer than `max_in_flight` uploading
+    /// and no sealed object waiting to start. While every slot is busy the batch grows.
+    fn slot_free(&self) -> bool {
+        self.uploading.len() < self.limits.max_in_flight && self.objects.values().all(|f| f.started)
+    }
+
+    /// When the open batch may be sealed for a free slot: once its start slot came and
+    /// it gathered; `None`: now.
+    fn seal_due(&self, now: Instant) -> Option<Instant> {
+        if let Some(due) = self.next_start_due(now) {
+            return Some(due);
+        }
+        // Gathering counts from when the batch could first have been sealed: its first
+        // entry, or the end of the interval it waited for.
+        let opened = self.batch_opened?;
+        let sealable_since = self.next_slot.map_or(opened, |slot| slot.max(opened));
+        let gathered_until = sealable_since + self.limits.gather;
+        // A batch whose first entry came after the last acknowledgement may be its
+        // callers coming back (a closed loop): it gathers as many appends as that object
+        // had. Under open-loop load the batch opened before the acknowledgement, and its
+        // arrivals owe nothing to it: waiting would only add latency.
+        let returning = self.last_ack.is_some_and(|ack| opened >= ack);
+        let gathered =
+            !returning || self.batch.append_count() >= self.expected_burst || now >= gathered_until;
+        (!gathered).then_some(gathered_until)
+    }
+
+    fn next_start_due(&self, now: Instant) -> Option<Instant> {
+        self.next_slot.filter(|slot| now < *slot)
+    }
+
+    /// Seals the open batch (or, for a keep-alive, an empty one) as the next object,
+    /// carrying the chain's floor; not yet started.
+    fn seal(&mut self, reason: SealReason, now: Now) -> Result<()> {
+        if self.batch.is_empty() && reason != SealReason::KeepAlive {
+            return Ok(());
+        }
+        let lowest_uncommitted = self
+            .objects
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.epoch.position().next_sequence);
+        let floor = self.chain.floor_for(lowest_uncommitted);
+        let sealed = self.epoch.seal(&mut self.batch, floor)?;
+        tracing::debug!(
+            sequence = sealed.sequence(),
+            entries = sealed.entries,
+            ?reason,
+            "sealed"
+        );
+        self.batch_opened = None;
+        self.objects.insert(
+            sealed.sequence(),
+            Flight {
+                sealed: Arc::new(sealed),
+                waiters: std::mem::take(&mut self.batch_waiters),
+                started: false,
+                outcome: None,
+                refused: None,
+                handed_out: std::mem::take(&mut self.batch_handed_out),
+                sealed_at: now.at,
+            },
+        );
+        Ok(())
+    }
+
+    /// The sealed objects not started yet, in sequence order.
+    fn unstarted(&self) -> Vec<u64> {
+        let unstarted = self.objects.iter().filter(|(_, f)| !f.started);
+        unstarted.map(|(s, _)| *s).collect()
+    }
+
+    /// Starts the sealed objects in sequence order, up to `max_in_flight` uploading and
+    /// no faster than `min_object_interval`; refuses one whose create would start outside
+    /// the link window.
+    fn start_creates(&mut self, now: Now) {
+        if self.lifecycle != Lifecycle::Writing {
+            return;
+        }
+        for sequence in self.unstarted() {
+            if self.uploading.len() >= self.limits.max_in_flight {
+                return;
+            }
+            if let Some(due) = self.next_start_due(now.at) {
+                self.actions.push_back(Action::WakeAt(due));
+                return;
+            }
+            let refusal = self.epoch.start_create(sequence, now.clock).err();
+            let Some(flight) = self.objects.get_mut(&sequence) else {
+                return;
+            };
+            if let Some(refusal) = refusal {
+                flight.refused = Some(refusal);
+                self.lifecycle = Lifecycle::Refusing;
+                self.acknowledge(now);
+                return;
+            }
+            flight.started = true;
+            // The next slot is an interval after this one, or after this start if it
+            // came more than a timer tick late (idle): starts are never closer than an
+            // interval less a tick, and never more than one per interval on average.
+            let interval = self.limits.min_object_interval;
+            let slack = interval.min(TIMER_TICK);
+            let on_grid = self.next_slot.map(|slot| slot + interval);
+            let from_now = now.at + interval - slack;
+            self.next_slot = Some(on_grid.map_or(now.at + interval, |g| g.max(from_now)));
+            self.uploading.insert(sequence);
+            self.actions
+                .push_back(Action::Create(flight.sealed.clone()));
+        }
+    }
+
+    /// Acknowledges durable objects in sequence order; ends the epoch at the first other
+    /// outcome.
+    fn acknowledge(&mut self, now: Now) {
+        while let Some(entry) = self.objects.first_entry() {
+            if let Some(error) = entry.get().refused.clone() {
+                self.end_epoch(error, false);
+                return;
+            }
+            let sequence = *entry.key();
+            let attempts = match &entry.get().outcome {
+                None => return,
+                Some(PersistOutcome::Durable { attempts }) => *attempts,
+                Some(other) => {
+                    let conflict = !matches!(other, PersistOutcome::Unknown { .. });
+                    let error =
+                        other
+                            .error(self.epoch.number(), sequence)
+                            .unwrap_or(Error::EpochEnded {
+                                epoch: self.epoch.number(),
+                                sequence,
+                                reason: EpochEndReason::UnknownOutcome,
+                                durability: Durability::MayBeDurable,
+                            });
+                    self.end_epoch(error, conflict);
+                    return;
+                }
+            };
+            let flight = entry.remove();
+            let live_objects = match self.chain.commit(&flight.sealed) {
+                Ok(live) => live,
+                Err(error) => {
+                    self.fail_flight(flight, error.clone());
+                    self.end_epoch(error, false);
+                    return;
+                }
+            };
+            let sealed = flight.sealed;
+            self.pending_bytes = self.pending_bytes.saturating_sub(sealed.payload_bytes);
+            if !sealed.receipts.is_empty() {
+                self.expected_burst = sealed.receipts.len();
+                self.last_ack = Some(now.at);
+            }
+            // The floor first: once an append is answered, the floor it raised is seen.
+            if let Some(floor) = self.chain.acknowledge_floor(sealed.encoded.header().floor) {
+                self.actions.push_back(Action::PublishFloor(floor));
+            }
+            self.actions.push_back(Action::Acknowledge {
+                sealed,
+                waiters: flight.waiters,
+                attempts,
+                sealed_at: flight.sealed_at,
+                live_objects,
+            });
+        }
+    }
+
+    /// Fails a flight's appends (and its handed-out ids) with `error`.
+    fn fail_flight(&mut self, flight: Flight<W>, error: Error) {
+        if flight.handed_out {
+            self.actions.push_back(Action::HandedOutFailed {
+                sequence: flight.sealed.sequence(),
+                error: error.clone(),
+            });
+        }
+        if !flight.waiters.is_empty() {
+            self.actions.push_back(Action::Fail {
+                waiters: flight.waiters,
+                error,
+            });
+        }
+    }
+
+    /// Fails the open batch's appends (dropped unsent) with `error`.
+    fn fail_batch(&mut self, error: &Error) {
+        if std::mem::take(&mut self.batch_handed_out) {
+            self.actions.push_back(Action::HandedOutFailed {
+                sequence: self.epoch.position().next_sequence,
+                error: error.clone(),
+            });
+        }
+        self.pending_bytes = self
+            .pending_bytes
+            .saturating_sub(self.batch.payload_bytes());
+        let waiters = std::mem::take(&mut self.batch_waiters);
+        if !waiters.is_empty() {
+            self.actions.push_back(Action::Fail {
+                waiters,
+                error: error.clone(),
+            });
+        }
+        self.batch = Batch::new(self.limits.batch);
+        self.batch_opened = None;
+    }
+
+    /// Ends the epoch: every waiter gets an error with its durability; nothing more is
+    /// admitted or written.
+    fn end_epoch(&mut self, error: Error, conflict: bool) {
+        if !self.epoch.end(error.clone()) {
+            return;
+        }
+        let epoch = self.epoch.number();
+        tracing::warn!(epoch, error = %error, "the epoch ends");
+        self.actions.push_back(Action::EpochEnded {
+            error: error.clone(),
+            conflict,
+        });
+        let mut first = true;
+        for (_, flight) in std::mem::take(&mut self.objects) {
+            let e = if first {
+                error.clone()
+            } else if !flight.started {
+                error.with_durability(Durability::NotWritten)
+            } else {
+                match &error {
+                    Error::Fenced { .. } | Error::Poisoned { .. } => {
+                        error.with_durability(Durability::MayBeDurable)
+                    }
+                    _ => Error::EpochEnded {
+                        epoch,
+                        sequence: flight.sealed.sequence(),
+                        reason: EpochEndReason::EarlierObjectFailed,
+                        durability: Durability::MayBeDurable,
+                    },
+                }
+            };
+            first = false;
+            self.fail_flight(flight, e);
+        }
+        self.fail_batch(&error.with_durability(Durability::NotWritten));
+        self.pending_bytes = 0;
+    }
+}
+
+/// The payload bytes of an append (what `max_pending_bytes` counts).
+pub fn payload_bytes(parts: &AppendParts) -> u64 {
+    parts
+        .iter()
+        .flat_map(|(_, entries)| entries.iter())
+        .map(|e| e.len() as u64)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    //! Property tests over random event orders: appends, time, create answers of every
+    //! kind in any order, obsolete regions, a stop and the abandonment of uploads.
+
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use bytes::Bytes;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::format::{Header, Link};
+
+    #[derive(Debug, Clone)]
+    enum Answer {
+        Durable,
+        Fenced,
+        StaleTail,
+        Unknown,
+        TooSlow,
+        Poisoned,
+    }
+
+    #[derive(Debug, Clone)]
+    enum Event {
+        Append {
+            region: u64,
+            bytes: usize,
+            want_ids: bool,
+        },
+        Advance(u64),
+        Answer {
+            pick: usize,
+            answer: Answer,
+        },
+        Obsolete(u64),
+        Stop,
+        Abandon,
+    }
+
+    fn answer() -> impl Strategy<Value = Answer> {
+        prop_oneof![
+            8 => Just(Answer::Durable),
+            1 => Just(Answer::Fenced),
+            1 => Just(Answer::StaleTail),
+            1 => Just(Answer::Unknown),
+            1 => Just(Answer::TooSlow),
+            1 => Just(Answer::Poisoned),
+        ]
+    }
+
+    fn event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            6 => (0..4u64, 0..300usize, any::<bool>())
+                .prop_map(|(region, bytes, want_ids)| Event::Append { region, bytes, want_ids }),
+            4 => (0..40u64).prop_map(Event::Advance),
+            5 => (any::<usize>(), answer()).prop_map(|(pick, answer)| Event::Answer { pick, answer }),
+            1 => (0..4u64).prop_map(Event::Obsolete),
+            1 => Just(Event::Stop),
+            1 => Just(Event::Abandon),
+        ]
+    }
+
+    fn outcome(answer: &Answer) -> PersistOutcome {
+        match answer {
+            Answer::Durable => PersistOutcome::Durable { attempts: 1 },
+            Answer::Fenced => PersistOutcome::Fenced { fenced_by: 99 },
+            Answer::StaleTail => PersistOutcome::StaleTail { found_epoch: 1 },
+            Answer::Unknown => PersistOutcome::Unknown {
+                last: Error::Stopped {
+                    durability: Durability::MayBeDurable,
+                },
+            },
+            Answer::TooSlow => PersistOutcome::TooSlow {
+                attempts: 1,
+                took: Duration::from_secs(61),
+            },
+            Answer::Poisoned => PersistOutcome::Poisoned {
+                reason: "other bytes".into(),
+            },
+        }
+    }
+
+    /// Drives a protocol and checks every action against the rules.
+    struct Harness {
+        protocol: WriteProtocol<u64, SharedChain>,
+        base: Instant,
+        t: u64,
+        next_id: u64,
+        admitted: BTreeSet<u64>,
+        answered: BTreeMap<u64, u32>,
+        /// Sequences whose create was started and not yet answered, in order.
+        uploading: Vec<u64>,
+        /// Sequences answered with a durable outcome.
+        durable: BTreeSet<u64>,
+        /// The lowest sequence answered with anything else.
+        first_failed: Option<u64>,
+        last_acked: Option<u64>,
+        last_published: Option<u64>,
+        last_sealed_floor: u64,
+        ended: bool,
+    }
+
+    impl Harness {
+        fn new() -> Self {
+            let mut catalog = Catalog::new();
+            let opening = Header {
+                sequence: 1,
+                epoch: 2,
+                link: Link::NONE,
+                floor: 0,
+                claim: false,
+            };
+            catalog
+                .insert(&opening, &[], 96)
+                .expect("the opening object");
+            let retention = Retention::new(&catalog, 0);
+            let chain = SharedChain {
+                catalog: Arc::new(RwLock::new(catalog)),
+                retention: Arc::new(Mutex::new(retention)),
+            };
+            let limits = Limits {
+                max_in_flight: 3,
+                min_object_interval: Duration::from_millis(10),
+                max_batch_bytes: 700,
+                batch: BatchLimits {
+                    max_object_bytes: 700,
+                    max_entry_bytes: 400,
+                },
+                link_window: Duration::from_millis(500),
+                gather: Duration::from_millis(2),
+            };
+            let position = EpochState {
+                epoch: 2,
+                next_sequence: 2,
+                link: Link {
+                    sequence: 1,
+                    epoch: 2,
+                },
+                floor: 0,
+            };
+            let protocol = WriteProtocol::new(position, Duration::ZERO, limits, chain);
+            Harness {
+                protocol,
+                base: Instant::now(),
+                t: 0,
+                next_id: 0,
+                admitted: BTreeSet::new(),
+                answered: BTreeMap::new(),
+                uploading: Vec::new(),
+                durable: BTreeSet::new(),
+                first_failed: None,
+                last_acked: None,
+                last_published: None,
+                last_sealed_floor: 0,
+                ended: false,
+            }
+        }
+
+        fn now(&self) -> Now {
+            Now {
+                at: self.base + Duration::from_millis(self.t),
+                clock: Duration::from_millis(self.t),
+            }
+        }
+
+        fn answer(&mut self, id: u64) {
+            *self.answered.entry(id).or_default() += 1;
+        }
+
+        fn event(&mut self, event: &Event) {
+            match event {
+                Event::Append {
+                    region,
+                    bytes,
+                    want_ids,
+                } => {
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    let parts = vec![(*region, vec![Bytes::from(vec![7u8; *bytes])])];
+                    let now = self.now();
+                    match self
+                        .protocol
+                        .admit(parts, id, *want_ids, WhenFull::Seal, now)
+                    {
+                        Ok(admitted) => {
+                            assert!(!self.ended, "admitted after the epoch ended");
+                            assert_eq!(admitted.ids.is_some(), *want_ids);
+                            self.admitted.insert(id);
+                        }
+                        Err((back, _)) => assert_eq!(back, id),
+                    }
+                }
+                Event::Advance(ms) => self.t += ms,
+                Event::Answer { pick, answer } => {
+                    if self.uploading.is_empty() {
+                        return;
+                    }
+                    let sequence = self.uploading.remove(pick % self.uploading.len());
+                    if matches!(answer, Answer::Durable) {
+                        self.durable.insert(sequence);
+                    } else {
+                        let lowest = self.first_failed.map_or(sequence, |f| f.min(sequence));
+                        self.first_failed = Some(lowest);
+                    }
+                    let now = self.now();
+                    self.protocol.handle_outcome(sequence, outcome(answer), now);
+                }
+                Event::Obsolete(region) => {
+                    let chain = &self.protocol.chain;
+                    let catalog = chain.catalog.read().expect("catalog");
+                    chain.retention().obsolete_all(&catalog, *region);
+                }
+                Event::Stop => {
+                    self.protocol.stop();
+                }
+                Event::Abandon => {
+                    if !self.protocol.stopped_waiting() {
+                        return;
+                    }
+                    let now = self.now();
+                    for sequence in self.protocol.abandon_uploads(now) {
+                        self.uploading.retain(|s| *s != sequence);
+                        let lowest = self.first_failed.map_or(sequence, |f| f.min(sequence));
+                        self.first_failed = Some(lowest);
+                    }
+                }
+            }
+            let now = self.now();
+            self.protocol.poll(now);
+            self.drain();
+        }
+
+        /// Carries out the actions, checking each.
+        fn drain(&mut self) {
+            while let Some(action) = self.protocol.poll_action() {
+                match action {
+                    Action::Create(sealed) => {
+                        assert!(!self.ended, "a create started after the epoch ended");
+                        let floor = sealed.encoded.header().floor;
+                        assert!(floor >= self.last_sealed_floor, "a floor decreased");
+                        self.last_sealed_floor = floor;
+                        self.uploading.push(sealed.sequence());
+                    }
+                    Action::Acknowledge {
+                        sealed, waiters, ..
+                    } => {
+                        let sequence = sealed.sequence();
+                        assert!(!self.ended, "acknowledged after the epoch ended");
+                        assert!(
+                            self.durable.contains(&sequence),
+                            "{sequence} was not durable"
+                        );
+                        assert!(
+                            self.last_acked.is_none_or(|last| sequence > last),
+                            "acknowledged out of order"
+                        );
+                        assert!(
+                            self.first_failed.is_none_or(|f| sequence < f),
+                            "acknowledged {sequence} after a failed object"
+                        );
+                        assert_eq!(waiters.len(), sealed.receipts.len());
+                        self.last_acked = Some(sequence);
+                        for w in waiters {
+                            self.answer(w.waiter);
+                        }
+                    }
+                    Action::PublishFloor(floor) => {
+                        assert!(
+                            self.last_published.is_none_or(|last| floor > last),
+                            "a floor was published again or lower"
+                        );
+                        self.last_published = Some(floor);
+                    }
+                    Action::Fail { waiters, .. } => {
+                        for w in waiters {
+                            self.answer(w.waiter);
+                        }
+                    }
+                    Action::HandedOutFailed { .. } | Action::WakeAt(_) => {}
+                    Action::EpochEnded { .. } => {
+                        assert!(!self.ended, "the epoch ended twice");
+                        self.ended = true;
+                    }
+                }
+            }
+            if self.ended {
+                // An ended epoch answered every append it had admitted.
+                let unanswered: Vec<&u64> = self
+                    .admitted
+                    .iter()
+                    .filter(|id| !self.answered.contains_key(id))
+                    .collect();
+                assert!(
+                    unanswered.is_empty(),
+                    "unanswered after the end: {unanswered:?}"
+                );
+            }
+        }
+
+        /// Stops, answers or abandons what is uploading, and checks that every admitted
+        /// append was answered exactly once.
+        fn finish(&mut self) {
+            self.protocol.stop();
+            self.drain();
+            while let Some(sequence) = self.uploading.pop() {
+                self.durable.insert(sequence);
+                let now = self.now();
+                self.protocol.handle_outcome(
+                    sequence,
+                    PersistOutcome::Durable { attempts: 1 },
+                    now,
+                );
+                self.drain();
+            }
+            assert!(self.protocol.stopped());
+            for id in &self.admitted {
+                assert_eq!(self.answered.get(id), Some(&1), "append {id}");
+            }
+            assert_eq!(self.protocol.pending_bytes(), 0);
+        }
+    }
+
+    impl WriteProtocol<u64, SharedChain> {
+        /// Stopping with uploads still out (when a driver's stop deadline may fire).
+        fn stopped_waiting(&self) -> bool {
+            self.lifecycle == Lifecycle::Stopping && !self.uploading.is_empty()
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn every_event_order_keeps_the_write_rules(
+            events in proptest::collection::vec(event(), 1..120)
+        ) {
+            let mut h = Harness::new();
+            h.drain();
+            for e in &events {
+                h.event(e);
+            }
+            h.finish();
+        }
+    }
+
+    /// The stop's bound: a create slower than `max_create_duration` is never
+    /// acknowledged, one at the bound is.
+    #[test]
+    fn a_create_past_the_bound_is_too_slow() {
+        let max = Duration::from_secs(60);
+        let start = Duration::from_secs(5);
+        assert_eq!(create_too_slow(start, start + max, max), None);
+        let past = max + Duration::from_millis(1);
+        assert_eq!(create_too_slow(start, start + past, max), Some(past));
+    }
+}
