@@ -156,6 +156,8 @@ pub mod persist;
 #[doc(hidden)]
 pub mod protocol;
 #[doc(hidden)]
+pub mod quorum;
+#[doc(hidden)]
 pub mod read;
 #[doc(hidden)]
 pub mod sequential;

@@ -1,0 +1,405 @@
+//! The rules of one log over several stores (DESIGN.md "One log over several stores"),
+//! as pure functions: no I/O, no async. The replication layer that applies them sits
+//! between the WAL's objects and the per-store transports (crate docs, "The map"); it is
+//! not public yet: quorum writes stay out of the API until quorum recovery and the
+//! explorer over N stores check them.
+//!
+//! - N stores (odd: 3 or 5), quorum `Q = N / 2 + 1`. A *copy* is the object at a key in
+//!   one store; two copies are *the same value* when their headers agree on sequence,
+//!   epoch and the claim flag and their trailers on the object CRC ([`ValueId`]). A value
+//!   is *decided* when Q stores hold a copy of it; at most one value per key can ever be.
+//! - A create's N answers combine into the single-store outcome table
+//!   ([`write_verdict`]): durable at Q copies that are ours, never decidable once
+//!   `N - Q + 1` stores hold another value, unknown otherwise.
+//! - An open classifies each listed key ([`key_state`]): decided, to be completed from a
+//!   copy when a store is unlisted, or undetermined; a hole above the chain end is
+//!   *settled* once no value but a claim can be decided there ([`hole_settled`]); the
+//!   opening object counts only where it was *created* ([`opening_won`]).
+
+use crate::format::ObjectSummary;
+
+/// The quorum of `n` stores: a majority.
+pub fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// What makes two copies at one key the same value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueId {
+    /// The header's sequence.
+    pub sequence: u64,
+    /// The header's epoch.
+    pub epoch: u64,
+    /// The header's claim flag.
+    pub claim: bool,
+    /// The trailer's CRC of the whole object.
+    pub object_crc: u32,
+}
+
+impl ValueId {
+    /// The value a copy's verified summary names.
+    pub fn of(summary: &ObjectSummary) -> Self {
+        ValueId {
+            sequence: summary.header.sequence,
+            epoch: summary.header.epoch,
+            claim: summary.header.claim,
+            object_crc: summary.trailer.object_crc,
+        }
+    }
+}
+
+/// One store's answer to a create, classified by the outcome table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyAnswer {
+    /// Created, or already there with our value.
+    Ours,
+    /// Another value holds the key in this store, with this epoch.
+    Other {
+        /// The epoch of the value found.
+        epoch: u64,
+    },
+    /// No definite answer yet (an error, a timeout, not asked yet).
+    Unknown,
+}
+
+/// What the N answers to a create say together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteVerdict {
+    /// Q stores hold our value: it is decided and durable.
+    Durable,
+    /// `N - Q + 1` stores hold other values: ours can never be decided. The highest
+    /// epoch among them gives the outcome table's row (higher: fenced; lower: a stale
+    /// tail ends the epoch; equal: poisoned).
+    Never {
+        /// The highest epoch among the other values.
+        highest_other_epoch: u64,
+    },
+    /// Neither yet: retry the stores whose answer is unknown.
+    Undecided,
+}
+
+/// Combines one answer per store (`answers.len()` is N) into the verdict on our value.
+pub fn write_verdict(answers: &[CopyAnswer]) -> WriteVerdict {
+    let n = answers.len();
+    let q = quorum(n);
+    let ours = answers.iter().filter(|a| **a == CopyAnswer::Ours).count();
+    if ours >= q {
+        return WriteVerdict::Durable;
+    }
+    let others = answers.iter().filter_map(|a| match a {
+        CopyAnswer::Other { epoch } => Some(*epoch),
+        _ => None,
+    });
+    let (count, highest) = others.fold((0, 0), |(c, h), e| (c + 1, h.max(e)));
+    if count > n - q {
+        return WriteVerdict::Never {
+            highest_other_epoch: highest,
+        };
+    }
+    WriteVerdict::Undecided
+}
+
+/// What one store shows at a key, at an open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listed {
+    /// The store did not answer its listing in time: its copy is not known.
+    Unlisted,
+    /// Listed, with no copy at the key.
+    Absent,
+    /// Listed, with a copy of this value.
+    Copy(ValueId),
+}
+
+/// What an open makes of one key from what each store listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyState {
+    /// No listed copy.
+    Empty,
+    /// Q stores hold this value.
+    Decided(ValueId),
+    /// Not decided by the listed copies alone, and it cannot be (every store listed, or
+    /// too few copies even with the unlisted stores): it is not present.
+    NotDecided,
+    /// This value may be decided through copies in the unlisted stores: create its bytes
+    /// (fetched whole from a listed copy) in these listed stores, which have no copy at
+    /// the key; with them it has Q copies and is decided.
+    Complete {
+        /// The value.
+        value: ValueId,
+        /// The listed stores without a copy, by index.
+        stores: Vec<usize>,
+    },
+    /// A listed store holds another value where one may be decided through the unlisted
+    /// stores: the key cannot be settled without them (the open waits for them).
+    Undetermined,
+}
+
+/// Classifies a key from one entry per store (`stores.len()` is N). With every store
+/// listed a value is decided exactly as its copies say. With some unlisted, a value
+/// with fewer than Q listed copies that could still reach Q through them is to be
+/// completed, or the key is undetermined if a listed store holds another value there.
+/// `below_floor`: the key lies below the floor of the best complete object found, where
+/// nothing is ever completed (it can no longer change the chain).
+pub fn key_state(stores: &[Listed], below_floor: bool) -> KeyState {
+    let n = stores.len();
+    let q = quorum(n);
+    let unlisted = stores.iter().filter(|s| **s == Listed::Unlisted).count();
+    let mut counts: Vec<(ValueId, usize)> = Vec::new();
+    for s in stores {
+        if let Listed::Copy(v) = s {
+            match counts.iter_mut().find(|(id, _)| id == v) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((*v, 1)),
+            }
+        }
+    }
+    if counts.is_empty() {
+        return KeyState::Empty;
+    }
+    if let Some((v, _)) = counts.iter().find(|(_, c)| *c >= q) {
+        return KeyState::Decided(*v);
+    }
+    if unlisted == 0 || below_floor {
+        return KeyState::NotDecided;
+    }
+    // Values that the unlisted stores could lift to Q.
+    let possible: Vec<ValueId> = counts
+        .iter()
+        .filter(|(_, c)| c + unlisted >= q)
+        .map(|(v, _)| *v)
+        .collect();
+    match possible.as_slice() {
+        [] => KeyState::NotDecided,
+        [value] => {
+            let other_listed = stores
+                .iter()
+                .any(|s| matches!(s, Listed::Copy(v) if v != value));
+            if other_listed {
+                return KeyState::Undetermined;
+            }
+            let stores = stores
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| **s == Listed::Absent)
+                .map(|(i, _)| i)
+                .collect();
+            KeyState::Complete {
+                value: *value,
+                stores,
+            }
+        }
+        _ => KeyState::Undetermined,
+    }
+}
+
+/// Whether a hole above the chain end is settled: no value other than a claim can be
+/// decided there any more. For each non-claim value V at the key, at least `N - Q + 1`
+/// stores hold a copy that is not V (claims of any epoch count). `copies` has one entry
+/// per store: the value it holds at the key, `None` when its copy is not known (no copy yet, or no answer).
+/// Deliberately weaker than "our claim is decided": a key where two earlier writers and
+/// our claim each hold one copy can never be decided by anyone, and fences as well.
+///
+/// A store whose copy is unknown may hold, or still get, any value, one never seen
+/// included; so at least `N - Q + 1` copies must be known in any case (our claim created
+/// in one store of three settles nothing: a late create can still land in the other two).
+pub fn hole_settled(copies: &[Option<ValueId>]) -> bool {
+    let n = copies.len();
+    let blocking = n - quorum(n) + 1;
+    let known = copies.iter().flatten().count();
+    known >= blocking
+        && copies
+            .iter()
+            .flatten()
+            .filter(|v| !v.claim)
+            .all(|v| copies.iter().flatten().filter(|c| *c != v).count() >= blocking)
+}
+
+/// Whether the opening object won its epoch: it was *created* (not "already exists",
+/// whatever the bytes: two openers can write identical ones) in at least Q of `n`
+/// stores. At most one opener can win Q first-writer creates at one key.
+pub fn opening_won(created: usize, n: usize) -> bool {
+    created >= quorum(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn value(epoch: u64, claim: bool) -> ValueId {
+        ValueId {
+            sequence: 7,
+            epoch,
+            claim,
+            object_crc: epoch as u32 * 31 + u32::from(claim),
+        }
+    }
+
+    #[test]
+    fn quorum_is_a_majority() {
+        assert_eq!((quorum(1), quorum(3), quorum(5)), (1, 2, 3));
+    }
+
+    #[test]
+    fn a_create_is_durable_at_q_copies_and_not_before() {
+        use CopyAnswer::*;
+        assert_eq!(
+            write_verdict(&[Ours, Unknown, Unknown]),
+            WriteVerdict::Undecided
+        );
+        assert_eq!(write_verdict(&[Ours, Unknown, Ours]), WriteVerdict::Durable);
+        assert_eq!(write_verdict(&[Ours]), WriteVerdict::Durable, "one store");
+        assert_eq!(
+            write_verdict(&[Ours, Other { epoch: 9 }, Unknown]),
+            WriteVerdict::Undecided
+        );
+        // Two others among three: ours can never reach two copies.
+        assert_eq!(
+            write_verdict(&[Other { epoch: 3 }, Ours, Other { epoch: 9 }]),
+            WriteVerdict::Never {
+                highest_other_epoch: 9
+            }
+        );
+        assert_eq!(
+            write_verdict(&[Ours, Ours, Other { epoch: 1 }, Unknown, Unknown]),
+            WriteVerdict::Undecided,
+            "five stores: two of ours are not a quorum"
+        );
+    }
+
+    #[test]
+    fn an_open_decides_completes_or_waits() {
+        let a = value(4, false);
+        let b = value(6, false);
+        use Listed::*;
+        assert_eq!(
+            key_state(&[Copy(a), Copy(a), Absent], false),
+            KeyState::Decided(a)
+        );
+        assert_eq!(
+            key_state(&[Copy(a), Absent, Absent], false),
+            KeyState::NotDecided
+        );
+        assert_eq!(
+            key_state(&[Copy(a), Absent, Unlisted], false),
+            KeyState::Complete {
+                value: a,
+                stores: vec![1]
+            }
+        );
+        assert_eq!(
+            key_state(&[Copy(a), Absent, Unlisted], true),
+            KeyState::NotDecided,
+            "never completed below the floor"
+        );
+        assert_eq!(
+            key_state(&[Copy(a), Copy(b), Unlisted], false),
+            KeyState::Undetermined
+        );
+        assert_eq!(
+            key_state(&[Absent, Absent, Unlisted], false),
+            KeyState::Empty
+        );
+    }
+
+    #[test]
+    fn a_hole_is_settled_when_no_data_value_can_be_decided() {
+        let late = value(2, false);
+        let zombie = value(3, false);
+        let claim = value(9, true);
+        assert!(!hole_settled(&[Some(late), Some(claim), None]));
+        assert!(hole_settled(&[Some(late), Some(claim), Some(claim)]));
+        assert!(
+            hole_settled(&[Some(late), Some(zombie), Some(claim)]),
+            "three values, one copy each: none can be decided"
+        );
+        assert!(
+            !hole_settled(&[Some(claim), None, None]),
+            "our claim in one store: a late create may land in the other two"
+        );
+        assert!(hole_settled(&[Some(claim), None, Some(claim)]));
+        assert!(!hole_settled(&[Some(late), Some(late), Some(claim)]));
+    }
+
+    fn listed() -> impl Strategy<Value = Listed> {
+        prop_oneof![
+            Just(Listed::Unlisted),
+            Just(Listed::Absent),
+            (1..4u64, any::<bool>()).prop_map(|(e, c)| Listed::Copy(value(e, c))),
+        ]
+    }
+
+    proptest! {
+        /// An open lists at least Q stores. Whatever the unlisted ones hold: a value it
+        /// calls decided is decided; one it completes is decided once completed; and
+        /// where it finds nothing decided and nothing to complete, no value is decided.
+        #[test]
+        fn key_state_agrees_with_every_filling(
+            stores in proptest::collection::vec(listed(), 3..=5)
+                .prop_filter("Q listed", |s| {
+                    s.iter().filter(|l| **l != Listed::Unlisted).count() >= quorum(s.len())
+                }),
+            fill in proptest::collection::vec(prop_oneof![
+                Just(None),
+                (1..4u64, any::<bool>()).prop_map(|(e, c)| Some(value(e, c))),
+            ], 5..=5),
+        ) {
+            let q = quorum(stores.len());
+            let actual: Vec<Option<ValueId>> = stores
+                .iter()
+                .zip(&fill)
+                .map(|(s, f)| match s {
+                    Listed::Unlisted => *f,
+                    Listed::Absent => None,
+                    Listed::Copy(v) => Some(*v),
+                })
+                .collect();
+            let decided_in = |copies: &[Option<ValueId>]| {
+                copies
+                    .iter()
+                    .flatten()
+                    .find(|v| copies.iter().flatten().filter(|c| c == v).count() >= q)
+                    .copied()
+            };
+            match key_state(&stores, false) {
+                KeyState::Decided(v) => prop_assert_eq!(decided_in(&actual), Some(v)),
+                KeyState::Empty | KeyState::NotDecided => {
+                    prop_assert_eq!(decided_in(&actual), None);
+                }
+                KeyState::Complete { value, stores: to } => {
+                    let mut completed = actual.clone();
+                    for i in to {
+                        prop_assert_eq!(completed[i], None);
+                        completed[i] = Some(value);
+                    }
+                    prop_assert_eq!(decided_in(&completed), Some(value));
+                }
+                KeyState::Undetermined => {}
+            }
+        }
+
+        /// A settled hole: no filling of the unknown stores' future creates decides a
+        /// data value there (every store's copy is already fixed where it holds one).
+        #[test]
+        fn a_settled_hole_never_decides_a_data_value(
+            copies in proptest::collection::vec(prop_oneof![
+                Just(None),
+                (1..4u64, any::<bool>()).prop_map(|(e, c)| Some(value(e, c))),
+            ], 3..=5),
+            fill in proptest::collection::vec((1..4u64, any::<bool>()), 5..=5),
+        ) {
+            if hole_settled(&copies) {
+                let q = quorum(copies.len());
+                // Stores without a copy may still get one (first writer wins).
+                let later: Vec<ValueId> = copies
+                    .iter()
+                    .zip(&fill)
+                    .map(|(c, (e, claim))| c.unwrap_or(value(*e, *claim)))
+                    .collect();
+                for v in later.iter().filter(|v| !v.claim) {
+                    prop_assert!(later.iter().filter(|c| *c == v).count() < q, "{v:?}");
+                }
+            }
+        }
+    }
+}
