@@ -247,6 +247,20 @@ pub enum Error {
         #[source]
         source: Arc<object_store::Error>,
     },
+    /// The store refused a request for permission or authentication (a missing
+    /// permission, wrong or expired credentials; for a local directory, a permission
+    /// error from the filesystem). Definite: a refused create wrote nothing. Not
+    /// retryable as it is: fix the credentials or the bucket's policy, then open again.
+    #[error("store {op} of {key} refused (permission or authentication): {source}")]
+    AccessDenied {
+        /// The operation.
+        op: &'static str,
+        /// The key or prefix.
+        key: String,
+        /// The store's error.
+        #[source]
+        source: Arc<object_store::Error>,
+    },
     /// A request to the store had not answered within `request_timeout`: for a create,
     /// its outcome is unknown; for a read, it failed.
     #[error("store {op} of {key} did not answer within {after:?}")]
@@ -339,6 +353,13 @@ impl Error {
     }
 
     pub(crate) fn store(op: &'static str, key: impl ToString, source: object_store::Error) -> Self {
+        if access_denied(&source) {
+            return Error::AccessDenied {
+                op,
+                key: key.to_string(),
+                source: Arc::new(source),
+            };
+        }
         Error::Store {
             op,
             key: key.to_string(),
@@ -364,3 +385,80 @@ impl Error {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Whether the store refused a request for permission or authentication: `object_store`'s
+/// `PermissionDenied` and `Unauthenticated`, or an I/O permission error anywhere in the
+/// error's sources (how a local directory reports one, wrapped as `Generic`).
+pub(crate) fn access_denied(e: &object_store::Error) -> bool {
+    if matches!(
+        e,
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. }
+    ) {
+        return true;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::PermissionDenied {
+                return true;
+            }
+        }
+        source = s.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(kind: std::io::ErrorKind) -> Box<std::io::Error> {
+        Box::new(std::io::Error::new(kind, "io"))
+    }
+
+    /// The store's refusals, in each shape `object_store` reports one, are told from every
+    /// other error (README, "What each store error means").
+    #[test]
+    fn refusals_are_told_from_other_store_errors() {
+        use std::io::ErrorKind::{Other, PermissionDenied};
+        let path = || "wal/1".to_string();
+        let refused = [
+            object_store::Error::PermissionDenied {
+                path: path(),
+                source: io(Other),
+            },
+            object_store::Error::Unauthenticated {
+                path: path(),
+                source: io(Other),
+            },
+            // LocalFileSystem: its own error inside `Generic`, an I/O error inside that.
+            object_store::Error::Generic {
+                store: "LocalFileSystem",
+                source: io(PermissionDenied),
+            },
+        ];
+        for e in refused {
+            let e = Error::store("create", "wal/1", e);
+            assert!(
+                matches!(e, Error::AccessDenied { op: "create", .. }),
+                "{e:?}"
+            );
+            assert!(!e.is_retryable());
+        }
+        let other = [
+            object_store::Error::Generic {
+                store: "S3",
+                source: io(Other),
+            },
+            object_store::Error::NotFound {
+                path: path(),
+                source: io(Other),
+            },
+        ];
+        for e in other {
+            let e = Error::store("get", "wal/1", e);
+            assert!(matches!(e, Error::Store { .. }), "{e:?}");
+            assert!(e.is_retryable());
+        }
+    }
+}

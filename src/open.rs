@@ -351,6 +351,7 @@ pub async fn open_instance_above(
                 match outcome {
                     CreateAttempt::Created => {}
                     CreateAttempt::Unsupported => return Err(io.unsupported()),
+                    CreateAttempt::Refused(e) => return Err(e),
                     CreateAttempt::AlreadyExists => {
                         return Ok(Err("a claim found its sequence taken".to_string()))
                     }
@@ -389,6 +390,7 @@ pub async fn open_instance_above(
                     }
                 }
                 CreateAttempt::Unsupported => return Err(io.unsupported()),
+                CreateAttempt::Refused(e) => return Err(e),
                 CreateAttempt::AlreadyExists => {
                     return Ok(Err("the opening object's sequence was taken".to_string()))
                 }

@@ -53,6 +53,9 @@ pub enum PersistOutcome {
     },
     /// The store refuses conditional creates (the error names it).
     Unsupported(Error),
+    /// The store refused the create for permission or authentication: nothing was
+    /// written ([`Error::AccessDenied`]).
+    Refused(Error),
     /// Created, but the create took longer than `max_create_duration`: never acknowledged.
     TooSlow {
         /// Create attempts made.
@@ -104,6 +107,7 @@ pub async fn persist(io: &WalIo, object: &EncodedObject, retry: &RetryPolicy) ->
         let last = match io.create_hedged(object).await {
             CreateAttempt::Created => return PersistOutcome::Durable { attempts: attempt },
             CreateAttempt::Unsupported => return PersistOutcome::Unsupported(io.unsupported()),
+            CreateAttempt::Refused(e) => return PersistOutcome::Refused(e),
             CreateAttempt::Unknown(e) => {
                 debug!(sequence, attempt, error = %e, "create outcome unknown, retrying identical bytes");
                 e
@@ -194,7 +198,7 @@ impl PersistOutcome {
                 reason: reason.clone(),
                 durability: Durability::MayBeDurable,
             }),
-            PersistOutcome::Unsupported(e) => Some(e.clone()),
+            PersistOutcome::Unsupported(e) | PersistOutcome::Refused(e) => Some(e.clone()),
             PersistOutcome::TooSlow { .. } => Some(Error::EpochEnded {
                 epoch,
                 sequence,

@@ -699,7 +699,10 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 None => return,
                 Some(PersistOutcome::Durable { attempts }) => *attempts,
                 Some(other) => {
-                    let conflict = !matches!(other, PersistOutcome::Unknown { .. });
+                    let conflict = !matches!(
+                        other,
+                        PersistOutcome::Unknown { .. } | PersistOutcome::Refused(_)
+                    );
                     let error =
                         other
                             .error(self.epoch.number(), sequence)

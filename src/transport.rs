@@ -66,6 +66,9 @@ pub enum CreateAttempt {
     AlreadyExists,
     /// The store does not do conditional creates.
     Unsupported,
+    /// The store refused the create for permission or authentication
+    /// ([`Error::AccessDenied`]): definite, nothing was written.
+    Refused(Error),
     /// No definite answer (timeout, 5xx, connection): the object may appear later.
     Unknown(Error),
 }
@@ -277,7 +280,9 @@ fn create_outcome(answer: &CreateAttempt) -> Outcome {
     match answer {
         CreateAttempt::Created => Outcome::Ok,
         CreateAttempt::AlreadyExists => Outcome::Conflict,
-        CreateAttempt::Unsupported | CreateAttempt::Unknown(_) => Outcome::Error,
+        CreateAttempt::Unsupported | CreateAttempt::Refused(_) | CreateAttempt::Unknown(_) => {
+            Outcome::Error
+        }
     }
 }
 
@@ -443,7 +448,10 @@ impl StoreTransport {
                     | Err(object_store::Error::Precondition { .. }) => CreateAttempt::AlreadyExists,
                     Err(object_store::Error::NotImplemented { .. })
                     | Err(object_store::Error::NotSupported { .. }) => CreateAttempt::Unsupported,
-                    Err(e) => CreateAttempt::Unknown(Error::store("create", key, e)),
+                    Err(e) => match Error::store("create", key, e) {
+                        e @ Error::AccessDenied { .. } => CreateAttempt::Refused(e),
+                        e => CreateAttempt::Unknown(e),
+                    },
                 }
             })
         }

@@ -587,7 +587,8 @@ impl SupervisorState {
     }
 
     /// The current writer's epoch ended: a new open after a backoff, or the end of the
-    /// WAL when it was fenced.
+    /// WAL when it was fenced or the store refused it access (a new open could only
+    /// meet the same refusal).
     fn on_writer_ended(
         &mut self,
         myself: &ActorRef<WalMsg>,
@@ -602,11 +603,17 @@ impl SupervisorState {
             writer.stop(None);
         }
         self.phase = Phase::BackingOff;
-        if matches!(error, Error::Fenced { .. }) {
-            error!(error = %error, "fenced by a newer instance");
-            return self.escalate(error);
+        match &error {
+            Error::Fenced { .. } => {
+                error!(error = %error, "fenced by a newer instance");
+                self.escalate(error)
+            }
+            Error::AccessDenied { .. } => {
+                error!(error = %error, "the store refused access; fix its permissions");
+                self.escalate(error)
+            }
+            _ => self.schedule_restart(myself, error),
         }
-        self.schedule_restart(myself, error)
     }
 
     fn stats(&self) -> WalStats {

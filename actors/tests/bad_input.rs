@@ -112,3 +112,48 @@ async fn invalid_configuration_is_refused_at_spawn() {
         other => panic!("expected InvalidPrefix, got {:?}", other.err()),
     }
 }
+
+/// A store that refuses the WAL access ends it with the refusal, at the open or at the
+/// first append: `AccessDenied`, not retryable, `NotWritten`, sent once; no restart
+/// spins on it (the supervisor escalates, as when fenced).
+#[tokio::test]
+async fn a_store_that_refuses_access_ends_the_wal_with_the_refusal() {
+    use object_store_wal::testing::{CreateFault, FaultStore};
+
+    let refused = |e: &Error| {
+        matches!(e, Error::AccessDenied { op: "create", .. })
+            && !e.is_retryable()
+            && e.durability() == Durability::NotWritten
+    };
+    // At the open: the opening object's create is refused.
+    let faults = FaultStore::new(Arc::new(InMemory::new()));
+    faults.fail_every_create(Some(CreateFault::Denied));
+    let store: Arc<dyn ObjectStore> = faults.clone();
+    let (wal, join) = spawn_wal(store, Config::new("wal"), RestartPolicy::default())
+        .await
+        .expect("spawns");
+    let e = wal
+        .append(1, vec![Bytes::from_static(b"a")])
+        .await
+        .expect_err("refused");
+    assert!(refused(&e), "{e:?}");
+    join.await.expect("the WAL ended by itself");
+    assert!(wal.terminal_error().as_ref().is_some_and(refused));
+    assert_eq!(faults.fault_counts().denied, 1, "no retry, no restart");
+
+    // At an append: the open went through, then the store's policy changed.
+    let faults = FaultStore::new(Arc::new(InMemory::new()));
+    let store: Arc<dyn ObjectStore> = faults.clone();
+    let (wal, join) = spawn_wal(store, Config::new("wal"), RestartPolicy::default())
+        .await
+        .expect("spawns");
+    wal.ready().await.expect("open");
+    faults.fail_every_create(Some(CreateFault::Denied));
+    let e = wal
+        .append(1, vec![Bytes::from_static(b"a")])
+        .await
+        .expect_err("refused");
+    assert!(refused(&e), "{e:?}");
+    join.await.expect("the WAL ended by itself");
+    assert_eq!(faults.fault_counts().denied, 1, "no retry, no new epoch");
+}

@@ -41,6 +41,9 @@ pub enum CreateFault {
     /// An error is reported now; the create lands only after this many further
     /// operations on the store (a late object), or at [`FaultStore::land_late`].
     LandLate(u32),
+    /// The store refuses the create for permission (S3's 403, `PermissionDenied`): not
+    /// applied, and definite.
+    Denied,
 }
 
 /// Injects faults into a store's requests, following an explicit script, and, when made
@@ -170,6 +173,8 @@ pub struct FaultCounts {
     pub apply_then_error: u64,
     /// Creates not applied and answered with an error.
     pub error_unapplied: u64,
+    /// Creates refused for permission ([`CreateFault::Denied`]).
+    pub denied: u64,
     /// Creates answered with an error that land later (or never, if the key is taken).
     pub land_late: u64,
     /// GETs failed.
@@ -191,6 +196,7 @@ impl FaultCounts {
             CreateFault::ApplyThenError => self.apply_then_error += 1,
             CreateFault::ErrorUnapplied => self.error_unapplied += 1,
             CreateFault::LandLate(_) => self.land_late += 1,
+            CreateFault::Denied => self.denied += 1,
         }
     }
 }
@@ -296,6 +302,10 @@ impl Hooks for FaultHooks {
                 }
             }
             Some(CreateFault::ErrorUnapplied) => Err(injected("create not applied")),
+            Some(CreateFault::Denied) => Err(object_store::Error::PermissionDenied {
+                path: location.to_string(),
+                source: "injected fault: access denied".into(),
+            }),
             Some(CreateFault::LandLate(after)) => {
                 lock(&self.state).late.push(LateCreate {
                     key: location.clone(),

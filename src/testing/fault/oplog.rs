@@ -59,6 +59,7 @@ impl OpLog {
             Some(CreateFault::ApplyThenError) => " [fault: applied, then an error]".into(),
             Some(CreateFault::ErrorUnapplied) => " [fault: not applied]".into(),
             Some(CreateFault::LandLate(n)) => format!(" [fault: lands late, after {n} ops]"),
+            Some(CreateFault::Denied) => " [fault: access denied]".into(),
         };
         self.push(format!("create {key}: {outcome}{fault}"));
     }
