@@ -125,35 +125,30 @@ async fn a_store_that_refuses_access_ends_the_wal_with_the_refusal() {
             && !e.is_retryable()
             && e.durability() == Durability::NotWritten
     };
-    // At the open: the opening object's create is refused.
-    let faults = FaultStore::new(Arc::new(InMemory::new()));
-    faults.fail_every_create(Some(CreateFault::Denied));
-    let store: Arc<dyn ObjectStore> = faults.clone();
-    let (wal, join) = spawn_wal(store, Config::new("wal"), RestartPolicy::default())
-        .await
-        .expect("spawns");
-    let e = wal
-        .append(1, vec![Bytes::from_static(b"a")])
-        .await
-        .expect_err("refused");
-    assert!(refused(&e), "{e:?}");
-    join.await.expect("the WAL ended by itself");
-    assert!(wal.terminal_error().as_ref().is_some_and(refused));
-    assert_eq!(faults.fault_counts().denied, 1, "no retry, no restart");
-
-    // At an append: the open went through, then the store's policy changed.
-    let faults = FaultStore::new(Arc::new(InMemory::new()));
-    let store: Arc<dyn ObjectStore> = faults.clone();
-    let (wal, join) = spawn_wal(store, Config::new("wal"), RestartPolicy::default())
-        .await
-        .expect("spawns");
-    wal.ready().await.expect("open");
-    faults.fail_every_create(Some(CreateFault::Denied));
-    let e = wal
-        .append(1, vec![Bytes::from_static(b"a")])
-        .await
-        .expect_err("refused");
-    assert!(refused(&e), "{e:?}");
-    join.await.expect("the WAL ended by itself");
-    assert_eq!(faults.fault_counts().denied, 1, "no retry, no new epoch");
+    // At the open (the opening object's create is refused), and at an append (the open
+    // went through, then the store's policy changed).
+    for at_open in [true, false] {
+        let faults = FaultStore::new(Arc::new(InMemory::new()));
+        let store: Arc<dyn ObjectStore> = faults.clone();
+        let deny = || faults.fail_every_create(Some(CreateFault::Denied));
+        if at_open {
+            deny();
+        }
+        let (wal, join) = spawn_wal(store, Config::new("wal"), RestartPolicy::default())
+            .await
+            .expect("spawns");
+        if !at_open {
+            wal.ready().await.expect("open");
+            deny();
+        }
+        let e = wal
+            .append(1, vec![Bytes::from_static(b"a")])
+            .await
+            .expect_err("refused");
+        assert!(refused(&e), "{e:?}");
+        join.await.expect("the WAL ended by itself");
+        assert!(wal.terminal_error().as_ref().is_some_and(refused));
+        let denied = faults.fault_counts().denied;
+        assert_eq!(denied, 1, "no retry, no new open (at the open: {at_open})");
+    }
 }
