@@ -610,7 +610,8 @@ impl Stores {
 }
 
 fn config(c: &Common) -> Config {
-    let mut config = Config::new(c.prefix.clone());
+    // Every run writes into a store of its own, empty at first.
+    let mut config = Config::new(c.prefix.clone()).with_create_if_missing(true);
     if let Some(v) = c.min_object_interval_ms {
         config.min_object_interval = Duration::from_millis(v);
     }

@@ -449,7 +449,8 @@ impl AckLog {
 }
 
 fn config(args: &Args) -> Config {
-    let mut c = Config::new(args.prefix.clone());
+    // The node starts its own WAL on first run: a new prefix is expected here.
+    let mut c = Config::new(args.prefix.clone()).with_create_if_missing(true);
     c.min_object_interval = Duration::from_millis(args.min_object_interval_ms);
     c.max_in_flight = args.max_in_flight;
     c.max_batch_bytes = args.max_batch_bytes;

@@ -70,11 +70,15 @@ enum Command {
         from: u64,
     },
     /// Open the prefix as its writer (fencing every earlier instance) and append the
-    /// entries to one region, as one append, flushed at once.
+    /// entries to one region, as one append, flushed at once. A prefix with no WAL is an
+    /// error unless `--create-if-missing`.
     Append {
         /// The region.
         #[arg(long)]
         region: u64,
+        /// Start a new WAL if the prefix holds none (a typo otherwise fails naming it).
+        #[arg(long)]
+        create_if_missing: bool,
         /// The entries' payloads, in hex ("" is an empty entry).
         #[arg(required = true, value_name = "HEX")]
         entries: Vec<String>,
@@ -123,7 +127,8 @@ impl From<Error> for Failure {
             | Error::EmptyAppend
             | Error::EntryTooLarge { .. }
             | Error::TooManyEntries { .. }
-            | Error::AppendTooLarge { .. } => Failure::Usage(e.to_string()),
+            | Error::AppendTooLarge { .. }
+            | Error::WalMissing { .. } => Failure::Usage(e.to_string()),
             e => Failure::Failed(e.to_string()),
         }
     }
@@ -191,14 +196,21 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Chain => chain(store, config).await,
         Command::Dump { region, from } => dump(store, config, region, from).await,
-        Command::Append { region, entries } => append(store, config, region, &entries).await,
+        Command::Append {
+            region,
+            entries,
+            create_if_missing,
+        } => {
+            let config = config.with_create_if_missing(create_if_missing);
+            append(store, config, region, &entries).await
+        }
         Command::Verify { progress_every } => verify(store, config, progress_every).await,
         Command::Stats { json, deep } => stats(store, config, json, deep).await,
     }
 }
 
 /// The store of `url`. A read-only command refuses a `file://` directory that does not
-/// exist, since building the store would create it.
+/// exist, naming it.
 fn open_store(url: &str, writes: bool) -> Result<Arc<dyn ObjectStore>, Failure> {
     if !writes {
         if let Ok(parsed) = url::Url::parse(url) {

@@ -187,6 +187,12 @@ pub struct Config {
     /// (an object larger than this, written under a larger `max_batch_bytes`, is
     /// fetched alone).
     pub replay_budget_bytes: u64,
+    /// Whether an open as the writer may start a new WAL where the prefix holds no WAL
+    /// object. Off by default (RocksDB's `create_if_missing`): a typo in a URL or prefix
+    /// then fails the open with [`Error::WalMissing`](crate::Error::WalMissing) naming
+    /// the location, instead of starting an empty WAL with nothing to replay. Read-only
+    /// opens never create.
+    pub create_if_missing: bool,
 }
 
 /// When a request that has not answered is hedged: sent again, identical, with the first
@@ -266,6 +272,7 @@ impl Config {
             request_timeout: Duration::from_secs(30),
             replay_concurrency: 32,
             replay_budget_bytes: 64 * 1024 * 1024,
+            create_if_missing: false,
         }
     }
 
@@ -306,6 +313,8 @@ impl Config {
         with_replay_concurrency(replay_concurrency: usize);
         /// With `replay_budget_bytes` a replay may hold fetched and not yet consumed.
         with_replay_budget_bytes(replay_budget_bytes: u64);
+        /// With `create_if_missing`: whether an open as the writer may start a new WAL.
+        with_create_if_missing(create_if_missing: bool);
     }
 
     /// Checks every field; the error names the first bad one.

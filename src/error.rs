@@ -261,6 +261,17 @@ pub enum Error {
         #[source]
         source: Arc<object_store::Error>,
     },
+    /// An open as the writer found no WAL object under the prefix, and
+    /// `create_if_missing` is off: nothing was written. Not retryable as it is: check the
+    /// URL and prefix (a typo?), or set `create_if_missing` to start a new WAL there.
+    #[error(
+        "no WAL at {location}: nothing to recover, and create_if_missing is off \
+         (a typo in the URL or prefix? set create_if_missing to start a new WAL there)"
+    )]
+    WalMissing {
+        /// The store and prefix opened.
+        location: String,
+    },
     /// A request to the store had not answered within `request_timeout`: for a create,
     /// its outcome is unknown; for a read, it failed.
     #[error("store {op} of {key} did not answer within {after:?}")]

@@ -227,6 +227,11 @@ impl WalIo {
         }
     }
 
+    /// Where this WAL lives, for messages: the store(s) and the prefix.
+    pub fn location(&self) -> String {
+        format!("{} prefix {}", self.transport.describe(), self.prefix)
+    }
+
     /// The key of the object with `sequence`.
     pub fn key(&self, sequence: u64) -> Path {
         object_key(&self.prefix, sequence)

@@ -329,6 +329,12 @@ pub async fn open_instance_above(
                 .iter()
                 .map(|o| o.header.sequence)
                 .collect();
+            // Nothing to recover: a new WAL only when the caller said so.
+            if recovery.report.max_sequence == 0 && !config.create_if_missing {
+                return Err(Error::WalMissing {
+                    location: io.location(),
+                });
+            }
             let plan = plan_opening_above(&present, recovery.report.chain_end.as_ref(), above)?;
             let claims: Vec<EncodedObject> = plan
                 .claims

@@ -626,7 +626,8 @@ impl Transport for StoreTransport {
     }
 }
 
-/// Builds a store from a URL: `file:///absolute/dir` (with fsync, created if missing),
+/// Builds a store from a URL: `file:///absolute/dir` (with fsync; a directory that does
+/// not exist yet is not created here, but by the first create under it),
 /// `memory://`, and, when the crate's features of the same names are on, `s3://`,
 /// `gs://` and `az://` (credentials from the environment, as object_store reads them).
 /// A path after the bucket becomes a key prefix of the returned store.
@@ -641,16 +642,39 @@ pub fn store_from_url(url: &str) -> Result<Arc<dyn ObjectStore>> {
             let dir = parsed
                 .to_file_path()
                 .map_err(|_| invalid("not an absolute local path".into()))?;
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| invalid(format!("cannot create {}: {e}", dir.display())))?;
-            let store = object_store::local::LocalFileSystem::new_with_prefix(&dir)
-                .map_err(|e| invalid(e.to_string()))?
-                .with_fsync(true);
-            Ok(Arc::new(store))
+            local_store(&dir).map_err(|e| invalid(e.to_string()))
         }
         "memory" => Ok(Arc::new(object_store::memory::InMemory::new())),
         scheme => cloud_store(scheme, &parsed).map_err(invalid),
     }
+}
+
+/// A local directory as a store, with fsync. The directory is not created: the store is
+/// rooted at its nearest existing ancestor, with the missing components as a key prefix,
+/// so a typo in a URL leaves nothing behind (an open as the writer then finds no WAL and,
+/// unless `create_if_missing`, fails naming the location), and the first create makes
+/// the directories it needs.
+fn local_store(dir: &std::path::Path) -> std::result::Result<Arc<dyn ObjectStore>, String> {
+    let mut root = dir;
+    let mut missing = Vec::new();
+    while !root.exists() {
+        let (Some(name), Some(parent)) = (root.file_name(), root.parent()) else {
+            return Err(format!("no existing ancestor of {}", dir.display()));
+        };
+        missing.push(name.to_string_lossy().into_owned());
+        root = parent;
+    }
+    let store = object_store::local::LocalFileSystem::new_with_prefix(root)
+        .map_err(|e| e.to_string())?
+        .with_fsync(true);
+    if missing.is_empty() {
+        return Ok(Arc::new(store));
+    }
+    missing.reverse();
+    let prefix = Path::parse(missing.join("/")).map_err(|e| e.to_string())?;
+    Ok(Arc::new(object_store::prefix::PrefixStore::new(
+        store, prefix,
+    )))
 }
 
 /// Splits a URL that names a store and a WAL prefix in one into the store's URL (what

@@ -10,7 +10,7 @@ use object_store_wal::{Config, Error, HedgeAfter, ObjectStoreLogStore};
 
 /// Every constrained field, made invalid alone, and the field the error must name.
 fn invalid_configs() -> Vec<(&'static str, Config)> {
-    let base = Config::new("wal");
+    let base = Config::new("wal").with_create_if_missing(true);
     let mut cases: Vec<(&'static str, Config)> = Vec::new();
     let mut push = |field: &'static str, f: &dyn Fn(&mut Config)| {
         let mut c = base.clone();
@@ -112,7 +112,11 @@ async fn each_invalid_field_is_named_and_nothing_is_written() {
 async fn bad_prefixes_are_refused_before_any_request() {
     for prefix in ["", "/wal", "wal/", "a//b", "a/../b", "../a", "a/.", "./a"] {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let opened = ObjectStoreLogStore::open(store.clone(), Config::new(prefix)).await;
+        let opened = ObjectStoreLogStore::open(
+            store.clone(),
+            Config::new(prefix).with_create_if_missing(true),
+        )
+        .await;
         match opened {
             Err(Error::InvalidPrefix { prefix: p, .. }) => assert_eq!(p, prefix),
             other => panic!("{prefix:?}: expected InvalidPrefix, got {other:?}"),

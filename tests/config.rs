@@ -34,6 +34,7 @@ fn every_field_changed() -> Config {
     c.request_timeout = Duration::from_secs(10);
     c.replay_concurrency = 8;
     c.replay_budget_bytes = 256 << 20;
+    c.create_if_missing = true;
     c
 }
 
@@ -64,7 +65,8 @@ fn chained_setters_set_every_field() {
         .with_hedge_after(HedgeAfter::Fixed(Duration::from_millis(25)))
         .with_request_timeout(Duration::from_secs(10))
         .with_replay_concurrency(8)
-        .with_replay_budget_bytes(256 << 20);
+        .with_replay_budget_bytes(256 << 20)
+        .with_create_if_missing(true);
     assert_eq!(chained, expected);
     chained.validate().expect("a valid config");
 }
@@ -134,9 +136,12 @@ async fn a_file_url_puts_the_objects_under_its_path() {
     let url = format!("file://{}/node-7/wal", dir.path().display());
     let (store, prefix) = store_and_prefix_from_url(&url).expect("a local store");
     assert_eq!(prefix, "wal");
-    let mut wal = ObjectStoreLogStore::open(store.clone(), Config::new(prefix))
-        .await
-        .expect("open");
+    let mut wal = ObjectStoreLogStore::open(
+        store.clone(),
+        Config::new(prefix).with_create_if_missing(true),
+    )
+    .await
+    .expect("open");
     let receipt = wal
         .append_and_flush(vec![(1, vec![Bytes::from_static(b"x")])])
         .await
@@ -160,9 +165,12 @@ async fn a_file_url_puts_the_objects_under_its_path() {
 async fn a_memory_url_gives_a_store_and_its_prefix() {
     let (store, prefix) = store_and_prefix_from_url("memory:///node-7").expect("memory");
     let store: Arc<dyn ObjectStore> = store;
-    let wal = ObjectStoreLogStore::open(store, Config::new(prefix.clone()))
-        .await
-        .expect("open");
+    let wal = ObjectStoreLogStore::open(
+        store,
+        Config::new(prefix.clone()).with_create_if_missing(true),
+    )
+    .await
+    .expect("open");
     assert_eq!(prefix, "node-7");
     drop(wal);
 }
@@ -216,6 +224,7 @@ mod file {
             request_timeout = "10s"
             replay_concurrency = 8
             replay_budget_bytes = 268435456
+            create_if_missing = true
         "#;
         assert_eq!(wal(text).expect("a valid section"), every_field_changed());
     }

@@ -185,9 +185,12 @@ async fn the_sequential_front_end_reports_what_it_acknowledged() {
     const PREFIX: &str = "sequential";
     let recorder = recorder();
     let counting = CountingStore::new(Arc::new(InMemory::new()));
-    let mut wal = ObjectStoreLogStore::open(counting.clone(), Config::new(PREFIX))
-        .await
-        .expect("open");
+    let mut wal = ObjectStoreLogStore::open(
+        counting.clone(),
+        Config::new(PREFIX).with_create_if_missing(true),
+    )
+    .await
+    .expect("open");
     let entry = |s: &str| Bytes::from(s.to_string());
     wal.append(vec![(1, vec![entry("a"), entry("b")])])
         .expect("append");

@@ -186,7 +186,7 @@ struct Acked {
 }
 
 fn config() -> Config {
-    let mut config = Config::new(PREFIX);
+    let mut config = Config::new(PREFIX).with_create_if_missing(true);
     config.min_object_interval = std::time::Duration::ZERO;
     // One GET per object is what is counted: no hedged twin.
     config.hedge_after = HedgeAfter::Off;

@@ -38,7 +38,7 @@ fn key(sequence: u64) -> Path {
 }
 
 fn config() -> Config {
-    let mut c = Config::new(PREFIX);
+    let mut c = Config::new(PREFIX).with_create_if_missing(true);
     c.max_create_duration = MAX_CREATE;
     c.reclaim_grace = MAX_CREATE * 2;
     c.retry = RetryPolicy::new(3, Duration::from_secs(1), Duration::from_secs(1));
@@ -94,7 +94,7 @@ async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
 
 #[tokio::test]
 async fn reclaim_grace_must_be_at_least_twice_max_create_duration() {
-    let mut c = Config::new(PREFIX);
+    let mut c = Config::new(PREFIX).with_create_if_missing(true);
     c.max_create_duration = Duration::from_secs(30);
     for grace in [
         Duration::ZERO,

@@ -260,7 +260,7 @@ fn small_payload(region: u64) -> Bytes {
 
 async fn large_objects_are_recovered_with_bounded_ranges(store: Arc<dyn ObjectStore>) {
     const REGIONS: u64 = 2000;
-    let mut config = Config::new(PREFIX);
+    let mut config = Config::new(PREFIX).with_create_if_missing(true);
     config.whole_read_threshold = 1024;
     let big: Vec<Bytes> = (0..3u8)
         .map(|i| Bytes::from(vec![b'0' + i; 100 * 1024]))

@@ -484,7 +484,7 @@ fn draw_rates(rng: &mut SplitMix64) -> FaultRates {
 }
 
 fn draw_config(rng: &mut SplitMix64) -> Config {
-    let mut c = Config::new(PREFIX);
+    let mut c = Config::new(PREFIX).with_create_if_missing(true);
     c.min_object_interval = Duration::from_millis(rng.below(6));
     c.max_entry_bytes = 128;
     // Small objects: appends spread over many objects, several in flight.

@@ -353,7 +353,7 @@ fn draw_rates(rng: &mut SplitMix64) -> FaultRates {
 }
 
 fn config() -> Config {
-    let mut c = Config::new(PREFIX);
+    let mut c = Config::new(PREFIX).with_create_if_missing(true);
     c.min_object_interval = Duration::from_millis(2);
     c.max_batch_bytes = 16 * 1024;
     c.max_entry_bytes = 1024;

@@ -136,7 +136,7 @@ fn key(sequence: u64) -> Path {
 
 /// The defaults, with tiny backoffs and 3 create attempts.
 fn config() -> Config {
-    let mut c = Config::new(PREFIX);
+    let mut c = Config::new(PREFIX).with_create_if_missing(true);
     c.retry = RetryPolicy::new(3, Duration::from_millis(1), Duration::from_millis(2));
     c
 }
@@ -1948,6 +1948,7 @@ async fn config_errors_name_the_field(store: Arc<dyn ObjectStore>) {
         .validate()
         .expect("the test configuration is valid");
     Config::new(PREFIX)
+        .with_create_if_missing(true)
         .validate()
         .expect("the defaults are valid");
     type Tweak = fn(&mut Config);
@@ -1963,7 +1964,7 @@ async fn config_errors_name_the_field(store: Arc<dyn ObjectStore>) {
         ("reclaim_grace", |c| c.reclaim_grace = c.max_create_duration),
     ];
     for (field, tweak) in cases {
-        let mut cfg = Config::new(PREFIX);
+        let mut cfg = Config::new(PREFIX).with_create_if_missing(true);
         tweak(&mut cfg);
         let e = expect_err(cfg.validate());
         match &e {
@@ -1990,7 +1991,7 @@ async fn config_errors_name_the_field(store: Arc<dyn ObjectStore>) {
 
 async fn invalid_prefixes_are_refused(store: Arc<dyn ObjectStore>) {
     for prefix in ["", "/a", "a/", "a//b", "a/../b", "./a"] {
-        let cfg = Config::new(prefix);
+        let cfg = Config::new(prefix).with_create_if_missing(true);
         let e = expect_err(cfg.validate());
         assert!(
             matches!(&e, Error::InvalidPrefix { prefix: p, .. } if p == prefix),
@@ -2010,9 +2011,12 @@ async fn invalid_prefixes_are_refused(store: Arc<dyn ObjectStore>) {
     let all: Vec<ObjectMeta> = store.list(None).try_collect().await.expect("list");
     assert!(all.is_empty(), "nothing written: {all:?}");
     // A nested relative prefix is fine.
-    let wal = ObjectStoreLogStore::open(store.clone(), Config::new("a/b"))
-        .await
-        .expect("open a/b");
+    let wal = ObjectStoreLogStore::open(
+        store.clone(),
+        Config::new("a/b").with_create_if_missing(true),
+    )
+    .await
+    .expect("open a/b");
     assert_eq!(wal.epoch().unwrap().epoch, 2);
     let all: Vec<ObjectMeta> = store.list(None).try_collect().await.expect("list");
     assert_eq!(all.len(), 1);

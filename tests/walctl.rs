@@ -150,6 +150,7 @@ fn max_seq(dir: &Path) -> u64 {
 fn append(dir: &Path, region: u64, hex: &[&str]) -> (u64, Vec<u64>) {
     let opening = max_seq(dir) + 1;
     let mut args = vec!["append".to_string(), "--region".into(), region.to_string()];
+    args.push("--create-if-missing".into());
     args.extend(hex.iter().map(|h| h.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let lines = walctl(dir, &args).ok();
@@ -408,9 +409,10 @@ fn append_parts(dir: &Path, parts: &[(u64, &[&str])]) -> u64 {
         .expect("runtime");
     runtime.block_on(async {
         let store = store_from_url(&url_of(dir)).expect("store");
-        let mut wal = ObjectStoreLogStore::open(store, Config::new(PREFIX))
-            .await
-            .expect("open");
+        let mut wal =
+            ObjectStoreLogStore::open(store, Config::new(PREFIX).with_create_if_missing(true))
+                .await
+                .expect("open");
         let parts = parts
             .iter()
             .map(|(region, entries)| {
@@ -621,4 +623,20 @@ fn bad_usage_and_input_exit_2_and_write_nothing() {
     let run = walctl_at(&url_of(&missing), PREFIX, &["chain"]);
     assert_eq!(run.code, Some(1), "{}", run.stderr);
     assert!(!missing.exists());
+
+    // A typo must not start an empty WAL: `append` where no WAL is fails naming the
+    // location, and creates nothing; with `--create-if-missing` it starts one.
+    let append = ["append", "--region", "1", "00"];
+    let run = walctl_at(&url_of(&missing), PREFIX, &append);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("no WAL at"), "{}", run.stderr);
+    assert!(run.stderr.contains(PREFIX), "{}", run.stderr);
+    assert!(!missing.exists(), "nothing created");
+    let run = walctl_at(
+        &url_of(&missing),
+        PREFIX,
+        &[&append[..], &["--create-if-missing"]].concat(),
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(missing.join(PREFIX).is_dir());
 }

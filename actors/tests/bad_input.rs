@@ -18,7 +18,7 @@ async fn wal(config: Config) -> (WalHandle, Arc<dyn ObjectStore>) {
 }
 
 fn small() -> Config {
-    let mut c = Config::new("wal");
+    let mut c = Config::new("wal").with_create_if_missing(true);
     c.max_batch_bytes = 4096;
     c.max_entry_bytes = 1024;
     c.max_pending_bytes = 8192;
@@ -99,7 +99,7 @@ async fn appends_after_stop_are_refused_as_not_written() {
 
 #[tokio::test]
 async fn invalid_configuration_is_refused_at_spawn() {
-    let mut c = Config::new("wal");
+    let mut c = Config::new("wal").with_create_if_missing(true);
     c.max_in_flight = 0;
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     match spawn_wal(store, c, RestartPolicy::default()).await {
@@ -134,9 +134,13 @@ async fn a_store_that_refuses_access_ends_the_wal_with_the_refusal() {
         if at_open {
             deny();
         }
-        let (wal, join) = spawn_wal(store, Config::new("wal"), RestartPolicy::default())
-            .await
-            .expect("spawns");
+        let (wal, join) = spawn_wal(
+            store,
+            Config::new("wal").with_create_if_missing(true),
+            RestartPolicy::default(),
+        )
+        .await
+        .expect("spawns");
         if !at_open {
             wal.ready().await.expect("open");
             deny();
@@ -151,4 +155,22 @@ async fn a_store_that_refuses_access_ends_the_wal_with_the_refusal() {
         let denied = faults.fault_counts().denied;
         assert_eq!(denied, 1, "no retry, no new open (at the open: {at_open})");
     }
+}
+
+/// A typo must not start an empty WAL: the runtime opening a prefix with no WAL, without
+/// `create_if_missing`, ends with `WalMissing` (no retry, nothing written).
+#[tokio::test]
+async fn spawning_where_no_wal_is_ends_with_wal_missing() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (wal, join) = spawn_wal(store.clone(), Config::new("typo"), RestartPolicy::default())
+        .await
+        .expect("spawns");
+    let e = wal.ready().await.expect_err("no WAL there");
+    assert!(
+        matches!(&e, Error::WalMissing { location } if location.contains("typo")),
+        "{e:?}"
+    );
+    join.await.expect("the WAL ended by itself");
+    let listed = futures::StreamExt::next(&mut store.list(None)).await;
+    assert!(listed.is_none(), "nothing written");
 }

@@ -72,7 +72,7 @@ fn key(sequence: u64) -> Path {
 
 /// Defaults with tiny create-retry backoffs.
 fn config() -> Config {
-    let mut c = Config::new(PREFIX);
+    let mut c = Config::new(PREFIX).with_create_if_missing(true);
     c.retry = RetryPolicy::new(3, Duration::from_millis(1), Duration::from_millis(2));
     c
 }

@@ -73,7 +73,7 @@ on_servers!(
 const BOUND: Duration = Duration::from_secs(60);
 
 fn config() -> Config {
-    let mut c = Config::new("wal");
+    let mut c = Config::new("wal").with_create_if_missing(true);
     c.retry = RetryPolicy::new(3, Duration::from_millis(5), Duration::from_millis(20));
     c
 }

@@ -41,6 +41,7 @@ struct Fields {
     request_timeout: Option<Duration>,
     replay_concurrency: Option<usize>,
     replay_budget_bytes: Option<ByteSize>,
+    create_if_missing: Option<bool>,
 }
 
 impl Fields {
@@ -70,6 +71,7 @@ impl Fields {
             request_timeout: self.request_timeout.unwrap_or(d.request_timeout),
             replay_concurrency: self.replay_concurrency.unwrap_or(d.replay_concurrency),
             replay_budget_bytes: size(self.replay_budget_bytes, d.replay_budget_bytes),
+            create_if_missing: self.create_if_missing.unwrap_or(d.create_if_missing),
             prefix: d.prefix,
         };
         config.validate()?;

@@ -42,7 +42,7 @@ pub fn key(sequence: u64) -> Path {
 
 /// No PUT-rate bound, tiny create-retry backoffs, a short grace.
 pub fn config() -> Config {
-    let mut c = Config::new(PREFIX);
+    let mut c = Config::new(PREFIX).with_create_if_missing(true);
     c.min_object_interval = Duration::ZERO;
     c.max_create_duration = MAX_CREATE;
     c.reclaim_grace = GRACE;
