@@ -46,12 +46,13 @@ use serde_json::{json, Value};
 )]
 struct Cli {
     /// Store URL: file:///absolute/dir, memory://, or s3://, gs://, az:// when the crate
-    /// is built with the aws, gcp or azure feature.
-    #[arg(long)]
-    url: String,
-    /// The WAL prefix inside the store (relative, no trailing '/').
-    #[arg(long)]
-    prefix: String,
+    /// is built with the aws, gcp or azure feature. Before or after the subcommand.
+    #[arg(long, global = true)]
+    url: Option<String>,
+    /// The WAL prefix inside the store (relative, no trailing '/'). Before or after the
+    /// subcommand.
+    #[arg(long, global = true)]
+    prefix: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -191,8 +192,11 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     let writes = matches!(cli.command, Command::Append { .. });
-    let store = open_store(&cli.url, writes)?;
-    let config = Config::new(cli.prefix.clone());
+    let missing = |what: &str| Failure::Usage(format!("--{what} is required"));
+    let url = cli.url.ok_or_else(|| missing("url"))?;
+    let prefix = cli.prefix.ok_or_else(|| missing("prefix"))?;
+    let store = open_store(&url, writes)?;
+    let config = Config::new(prefix);
     match cli.command {
         Command::Chain => chain(store, config).await,
         Command::Dump { region, from } => dump(store, config, region, from).await,
@@ -288,12 +292,18 @@ async fn dump(
 ) -> Result<(), Failure> {
     let wal = ObjectStoreLogStore::open_read_only(store, config).await?;
     let mut entries = wal.read(region, from);
+    let mut printed = 0u64;
     while let Some(entry) = entries.try_next().await? {
         emit(&[
             ("region", json!(entry.region)),
             ("id", json!(entry.id)),
             ("payload_hex", json!(hex::encode(&entry.payload))),
         ])?;
+        printed += 1;
+    }
+    if printed == 0 {
+        // Nothing on stdout is also what a closed pipe gives: say it on stderr.
+        eprintln!("walctl: region {region} has no entries with an id at or above {from}");
     }
     Ok(())
 }

@@ -14,6 +14,7 @@
 //! |---|---|---|---|
 //! | `wal_requests_total` | counter | `prefix`, `op`, `outcome` | Requests sent to the store, each counted once when it ends. `op`: `put` (a conditional create), `get`, `list`, `delete`. `outcome`: `ok`; `conflict` (a create found its key taken); `error` (the store answered with an error); `timed_out` (no answer within `request_timeout`); `hedged` (the slower of two twin attempts, whose answer was not used: a GET is cancelled then, a create is left to finish and counted when it does). Summed over `outcome`, each `op` equals the requests the store received. |
 //! | `wal_create_retries_total` | counter | `prefix` | Creates sent again with identical bytes after an unknown outcome. |
+//! | `wal_creates_found_landed_total` | counter | `prefix` | Creates whose answer was lost (an unknown outcome, or a hedge's twin) and whose retry found our own bytes at the key: durable, and counted so a store that drops answers shows. |
 //! | `wal_objects_created_total` | counter | `prefix` | Objects created and acknowledged (data objects and the idle keep-alive objects; claims and opening objects are only in `wal_requests_total{op="put"}`). |
 //! | `wal_objects_created_bytes_total` | counter | `prefix` | The bytes of those objects. |
 //! | `wal_entries_acknowledged_total` | counter | `prefix` | Entries acknowledged (durable). |
@@ -119,6 +120,8 @@ pub struct Metrics {
     requests: [[Counter; Outcome::ALL.len()]; Op::ALL.len()],
     /// `wal_create_retries_total`.
     pub create_retries: Counter,
+    /// `wal_creates_found_landed_total`.
+    pub creates_found_landed: Counter,
     /// `wal_objects_created_total`.
     pub objects_created: Counter,
     /// `wal_objects_created_bytes_total`.
@@ -170,6 +173,10 @@ impl Metrics {
         Metrics {
             requests,
             create_retries: counter!("wal_create_retries_total", "prefix" => p.clone()),
+            creates_found_landed: counter!(
+                "wal_creates_found_landed_total",
+                "prefix" => p.clone()
+            ),
             objects_created: counter!("wal_objects_created_total", "prefix" => p.clone()),
             objects_created_bytes: counter!("wal_objects_created_bytes_total", "prefix" => p.clone()),
             entries_acknowledged: counter!("wal_entries_acknowledged_total", "prefix" => p.clone()),
@@ -228,6 +235,10 @@ fn describe() {
     describe_counter!(
         "wal_create_retries_total",
         "Creates sent again with identical bytes after an unknown outcome."
+    );
+    describe_counter!(
+        "wal_creates_found_landed_total",
+        "Creates whose answer was lost and whose retry found our own bytes at the key."
     );
     describe_counter!(
         "wal_objects_created_total",

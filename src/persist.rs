@@ -149,6 +149,12 @@ fn resolve_conflict(
     attempts: u32,
 ) -> Result<PersistOutcome, PersistOutcome> {
     if object.same_bytes(found) {
+        // An earlier attempt (or a twin) landed and its answer was lost: say so.
+        let stats = io.request_stats();
+        stats
+            .creates_found_landed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        io.metrics().creates_found_landed.increment(1);
         return Ok(PersistOutcome::Durable { attempts });
     }
     let epoch = object.header().epoch;

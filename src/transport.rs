@@ -133,6 +133,9 @@ pub struct RequestStats {
     pub hedge_wins: AtomicU64,
     /// Request attempts that had not answered within the request timeout.
     pub timeouts: AtomicU64,
+    /// Creates whose answer was lost (an unknown outcome, or a hedge's twin that landed
+    /// first) and whose retry found our own bytes at the key: durable all the same.
+    pub creates_found_landed: AtomicU64,
     /// Damaged segments found: by a recovery that read their object whole, or by a read
     /// of their region (after its one read again). Each finding counts, so a segment
     /// found by a recovery and then by two reads counts three times.

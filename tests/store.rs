@@ -1568,6 +1568,9 @@ async fn create_applied_then_error_is_acknowledged_on_retry(store: Arc<dyn Objec
         "{outcome:?}"
     );
     assert!(outcome.error(state.epoch, 4).is_none());
+    // Each lost answer whose retry found our own bytes is counted, and only those.
+    let found = &wal.io().request_stats().creates_found_landed;
+    assert_eq!(found.load(std::sync::atomic::Ordering::Relaxed), 3);
 
     let objects = stored(&store).await;
     assert_eq!(

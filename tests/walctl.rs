@@ -329,6 +329,19 @@ fn append_chain_dump_verify_on_a_file_store() {
     let tail = dumped(&walctl(dir, &["dump", "--region", "7", "--from", &from]).ok());
     assert_eq!(tail, expected[3..]);
     assert!(walctl(dir, &["dump", "--region", "8"]).ok().is_empty());
+    let empty = walctl(dir, &["dump", "--region", "8"]);
+    assert!(
+        empty.stderr.contains("region 8 has no entries"),
+        "{}",
+        empty.stderr
+    );
+    // --url and --prefix may also follow the subcommand.
+    let after = walctl_at(&url_of(dir), PREFIX, &[]);
+    assert_eq!(after.code, Some(2), "no subcommand: {}", after.stderr);
+    let url = url_of(dir);
+    let args = ["dump", "--region", "7", "--url", &url, "--prefix", PREFIX];
+    let run = Run::from(Command::new(walctl_bin()).args(args).output().expect("run"));
+    assert_eq!(dumped(&run.ok()), expected);
 
     // Verify: every object read whole and checked.
     let verified = walctl(dir, &["verify"]).ok();

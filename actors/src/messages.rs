@@ -372,6 +372,10 @@ pub struct WalStats {
     /// replay or follow of their region. Each finding counts (a segment met twice counts
     /// twice); the warnings in the log name key and region.
     pub damaged_segments: u64,
+    /// Creates whose answer was lost (an unknown outcome, or a hedge's twin) and whose
+    /// retry found this WAL's own bytes at the key: durable, counted so that a store or
+    /// network that drops answers shows.
+    pub creates_found_landed: u64,
 }
 
 impl WalStats {

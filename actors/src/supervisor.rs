@@ -632,6 +632,7 @@ impl SupervisorState {
             hedge_wins: requests.hedge_wins.load(Ordering::Relaxed),
             timeouts: requests.timeouts.load(Ordering::Relaxed),
             damaged_segments: requests.damaged_segments.load(Ordering::Relaxed),
+            creates_found_landed: requests.creates_found_landed.load(Ordering::Relaxed),
             ..WalStats::from_counters(&self.counters)
         }
     }
