@@ -42,7 +42,8 @@ use object_store_wal::{
 mod servers;
 
 /// Runs each named scenario on every store: `<name>::memory`, `<name>::local`, and, with
-/// their features, `<name>::s3` and `<name>::azure` (skipped when the server is not named).
+/// their features, `<name>::s3` and `<name>::azure` (ignored unless `--include-ignored`,
+/// which needs the servers).
 macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
         $(
@@ -60,20 +61,18 @@ macro_rules! on_every_store {
 
                 #[cfg(feature = "aws")]
                 #[tokio::test]
+                #[ignore = "needs the S3-API server: WAL_TEST_S3 (scripts/servers.sh start; .ci/run runs it)"]
                 async fn s3() {
                     let test = concat!(stringify!($name), "-s3");
-                    if let Some(store) = super::servers::server_store(super::servers::S3, test) {
-                        super::$name(store).await
-                    }
+                    super::$name(super::servers::server_store(super::servers::S3, test)).await
                 }
 
                 #[cfg(feature = "azure")]
                 #[tokio::test]
+                #[ignore = "needs Azurite: WAL_TEST_AZURE (scripts/servers.sh start; .ci/run runs it)"]
                 async fn azure() {
                     let test = concat!(stringify!($name), "-azure");
-                    if let Some(store) = super::servers::server_store(super::servers::AZURE, test) {
-                        super::$name(store).await
-                    }
+                    super::$name(super::servers::server_store(super::servers::AZURE, test)).await
                 }
             }
         )*
