@@ -59,7 +59,7 @@ use object_store_wal::testing::{FaultCounts, FaultRates, FaultStore, SplitMix64}
 use object_store_wal::{
     AppendParts, Config, CreateClock, Durability, Entry, Error, ObjectStoreLogStore, RetryPolicy,
 };
-use object_store_wal_actors::handle::spawn_wal_with;
+use object_store_wal_actors::spawn_wal_with;
 use object_store_wal_actors::{RestartPolicy, WalHandle};
 use tokio::task::{JoinHandle, JoinSet};
 

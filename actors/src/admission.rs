@@ -1,29 +1,8 @@
 //! The two-stage acknowledgement: entry ids at admission, durability later, and a
 //! barrier over every id handed out.
 //!
-//! Many nodes apply an entry to memory as soon as its id is fixed and need it durable
-//! only before they answer a client or flush. [`WalHandle::append_admitted`] answers
-//! once the append is admitted into the open batch, with its ids and a [`Durable`]
-//! future for the receipt; [`WalHandle::durable_through`] waits until every id up to a
-//! given one is durable.
-//!
-//! **Why ids are final at admission.** The writer admits into one open batch, which
-//! is sealed whole as the epoch's next sequence: nothing else is sealed in between (a
-//! full batch is sealed *before* the append that did not fit is admitted into a fresh
-//! one, and a keep-alive seals only an empty batch), and a part's positions in its
-//! region's segment never move. So `sequence << 20 | position` is the id the object
-//! will carry.
-//!
-//! **Why a failed id is never given again.** Objects of an epoch that ended without
-//! being created (refused, dropped by a stop, or an unknown outcome that never landed)
-//! leave no trace in the store, so an open that went only above what it lists could
-//! write new entries at those sequences. The supervisor therefore reopens above the
-//! highest sequence whose ids it handed out, claiming the absent ones like any hole
-//! (`open::open_instance_above`): a late create there is fenced, and those ids are
-//! never reused and never replayed unless their object landed, which it can only have
-//! done when its error said [`Durability::MayBeDurable`]. This holds for one spawned
-//! WAL, across its epochs; after a stop, a new WAL does not know what the old one
-//! handed out (a node drops what failed before it stops).
+//! What a node relies on (ids final at admission, a failed id never given again) is on
+//! [`Admitted`].
 //!
 //! **The barrier's state is bounded.** Every writer of the WAL (one per epoch) and the
 //! supervisor share a [`Progress`]: the highest sequence acknowledged, the highest
@@ -167,9 +146,36 @@ pub(crate) async fn wait_durable_through(
     verdict.unwrap_or_else(|| Err(closed()))
 }
 
-/// An append admitted into the open batch ([`WalHandle::append_admitted`]).
+/// An append admitted into the open batch ([`WalHandle::append_admitted`]): the
+/// two-stage acknowledgement.
+///
+/// Many nodes apply an entry to memory as soon as its id is fixed and need it durable
+/// only before they answer a client or flush. [`WalHandle::append_admitted`] answers
+/// once the append is admitted into the open batch, with its ids and a [`Durable`]
+/// future for the receipt; [`WalHandle::durable_through`] waits until every id up to a
+/// given one is durable.
+///
+/// **Why ids are final at admission.** The writer admits into one open batch, which
+/// is sealed whole as the epoch's next sequence: nothing else is sealed in between (a
+/// full batch is sealed *before* the append that did not fit is admitted into a fresh
+/// one, and a keep-alive seals only an empty batch), and a part's positions in its
+/// region's segment never move. So `sequence << 20 | position` is the id the object
+/// will carry.
+///
+/// **Why a failed id is never given again.** Objects of an epoch that ended without
+/// being created (refused, dropped by a stop, or an unknown outcome that never landed)
+/// leave no trace in the store, so an open that went only above what it lists could
+/// write new entries at those sequences. The supervisor therefore reopens above the
+/// highest sequence whose ids it handed out, claiming the absent ones like any hole
+/// (`open::open_instance_above`): a late create there is fenced, and those ids are
+/// never reused and never replayed unless their object landed, which it can only have
+/// done when its error said [`Durability::MayBeDurable`]. This holds for one spawned
+/// WAL, across its epochs; after a stop, a new WAL does not know what the old one
+/// handed out (a node drops what failed before it stops).
+///
 ///
 /// [`WalHandle::append_admitted`]: crate::WalHandle::append_admitted
+/// [`WalHandle::durable_through`]: crate::WalHandle::durable_through
 #[derive(Debug)]
 pub struct Admitted {
     /// The ids the append was given: final, the same receipt [`durable`](Self::durable)

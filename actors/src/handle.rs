@@ -224,7 +224,7 @@ impl WalHandle {
 
     /// Appends `entries` to `region` and returns as soon as they are admitted into the
     /// open batch, with their ids and a future for their durability (the two-stage
-    /// acknowledgement, [`crate::admission`]): apply them to memory now, and await
+    /// acknowledgement, [`Admitted`]): apply them to memory now, and await
     /// [`Admitted::durable`] (or [`durable_through`](Self::durable_through)) before
     /// answering a client or flushing.
     ///

@@ -4,22 +4,22 @@
 //! supervises, built on ractor over the core crate's primitives (no second copy of the
 //! format, recovery or persist logic).
 //!
-//! - [`Supervisor`](supervisor::Supervisor): the root the node spawns ([`spawn_wal`],
+//! - The supervisor: the root the node spawns ([`spawn_wal`],
 //!   [`spawn_wal_linked`]); runs recovery, starts the writer and the region readers,
 //!   replaces a failed writer with a new epoch, escalates `Fenced`.
-//! - [`RecoveryActor`](recovery::RecoveryActor): the open, off the supervisor's mailbox.
-//! - [`WriterActor`](writer::WriterActor): owns the batch and the sequence counter; seals, uploads
+//! - The recovery actor: the open, off the supervisor's mailbox.
+//! - The writer: owns the batch and the sequence counter; seals, uploads
 //!   up to `max_in_flight` objects at once, acknowledges in sequence order.
-//! - [`ReaderActor`](reader::ReaderActor): one per region read recently (at most
-//!   [`MAX_READERS`](supervisor::MAX_READERS)); reads lazily through bounded channels.
-//! - [`ReclaimerActor`](reclaimer::ReclaimerActor): deletes the objects below the acknowledged
+//! - A reader: one per region read recently (at most
+//!   [`MAX_READERS`]); reads lazily through bounded channels.
+//! - The reclaimer: deletes the objects below the acknowledged
 //!   floor, `reclaim_grace` after it was acknowledged.
 //!
 //! Callers that are actors send [`WalMsg`]s with `RpcReplyPort`s; others use the
 //! cloneable [`WalHandle`].
 //!
 //! A node that applies entries to memory as soon as their ids are fixed uses the
-//! two-stage acknowledgement ([`admission`]): [`WalHandle::append_admitted`] answers at
+//! two-stage acknowledgement ([`Admitted`]): [`WalHandle::append_admitted`] answers at
 //! admission with the final ids and a [`Durable`] future, and
 //! [`WalHandle::durable_through`] waits until every id up to one is durable.
 //!
@@ -57,17 +57,18 @@
 
 #![warn(missing_docs)]
 
-pub mod admission;
-pub mod handle;
-pub mod messages;
-pub mod reader;
-pub mod reclaimer;
-pub mod recovery;
-pub mod supervisor;
-pub mod writer;
+// The modules are the runtime's inside; what a node uses is re-exported below.
+mod admission;
+mod handle;
+mod messages;
+mod reader;
+mod reclaimer;
+mod recovery;
+mod supervisor;
+mod writer;
 
 pub use admission::{Admitted, Durable};
 pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
 pub use messages::{AppendRequest, EntryReceiver, EntryStream, WalMsg, WalStats};
 pub use object_store_wal::{Durability, Error};
-pub use supervisor::RestartPolicy;
+pub use supervisor::{RestartPolicy, MAX_QUEUED_REQUESTS, MAX_READERS};

@@ -21,7 +21,9 @@ pub type EntryReceiver = flume::Receiver<Result<Entry>>;
 pub type EntryStream = flume::r#async::RecvStream<'static, Result<Entry>>;
 
 /// One append: its parts (one region or several, landing atomically in one object).
+/// Built with [`AppendRequest::new`]; later releases may add fields.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct AppendRequest {
     /// `(region, entries)` parts.
     pub parts: AppendParts,
@@ -31,15 +33,43 @@ pub struct AppendRequest {
     /// Gets the receipt once the append is durable, or the error.
     pub reply: RpcReplyPort<Result<AppendReceipt>>,
     /// If set, gets the append's ids as soon as it is admitted into the open batch,
-    /// before it is durable (the two-stage acknowledgement: [`crate::admission`]). The
+    /// before it is durable (the two-stage acknowledgement: [`Admitted`](crate::Admitted)). The
     /// ids are final; `reply` still answers once the append is durable or failed. Left
     /// unanswered (dropped) when the append is refused before admission: `reply` then
     /// has the error.
     pub admitted: Option<RpcReplyPort<AppendReceipt>>,
 }
 
-/// What the supervisor (the WAL) accepts.
+impl AppendRequest {
+    /// An append of `parts` whose answer goes to `reply`: it waits for room under
+    /// `max_pending_bytes`, and its ids come with the durable receipt only.
+    pub fn new(parts: AppendParts, reply: RpcReplyPort<Result<AppendReceipt>>) -> Self {
+        AppendRequest {
+            parts,
+            fail_fast: false,
+            reply,
+            admitted: None,
+        }
+    }
+
+    /// This append, failing at once with [`Error::Backpressure`] instead of waiting for
+    /// room.
+    pub fn fail_fast(mut self) -> Self {
+        self.fail_fast = true;
+        self
+    }
+
+    /// This append, with its ids sent to `admitted` as soon as it is admitted (the
+    /// two-stage acknowledgement).
+    pub fn with_admitted(mut self, admitted: RpcReplyPort<AppendReceipt>) -> Self {
+        self.admitted = Some(admitted);
+        self
+    }
+}
+
+/// What the supervisor (the WAL) accepts. Later releases may add messages.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum WalMsg {
     /// Append entries; the reply comes once they are durable.
     Append(AppendRequest),
@@ -304,8 +334,9 @@ impl Stat {
     }
 }
 
-/// A snapshot of the WAL's counters and positions.
+/// A snapshot of the WAL's counters and positions. Later releases may add fields.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WalStats {
     /// The current epoch, 0 while the first recovery runs.
     pub epoch: u64,

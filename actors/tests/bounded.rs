@@ -22,8 +22,8 @@ use object_store_wal::catalog::STALE_SLACK;
 use object_store_wal::format::entry_sequence;
 use object_store_wal::testing::FaultStore;
 use object_store_wal::{AppendParts, AppendReceipt, BackpressureLimit, Durability, Entry, Error};
-use object_store_wal_actors::supervisor::{MAX_QUEUED_REQUESTS, MAX_READERS};
 use object_store_wal_actors::{spawn_wal, AppendRequest, WalHandle, WalMsg, WalStats};
+use object_store_wal_actors::{MAX_QUEUED_REQUESTS, MAX_READERS};
 use support::harness::*;
 use support::ledger::{acked_entries, Ledger};
 use tokio::task::JoinSet;
@@ -282,12 +282,7 @@ fn send(
     parts: AppendParts,
 ) -> ractor::concurrency::OneshotReceiver<Result<AppendReceipt, Error>> {
     let (tx, rx) = ractor::concurrency::oneshot();
-    let request = AppendRequest {
-        parts,
-        fail_fast: false,
-        admitted: None,
-        reply: tx.into(),
-    };
+    let request = AppendRequest::new(parts, tx.into());
     wal.actor()
         .cast(WalMsg::Append(request))
         .expect("the WAL takes messages");
