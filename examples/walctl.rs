@@ -35,7 +35,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use object_store_wal::objects::WalIo;
 use object_store_wal::store_from_url;
-use object_store_wal::{format, Config, Error, ObjectStoreLogStore};
+use object_store_wal::{format, Config, Error, ErrorKind, ObjectStoreLogStore};
 use serde_json::{json, Value};
 
 /// Inspect a write-ahead log kept in objects under a prefix of an object store.
@@ -121,16 +121,9 @@ enum Failure {
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
-        match e {
-            Error::InvalidUrl { .. }
-            | Error::InvalidPrefix { .. }
-            | Error::Config { .. }
-            | Error::EmptyAppend
-            | Error::EntryTooLarge { .. }
-            | Error::TooManyEntries { .. }
-            | Error::AppendTooLarge { .. }
-            | Error::WalMissing { .. } => Failure::Usage(e.to_string()),
-            e => Failure::Failed(e.to_string()),
+        match e.kind() {
+            ErrorKind::FixInput => Failure::Usage(e.to_string()),
+            _ => Failure::Failed(e.to_string()),
         }
     }
 }

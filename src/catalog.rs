@@ -225,7 +225,8 @@ impl Catalog {
     /// (they may be durable) rather than be acknowledged.
     pub fn commit(&mut self, object: &EncodedObject) -> Result<(), Error> {
         self.insert(object.header(), object.records(), object.len())
-            .map_err(|e| Error::Poisoned {
+            .map_err(|e| Error::CommitRefused {
+                sequence: object.header().sequence,
                 reason: e.to_string(),
                 durability: Durability::MayBeDurable,
             })

@@ -34,9 +34,9 @@ impl EpochState {
         let sequence = self.next_sequence;
         let sealed = batch
             .seal(sequence, self.epoch, self.link, self.floor)
-            .map_err(|e| Error::Poisoned {
-                reason: format!("cannot encode object {sequence}: {e}"),
-                durability: Durability::NotWritten,
+            .map_err(|e| Error::EncodeFailed {
+                what: format!("object {sequence}"),
+                reason: e.to_string(),
             })?;
         self.link = Link {
             sequence,

@@ -213,11 +213,33 @@ pub enum Error {
         /// Whether the failed append's entries may still be replayed.
         durability: Durability,
     },
-    /// The store holds an object of this epoch at our sequence with other bytes:
-    /// impossible by construction, so the instance stops writing.
+    /// The store holds an object of this epoch at our sequence with other bytes, or a
+    /// damaged one (DESIGN.md's outcome table): impossible by construction, so the
+    /// instance stops writing. Tampering or a store bug.
     #[error("poisoned: {reason}")]
     Poisoned {
         /// What was found.
+        reason: String,
+        /// Whether the failed append's entries may still be replayed.
+        durability: Durability,
+    },
+    /// An object, claim or opening object could not be encoded (a limit the batch
+    /// should have enforced): a bug in this crate. Nothing was sent.
+    #[error("cannot encode {what}: {reason}")]
+    EncodeFailed {
+        /// Which object.
+        what: String,
+        /// The format's error.
+        reason: String,
+    },
+    /// An object the writer found durable does not fit the chain it keeps (a sequence
+    /// twice, a region's ids not increasing): a bug in this crate. Its appends fail
+    /// rather than be acknowledged; they may be replayed.
+    #[error("object {sequence} does not fit the chain: {reason}")]
+    CommitRefused {
+        /// The object.
+        sequence: u64,
+        /// The catalog's error.
         reason: String,
         /// Whether the failed append's entries may still be replayed.
         durability: Durability,
@@ -332,6 +354,7 @@ impl Error {
             Error::Fenced { durability, .. }
             | Error::EpochEnded { durability, .. }
             | Error::Poisoned { durability, .. }
+            | Error::CommitRefused { durability, .. }
             | Error::Stopped { durability }
             | Error::WriterFailed { durability }
             | Error::CallTimeout { durability, .. } => *durability,
@@ -339,21 +362,45 @@ impl Error {
         }
     }
 
+    /// What the caller does about this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Config { .. }
+            | Error::InvalidPrefix { .. }
+            | Error::InvalidUrl { .. }
+            | Error::EmptyAppend
+            | Error::EntryTooLarge { .. }
+            | Error::TooManyEntries { .. }
+            | Error::AppendTooLarge { .. }
+            | Error::ReadOnly
+            | Error::WalMissing { .. } => ErrorKind::FixInput,
+            Error::Backpressure { .. }
+            | Error::Store { .. }
+            | Error::RequestTimeout { .. }
+            | Error::CallTimeout { .. }
+            | Error::OpenContended { .. }
+            | Error::OpenPanicked { .. }
+            | Error::BatchFull => ErrorKind::Retry,
+            Error::EpochEnded { .. } | Error::WriterFailed { .. } => ErrorKind::Reopen,
+            Error::Fenced { .. }
+            | Error::AccessDenied { .. }
+            | Error::ConditionalCreateUnsupported { .. }
+            | Error::CorruptObject { .. }
+            | Error::SequenceMismatch { .. }
+            | Error::CorruptSegment { .. }
+            | Error::InconsistentChain { .. }
+            | Error::Poisoned { .. }
+            | Error::EncodeFailed { .. }
+            | Error::CommitRefused { .. }
+            | Error::Stopped { .. } => ErrorKind::Escalate,
+        }
+    }
+
     /// Whether the same request may succeed later (after a new open, or when the store
-    /// recovers). `Fenced`, bad input and damaged data are not retryable.
+    /// recovers): the kinds [`Retry`](ErrorKind::Retry) and
+    /// [`Reopen`](ErrorKind::Reopen). `Fenced`, bad input and damaged data are not.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Error::EpochEnded { .. }
-                | Error::WriterFailed { .. }
-                | Error::Backpressure { .. }
-                | Error::Store { .. }
-                | Error::RequestTimeout { .. }
-                | Error::CallTimeout { .. }
-                | Error::OpenContended { .. }
-                | Error::OpenPanicked { .. }
-                | Error::BatchFull
-        )
+        matches!(self.kind(), ErrorKind::Retry | ErrorKind::Reopen)
     }
 
     /// Whether the store said the object does not exist: for a WAL object, the reclaimer
@@ -385,6 +432,7 @@ impl Error {
             Error::Fenced { durability: d, .. }
             | Error::EpochEnded { durability: d, .. }
             | Error::Poisoned { durability: d, .. }
+            | Error::CommitRefused { durability: d, .. }
             | Error::Stopped { durability: d }
             | Error::WriterFailed { durability: d }
             | Error::CallTimeout { durability: d, .. } => *d = durability,
@@ -392,6 +440,24 @@ impl Error {
         }
         e
     }
+}
+
+/// What a caller does about an error ([`Error::kind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The input or the configuration is wrong (an append, a URL, a prefix, a missing
+    /// WAL): fix it; sent again as it is, it fails the same way. Nothing was written.
+    FixInput,
+    /// Transient (a bound reached, the store's error or silence, a lost open): retry
+    /// later; for an append, mind [`Error::durability`] first.
+    Retry,
+    /// The epoch or the writer ended: open again (the actor runtime does it by itself;
+    /// `ObjectStoreLogStore::reopen`), then retry, minding [`Error::durability`].
+    Reopen,
+    /// Stop writing and escalate: another instance owns the prefix, the store refuses
+    /// access or conditional creates, data is damaged, a bug, or the WAL was stopped.
+    Escalate,
 }
 
 /// The crate's result type.
@@ -470,6 +536,69 @@ mod tests {
             let e = Error::store("get", "wal/1", e);
             assert!(matches!(e, Error::Store { .. }), "{e:?}");
             assert!(e.is_retryable());
+        }
+    }
+
+    /// Each kind says what the caller does; retryable is exactly Retry and Reopen.
+    #[test]
+    fn every_error_has_the_kind_its_caller_acts_on() {
+        use ErrorKind::*;
+        let nw = Durability::NotWritten;
+        let cases = [
+            (Error::EmptyAppend, FixInput),
+            (Error::ReadOnly, FixInput),
+            (
+                Error::WalMissing {
+                    location: "x".into(),
+                },
+                FixInput,
+            ),
+            (Error::BatchFull, Retry),
+            (
+                Error::OpenContended {
+                    attempts: 8,
+                    last: "x".into(),
+                },
+                Retry,
+            ),
+            (
+                Error::EpochEnded {
+                    epoch: 2,
+                    sequence: 3,
+                    reason: EpochEndReason::UnknownOutcome,
+                    durability: Durability::MayBeDurable,
+                },
+                Reopen,
+            ),
+            (Error::WriterFailed { durability: nw }, Reopen),
+            (
+                Error::Fenced {
+                    epoch: 2,
+                    sequence: 3,
+                    fenced_by: 5,
+                    durability: nw,
+                },
+                Escalate,
+            ),
+            (
+                Error::Poisoned {
+                    reason: "x".into(),
+                    durability: nw,
+                },
+                Escalate,
+            ),
+            (
+                Error::EncodeFailed {
+                    what: "x".into(),
+                    reason: "y".into(),
+                },
+                Escalate,
+            ),
+            (Error::Stopped { durability: nw }, Escalate),
+        ];
+        for (e, kind) in cases {
+            assert_eq!(e.kind(), kind, "{e:?}");
+            assert_eq!(e.is_retryable(), matches!(kind, Retry | Reopen), "{e:?}");
         }
     }
 }

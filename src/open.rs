@@ -38,7 +38,7 @@ use crate::catalog::{choose_chain, plan_opening_above, Catalog};
 use crate::clock::{BootClock, CreateClock};
 use crate::config::Config;
 use crate::epoch::EpochState;
-use crate::error::{Durability, Error, Result};
+use crate::error::{Error, Result};
 use crate::format::{encode_object, EncodedObject, FormatError, Header, Link};
 use crate::objects::{CreateAttempt, ListedObject, SummaryRead, WalIo};
 use crate::protocol::create_too_slow;
@@ -341,9 +341,9 @@ pub async fn open_instance_above(
                 .iter()
                 .map(|h| encode_object(h, std::iter::empty()))
                 .collect::<std::result::Result<_, _>>()
-                .map_err(|e| Error::Poisoned {
-                    reason: format!("cannot encode a claim: {e}"),
-                    durability: Durability::NotWritten,
+                .map_err(|e| Error::EncodeFailed {
+                    what: "a claim".into(),
+                    reason: e.to_string(),
                 })?;
             let outcomes: Vec<CreateAttempt> = stream::iter(claims)
                 .map(|c| {
@@ -366,11 +366,12 @@ pub async fn open_instance_above(
                     }
                 }
             }
-            let opening =
-                encode_object(&plan.opening, std::iter::empty()).map_err(|e| Error::Poisoned {
-                    reason: format!("cannot encode the opening object: {e}"),
-                    durability: Durability::NotWritten,
-                })?;
+            let opening = encode_object(&plan.opening, std::iter::empty()).map_err(|e| {
+                Error::EncodeFailed {
+                    what: "the opening object".into(),
+                    reason: e.to_string(),
+                }
+            })?;
             let opening_started = clock.now();
             // The same bound as between two creates of an epoch (`Config::link_window`):
             // a newer instance that opened after the listing may have reclaimed keys

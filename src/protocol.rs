@@ -803,7 +803,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 error.with_durability(Durability::NotWritten)
             } else {
                 match &error {
-                    Error::Fenced { .. } | Error::Poisoned { .. } => {
+                    Error::Fenced { .. } | Error::Poisoned { .. } | Error::CommitRefused { .. } => {
                         error.with_durability(Durability::MayBeDurable)
                     }
                     _ => Error::EpochEnded {
