@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Parser;
 use object_store_wal::{entry_id, store_from_url, AppendReceipt, Config, Error};
-use object_store_wal_actors::{spawn_wal, Durable, RestartPolicy, WalHandle};
+use object_store_wal_actors::{spawn_wal, PendingReceipt, RestartPolicy, WalHandle};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 #[derive(Parser, Debug)]
@@ -161,7 +161,7 @@ struct Pending {
     counter: u64,
     started: Instant,
     ids: AppendReceipt,
-    durable: Durable,
+    durable: PendingReceipt,
 }
 
 enum RegionMsg {

@@ -3,7 +3,7 @@
 //! An append is one or more `(region, entries)` parts. It lands in exactly one object,
 //! whole (atomic, also across regions), and a region's entries keep their admission
 //! order. The batch knows its exact encoded size, so it refuses an append that would
-//! push the object past `max_batch_bytes` or a region past 2^20 entries ([`Admit::Full`]:
+//! push the object past `max_batch_bytes` or a region past 2^20 entries ([`NotAdmitted::Full`]:
 //! seal, then admit again) and an append that can never fit ([`Error::AppendTooLarge`]).
 //! Sealing encodes the object at a given sequence, epoch, link and floor and returns the
 //! entry ids assigned to every append; [`Batch::receipt`] tells an append's ids at
@@ -68,7 +68,7 @@ pub struct AppendReceipt {
 
 /// Why an append was not admitted.
 #[derive(Debug)]
-pub enum Admit {
+pub enum NotAdmitted {
     /// It would not fit the batch as it is: seal, then admit it again (returned whole).
     Full(AppendParts),
     /// It is invalid, or could never fit an object.
@@ -191,8 +191,8 @@ impl Batch {
 
     /// Admits an append, returning its index among the batch's appends (the index of its
     /// receipt when sealed).
-    pub fn admit(&mut self, parts: AppendParts) -> Result<usize, Admit> {
-        Self::validate(&self.limits, &parts).map_err(Admit::Invalid)?;
+    pub fn admit(&mut self, parts: AppendParts) -> Result<usize, NotAdmitted> {
+        Self::validate(&self.limits, &parts).map_err(NotAdmitted::Invalid)?;
         // What the append adds: its framed entries, and a footer record per new region.
         let added_bytes: u64 = parts
             .iter()
@@ -207,7 +207,7 @@ impl Batch {
                 new_regions += 1;
             }
             if have + count > MAX_SEGMENT_ENTRIES {
-                return Err(Admit::Full(parts));
+                return Err(NotAdmitted::Full(parts));
             }
         }
         let after = object_len(
@@ -215,7 +215,7 @@ impl Batch {
             self.regions.len() as u64 + new_regions,
         );
         if after > self.limits.max_object_bytes {
-            return Err(Admit::Full(parts));
+            return Err(NotAdmitted::Full(parts));
         }
 
         let mut slots = Vec::with_capacity(parts.len());

@@ -17,7 +17,7 @@ use crate::format::Link;
 
 /// opening object even while several are in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EpochState {
+pub struct WritePosition {
     /// This instance's epoch.
     pub epoch: u64,
     /// Sequence of the next object.
@@ -28,7 +28,7 @@ pub struct EpochState {
     pub floor: u64,
 }
 
-impl EpochState {
+impl WritePosition {
     /// Seals the batch as the next object of the epoch.
     pub fn seal(&mut self, batch: &mut Batch) -> Result<SealedObject> {
         let sequence = self.next_sequence;
@@ -51,7 +51,7 @@ impl EpochState {
 /// ended, why.
 #[derive(Debug, Clone)]
 pub struct Epoch {
-    position: EpochState,
+    position: WritePosition,
     link_window: Duration,
     /// When the last create of the epoch (the opening object's, at first) started, on
     /// the creation clock.
@@ -62,7 +62,7 @@ pub struct Epoch {
 impl Epoch {
     /// An epoch that starts at `position`, whose opening object's create started at
     /// `opening_started`; each create must start within `link_window` of the previous.
-    pub fn new(position: EpochState, opening_started: Duration, link_window: Duration) -> Self {
+    pub fn new(position: WritePosition, opening_started: Duration, link_window: Duration) -> Self {
         Epoch {
             position,
             link_window,
@@ -72,7 +72,7 @@ impl Epoch {
     }
 
     /// The write position.
-    pub fn position(&self) -> EpochState {
+    pub fn position(&self) -> WritePosition {
         self.position
     }
 

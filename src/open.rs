@@ -37,7 +37,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use crate::catalog::{choose_chain, plan_opening_above, Catalog};
 use crate::clock::{BootClock, CreateClock};
 use crate::config::Config;
-use crate::epoch::EpochState;
+use crate::epoch::WritePosition;
 use crate::error::{Error, Result};
 use crate::format::{encode_object, EncodedObject, FormatError, Header, Link};
 use crate::objects::{CreateAttempt, ListedObject, SummaryRead, WalIo};
@@ -261,7 +261,7 @@ pub struct Opened {
     /// The recovery (the catalog includes the opening object).
     pub recovery: Recovered,
     /// Where writing starts.
-    pub epoch: EpochState,
+    pub epoch: WritePosition,
     /// When the opening object's create started, on the open's [`CreateClock`].
     pub opening_started: Duration,
 }
@@ -418,7 +418,7 @@ pub async fn open_instance_above(
             Ok(Ok(Opened {
                 opening_started,
                 recovery,
-                epoch: EpochState {
+                epoch: WritePosition {
                     epoch: plan.epoch,
                     next_sequence: plan.opening.sequence + 1,
                     link: Link {

@@ -40,10 +40,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::batch::{Admit, AppendParts, AppendReceipt, Batch, BatchLimits, SealedObject};
+use crate::batch::{AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted, SealedObject};
 use crate::catalog::{Catalog, Retention};
 use crate::config::Config;
-use crate::epoch::{Epoch, EpochState};
+use crate::epoch::{Epoch, WritePosition};
 use crate::error::{Durability, EpochEndReason, Error, Result};
 use crate::persist::PersistOutcome;
 
@@ -303,7 +303,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     /// `opening_started` on the creation clock. The opening object is acknowledged: its
     /// floor is published if it rose.
     pub fn new(
-        position: EpochState,
+        position: WritePosition,
         opening_started: Duration,
         limits: Limits,
         mut chain: C,
@@ -337,7 +337,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     }
 
     /// The write position.
-    pub fn position(&self) -> EpochState {
+    pub fn position(&self) -> WritePosition {
         self.epoch.position()
     }
 
@@ -429,19 +429,19 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         let bytes = payload_bytes(&parts);
         let index = match self.batch.admit(parts) {
             Ok(index) => index,
-            Err(Admit::Invalid(e)) => return Err((waiter, e)),
-            Err(Admit::Full(_)) if when_full == WhenFull::Refuse => {
+            Err(NotAdmitted::Invalid(e)) => return Err((waiter, e)),
+            Err(NotAdmitted::Full(_)) if when_full == WhenFull::Refuse => {
                 return Err((waiter, Error::BatchFull))
             }
-            Err(Admit::Full(parts)) => {
+            Err(NotAdmitted::Full(parts)) => {
                 if let Err(e) = self.seal(SealReason::Full, now) {
                     return Err((waiter, e));
                 }
                 match self.batch.admit(parts) {
                     Ok(index) => index,
-                    Err(Admit::Invalid(e)) => return Err((waiter, e)),
+                    Err(NotAdmitted::Invalid(e)) => return Err((waiter, e)),
                     // Validated alone, so an empty batch takes it.
-                    Err(Admit::Full(_)) => return Err((waiter, Error::BatchFull)),
+                    Err(NotAdmitted::Full(_)) => return Err((waiter, Error::BatchFull)),
                 }
             }
         };
@@ -963,7 +963,7 @@ mod tests {
                 link_window: Duration::from_millis(500),
                 gather: Duration::from_millis(2),
             };
-            let position = EpochState {
+            let position = WritePosition {
                 epoch: 2,
                 next_sequence: 2,
                 link: Link {

@@ -27,7 +27,7 @@ use crate::batch::{AppendParts, AppendReceipt};
 use crate::catalog::{Catalog, Retention};
 use crate::clock::{BootClock, CreateClock};
 use crate::config::Config;
-use crate::epoch::EpochState;
+use crate::epoch::WritePosition;
 use crate::error::{Error, Result};
 use crate::objects::WalIo;
 use crate::open::{open_instance, recover, Opened, RecoveryReport};
@@ -170,7 +170,7 @@ impl ObjectStoreLogStore {
     }
 
     /// The write position, `None` when read-only.
-    pub fn epoch(&self) -> Option<EpochState> {
+    pub fn epoch(&self) -> Option<WritePosition> {
         self.writing.as_ref().map(|w| w.position())
     }
 

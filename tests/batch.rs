@@ -8,7 +8,9 @@
 use std::collections::BTreeSet;
 
 use bytes::Bytes;
-use object_store_wal::batch::{object_len, Admit, AppendParts, AppendReceipt, Batch, BatchLimits};
+use object_store_wal::batch::{
+    object_len, AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted,
+};
 use object_store_wal::format::{
     decode_object, entry_id, entry_sequence, FormatError, Link, EMPTY_OBJECT_LEN,
 };
@@ -50,7 +52,7 @@ fn batch_rejects_empty_appends() {
         ));
         assert!(matches!(
             batch.admit(parts),
-            Err(Admit::Invalid(Error::EmptyAppend))
+            Err(NotAdmitted::Invalid(Error::EmptyAppend))
         ));
     }
     assert!(batch.is_empty());
@@ -68,7 +70,7 @@ fn batch_rejects_entry_above_max_entry_bytes() {
     let err = batch.admit(vec![(4, vec![bs("ok")]), (5, vec![bs("a"), above])]);
     assert!(matches!(
         err,
-        Err(Admit::Invalid(Error::EntryTooLarge {
+        Err(NotAdmitted::Invalid(Error::EntryTooLarge {
             region: 5,
             len: 11,
             max: 10,
@@ -100,7 +102,7 @@ fn batch_rejects_append_too_large_alone() {
     let mut batch = Batch::new(limits(exact - 1, 1000));
     assert!(matches!(
         batch.admit(vec![(1, vec![entry.clone()])]),
-        Err(Admit::Invalid(Error::AppendTooLarge {
+        Err(NotAdmitted::Invalid(Error::AppendTooLarge {
             bytes: 248,
             max: 247
         }))
@@ -113,7 +115,7 @@ fn batch_rejects_append_too_large_alone() {
     ];
     assert!(matches!(
         batch.admit(split),
-        Err(Admit::Invalid(Error::AppendTooLarge {
+        Err(NotAdmitted::Invalid(Error::AppendTooLarge {
             bytes: 296,
             max: 248
         }))
@@ -132,13 +134,13 @@ fn batch_full_returns_the_parts_untouched() {
     assert_eq!(batch.encoded_len(), max);
 
     let third: AppendParts = vec![(1, vec![entry(3)])];
-    let Err(Admit::Full(back)) = batch.admit(third.clone()) else {
+    let Err(NotAdmitted::Full(back)) = batch.admit(third.clone()) else {
         panic!("a full batch takes no more")
     };
     assert_eq!(back, third);
     // Even a zero-byte entry of a new region needs a footer record and a length prefix.
     let small: AppendParts = vec![(2, vec![Bytes::new()])];
-    let Err(Admit::Full(back_small)) = batch.admit(small.clone()) else {
+    let Err(NotAdmitted::Full(back_small)) = batch.admit(small.clone()) else {
         panic!("a full batch takes no more")
     };
     assert_eq!(back_small, small);
@@ -187,13 +189,13 @@ fn batch_region_full_at_2_pow_20_entries() {
     assert_eq!(batch.encoded_len(), object_len(4 * N as u64, 1));
 
     let one: AppendParts = vec![(5, vec![bs("z")])];
-    let Err(Admit::Full(back)) = batch.admit(one.clone()) else {
+    let Err(NotAdmitted::Full(back)) = batch.admit(one.clone()) else {
         panic!("region 5 holds 2^20 entries")
     };
     assert_eq!(back, one);
     // Part of an append across regions: the whole append waits.
     let across: AppendParts = vec![(6, vec![bs("w")]), (5, vec![bs("z")])];
-    let Err(Admit::Full(back_across)) = batch.admit(across.clone()) else {
+    let Err(NotAdmitted::Full(back_across)) = batch.admit(across.clone()) else {
         panic!("region 5 holds 2^20 entries")
     };
     assert_eq!(back_across, across);
@@ -236,7 +238,7 @@ fn batch_rejects_more_than_2_pow_20_entries_of_one_region() {
     let mut batch = Batch::new(limits(u64::MAX, 16));
     assert!(matches!(
         batch.admit(vec![(9, vec![Bytes::new(); N + 1])]),
-        Err(Admit::Invalid(Error::TooManyEntries {
+        Err(NotAdmitted::Invalid(Error::TooManyEntries {
             region: 9,
             count,
         })) if count == N as u64 + 1
@@ -248,7 +250,7 @@ fn batch_rejects_more_than_2_pow_20_entries_of_one_region() {
             (1, vec![bs("a")]),
             (9, vec![bs("b")]),
         ]),
-        Err(Admit::Invalid(Error::TooManyEntries {
+        Err(NotAdmitted::Invalid(Error::TooManyEntries {
             region: 9,
             count,
         })) if count == N as u64 + 1
@@ -391,7 +393,7 @@ proptest! {
                     admitted.push(parts);
                     told.push(batch.receipt(i, sequence).expect("the receipt of an admitted append"));
                 }
-                Err(Admit::Full(back)) => {
+                Err(NotAdmitted::Full(back)) => {
                     prop_assert!(alone <= max_object_bytes);
                     prop_assert!(with_batch > max_object_bytes);
                     prop_assert!(!admitted.is_empty());
@@ -404,13 +406,13 @@ proptest! {
                     admitted.push(parts);
                     told.push(batch.receipt(0, sequence).expect("the receipt of an admitted append"));
                 }
-                Err(Admit::Invalid(Error::AppendTooLarge { bytes, max })) => {
+                Err(NotAdmitted::Invalid(Error::AppendTooLarge { bytes, max })) => {
                     prop_assert_eq!(bytes, alone);
                     prop_assert_eq!(max, max_object_bytes);
                     prop_assert!(alone > max_object_bytes);
                     continue;
                 }
-                Err(Admit::Invalid(e)) => prop_assert!(false, "unexpected {e:?}"),
+                Err(NotAdmitted::Invalid(e)) => prop_assert!(false, "unexpected {e:?}"),
             }
             model_regions.extend(regions);
             model_bytes += bytes;

@@ -22,7 +22,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use object_store_wal::batch::{Batch, SealedObject};
-use object_store_wal::epoch::EpochState;
+use object_store_wal::epoch::WritePosition;
 use object_store_wal::format::{self, encode_object, EncodedObject, FormatError, Header, Link};
 use object_store_wal::objects::{object_key, parse_key, WalIo};
 use object_store_wal::open::open_instance_above;
@@ -311,7 +311,7 @@ async fn open_ro(store: &Arc<dyn ObjectStore>) -> ObjectStoreLogStore {
         .expect("open read-only")
 }
 
-fn seal(state: &mut EpochState, p: &[(u64, &[&str])]) -> SealedObject {
+fn seal(state: &mut WritePosition, p: &[(u64, &[&str])]) -> SealedObject {
     let mut batch = Batch::new(config().batch_limits());
     batch.admit(parts(p)).expect("admitted");
     state.seal(&mut batch).expect("sealed")
@@ -347,7 +347,7 @@ async fn empty_prefix(store: Arc<dyn ObjectStore>) {
     let state = wal.epoch().unwrap();
     assert_eq!(
         state,
-        EpochState {
+        WritePosition {
             epoch: 2,
             next_sequence: 2,
             link: Link {
@@ -1083,7 +1083,7 @@ async fn open_claims_holes_and_writes_the_opening_object(store: Arc<dyn ObjectSt
     }
     assert_eq!(
         wal.epoch().unwrap(),
-        EpochState {
+        WritePosition {
             epoch: 8,
             next_sequence: 8,
             link: Link {

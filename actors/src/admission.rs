@@ -151,7 +151,7 @@ pub(crate) async fn wait_durable_through(
 ///
 /// Many nodes apply an entry to memory as soon as its id is fixed and need it durable
 /// only before they answer a client or flush. [`WalHandle::append_admitted`] answers
-/// once the append is admitted into the open batch, with its ids and a [`Durable`]
+/// once the append is admitted into the open batch, with its ids and a [`PendingReceipt`]
 /// future for the receipt; [`WalHandle::durable_through`] waits until every id up to a
 /// given one is durable.
 ///
@@ -183,7 +183,7 @@ pub struct Admitted {
     pub ids: AppendReceipt,
     /// Resolves with the receipt once the append is durable, or with the error that
     /// failed it (mind its [`Error::durability`]).
-    pub durable: Durable,
+    pub durable: PendingReceipt,
 }
 
 /// Resolves once an admitted append is durable ([`Admitted::durable`]): `Ok` with its
@@ -193,7 +193,7 @@ pub struct Admitted {
 ///
 /// [`WalHandle::append`]: crate::WalHandle::append
 #[derive(Debug)]
-pub struct Durable {
+pub struct PendingReceipt {
     state: DurableState,
     /// Where the WAL left the error that ended it, to say why a reply never came.
     terminal: Arc<Mutex<Option<Error>>>,
@@ -205,12 +205,12 @@ enum DurableState {
     Done(Option<Result<AppendReceipt>>),
 }
 
-impl Durable {
+impl PendingReceipt {
     pub(crate) fn new(
         rx: oneshot::Receiver<Result<AppendReceipt>>,
         terminal: Arc<Mutex<Option<Error>>>,
     ) -> Self {
-        Durable {
+        PendingReceipt {
             state: DurableState::Waiting(rx),
             terminal,
         }
@@ -221,7 +221,7 @@ impl Durable {
         result: Result<AppendReceipt>,
         terminal: Arc<Mutex<Option<Error>>>,
     ) -> Self {
-        Durable {
+        PendingReceipt {
             state: DurableState::Done(Some(result)),
             terminal,
         }
@@ -244,7 +244,7 @@ impl Durable {
     }
 }
 
-impl Future for Durable {
+impl Future for PendingReceipt {
     type Output = Result<AppendReceipt>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

@@ -21,8 +21,9 @@ use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::admission::{wait_durable_through, Admitted, Durable, Progress, ProgressState};
-use crate::messages::{AppendRequest, EntryReceiver, EntryStream, WalMsg, WalStats};
+use crate::admission::{wait_durable_through, Admitted, PendingReceipt, Progress, ProgressState};
+use crate::messages::{AppendRequest, EntryReceiver, EntryStream, WalMsg};
+use crate::stats::WalStats;
 use crate::supervisor::{RestartPolicy, Supervisor, SupervisorArgs};
 
 /// Why the WAL could not be spawned.
@@ -254,7 +255,7 @@ impl WalHandle {
     async fn append_admitted_inner(&self, parts: AppendParts) -> Result<Admitted> {
         let (reply, durable_rx) = ractor::concurrency::oneshot();
         let (admitted, admitted_rx) = ractor::concurrency::oneshot();
-        let durable = Durable::new(durable_rx, self.terminal.clone());
+        let durable = PendingReceipt::new(durable_rx, self.terminal.clone());
         let request = AppendRequest {
             parts,
             fail_fast: false,
@@ -272,7 +273,7 @@ impl WalHandle {
                 let receipt = durable.await?;
                 Ok(Admitted {
                     ids: receipt.clone(),
-                    durable: Durable::resolved(Ok(receipt), self.terminal.clone()),
+                    durable: PendingReceipt::resolved(Ok(receipt), self.terminal.clone()),
                 })
             }
         }

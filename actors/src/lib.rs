@@ -20,7 +20,7 @@
 //!
 //! A node that applies entries to memory as soon as their ids are fixed uses the
 //! two-stage acknowledgement ([`Admitted`]): [`WalHandle::append_admitted`] answers at
-//! admission with the final ids and a [`Durable`] future, and
+//! admission with the final ids and a [`PendingReceipt`] future, and
 //! [`WalHandle::durable_through`] waits until every id up to one is durable.
 //!
 //! Metrics go through the `metrics` facade: the node installs a recorder before it
@@ -64,11 +64,14 @@ mod messages;
 mod reader;
 mod reclaimer;
 mod recovery;
+mod stats;
 mod supervisor;
+mod task;
 mod writer;
 
-pub use admission::{Admitted, Durable};
+pub use admission::{Admitted, PendingReceipt};
 pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
-pub use messages::{AppendRequest, EntryReceiver, EntryStream, WalMsg, WalStats};
+pub use messages::{AppendRequest, EntryReceiver, EntryStream, WalMsg};
 pub use object_store_wal::{Durability, Error};
+pub use stats::WalStats;
 pub use supervisor::{RestartPolicy, MAX_QUEUED_REQUESTS, MAX_READERS};

@@ -40,8 +40,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::messages::Counters;
-use crate::recovery::AbortOnDrop;
+use crate::stats::Counters;
+use crate::task::AbortOnDrop;
 
 /// Deletes in flight at once.
 pub const MAX_DELETES_IN_FLIGHT: usize = 8;

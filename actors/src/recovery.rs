@@ -11,6 +11,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info_span, Instrument};
 
 use crate::messages::{InternalMsg, WalMsg};
+use crate::task::AbortOnDrop;
 
 /// Everything recovery needs.
 pub struct RecoveryArgs {
@@ -25,17 +26,6 @@ pub struct RecoveryArgs {
     /// The opening object goes above this sequence too: the highest whose entry ids
     /// the WAL handed out at admission (`open_instance_above`).
     pub above: u64,
-}
-
-/// A task aborted when this is dropped: the state of an actor that owns a task (the
-/// open here, an upload, a reclaim pass), so the task ends however the actor does
-/// (stopped, or killed with its supervisor, which skips `post_stop`).
-pub struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// What a panic said, as far as it can be read.

@@ -37,12 +37,12 @@ use tracing::{error, info, info_span, warn};
 
 use crate::admission::Progress;
 use crate::messages::{
-    AppendRequest, Counters, EntryReceiver, Internal, InternalMsg, ReaderMsg, WalMsg, WalStats,
-    WriterMsg,
+    AppendRequest, EntryReceiver, Internal, InternalMsg, ReaderMsg, WalMsg, WriterMsg,
 };
 use crate::reader::{follow, forward, ReaderActor, ReaderArgs};
 use crate::reclaimer::{ReclaimerActor, ReclaimerArgs, ReclaimerMsg};
 use crate::recovery::{RecoveryActor, RecoveryArgs};
+use crate::stats::{Counters, WalStats};
 use crate::writer::{WriterActor, WriterArgs};
 
 /// Requests (appends, reads, watermarks, positions) that wait for an open at most; also

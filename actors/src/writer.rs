@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use object_store_wal::batch::SealedObject;
 use object_store_wal::catalog::{Catalog, Retention};
-use object_store_wal::epoch::EpochState;
+use object_store_wal::epoch::WritePosition;
 use object_store_wal::objects::WalIo;
 use object_store_wal::persist::{persist_within, PersistOutcome};
 use object_store_wal::protocol::{
@@ -46,10 +46,11 @@ use tokio::time::Instant;
 use tracing::{debug, info_span, warn, Instrument};
 
 use crate::admission::Progress;
-use crate::messages::{AppendRequest, Counters, InternalMsg, WalMsg, WriterMsg};
+use crate::messages::{AppendRequest, InternalMsg, WalMsg, WriterMsg};
 use crate::reclaimer::ReclaimerMsg;
-use crate::recovery::AbortOnDrop;
+use crate::stats::Counters;
 use crate::supervisor::MAX_QUEUED_REQUESTS;
+use crate::task::AbortOnDrop;
 
 /// Everything the writer starts with.
 pub struct WriterArgs {
@@ -62,7 +63,7 @@ pub struct WriterArgs {
     /// Counters shared with the supervisor.
     pub counters: Arc<Counters>,
     /// Where the epoch starts.
-    pub epoch: EpochState,
+    pub epoch: WritePosition,
     /// Told when the epoch ends.
     pub supervisor: ActorRef<WalMsg>,
     /// Measures create durations (`max_create_duration`).

@@ -1,5 +1,5 @@
 //! The two-stage acknowledgement: `append_admitted` answers at admission with final
-//! ids and a `Durable` future; `durable_through` waits until every id up to one is
+//! ids and a `PendingReceipt` future; `durable_through` waits until every id up to one is
 //! durable. The tests hold and fail creates with the fault store to put admission,
 //! durability and failure apart, and check every id against the receipts and against
 //! what a fresh instance replays.
