@@ -140,6 +140,19 @@ impl RetryPolicy {
 
 /// Configuration, validated by [`Config::validate`] (each bad value is an error naming
 /// its field).
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use object_store_wal::{Config, Error};
+///
+/// let config = Config::new("node-7/wal").with_min_object_interval(Duration::from_millis(10));
+/// assert!(config.validate().is_ok());
+/// match Config::new("node-7/wal").with_max_in_flight(0).validate() {
+///     Err(Error::Config { field, .. }) => assert_eq!(field, "max_in_flight"),
+///     other => panic!("{other:?}"),
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Config {

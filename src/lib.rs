@@ -5,6 +5,20 @@
 //! Azure Blob, a local directory, memory), one object per flush, each written once with
 //! a conditional create and never changed.
 //!
+//! ## Quick start: which front end
+//!
+//! - **In a database node**, use the actor runtime, `object-store-wal-actors`: its
+//!   `spawn_wal` starts a supervised WAL that batches every region's appends into one
+//!   object per flush, pipelines uploads, reopens after an ended epoch, serves reads and
+//!   followers and reclaims space; a cloneable `WalHandle` (or `WalMsg`s from your own
+//!   actors) talks to it.
+//! - **Without actors** (a tool, a test, a single-threaded caller),
+//!   [`ObjectStoreLogStore`]: one object at a time, appended and flushed by the caller,
+//!   with the same format, recovery and write protocol (its docs have an example).
+//!
+//! Either way, a new WAL is started only when asked ([`Config::create_if_missing`]), so a
+//! typo in a URL does not start an empty one.
+//!
 //! ## The format in brief
 //!
 //! An object is `header (56) | segments | footer | trailer (32)` under the key
@@ -177,3 +191,9 @@ pub use open::{DamagedSegment, ObjectInfo, RecoveryReport, UnreadObject};
 pub use read::Entry;
 pub use sequential::{FlushReceipt, ObjectStoreLogStore};
 pub use transport::{split_store_url, store_and_prefix_from_url, store_from_url};
+
+/// The README's Rust blocks, compiled (and the ones that need no store, run) by
+/// `cargo test --doc`, so a snippet that no longer compiles fails the tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

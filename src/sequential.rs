@@ -57,6 +57,32 @@ fn lock(retention: &Mutex<Retention>) -> MutexGuard<'_, Retention> {
 /// Open it with [`open`](Self::open) (recovery and fencing: every earlier instance is
 /// fenced) or [`open_read_only`](Self::open_read_only) (recovery only: it writes nothing
 /// and fences nobody).
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use std::sync::Arc;
+///
+/// use bytes::Bytes;
+/// use futures::TryStreamExt;
+/// use object_store::memory::InMemory;
+/// use object_store_wal::{Config, ObjectStoreLogStore};
+///
+/// let store = Arc::new(InMemory::new());
+/// let config = Config::new("node-7/wal").with_create_if_missing(true);
+/// let mut wal = ObjectStoreLogStore::open(store.clone(), config.clone()).await?;
+/// let receipt = wal
+///     .append_and_flush(vec![(1, vec![Bytes::from_static(b"put k v")])])
+///     .await?;
+/// drop(wal);
+///
+/// // Another instance opens the prefix (fencing the first) and replays region 1.
+/// let wal = ObjectStoreLogStore::open(store, config).await?;
+/// let entries: Vec<_> = wal.read(1, 0).try_collect().await?;
+/// assert_eq!(entries[0].id, receipt.parts[0].first_id);
+/// assert_eq!(entries[0].payload, Bytes::from_static(b"put k v"));
+/// # Ok::<(), object_store_wal::Error>(())
+/// # }).unwrap();
+/// ```
 #[derive(Debug)]
 pub struct ObjectStoreLogStore {
     io: WalIo,

@@ -40,6 +40,28 @@ pub enum SpawnError {
 
 /// Spawns the WAL (its supervisor, which starts recovery, the writer and readers).
 /// Returns at once; appends and reads wait until recovery is done.
+///
+/// ```
+/// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+/// use std::sync::Arc;
+///
+/// use bytes::Bytes;
+/// use object_store::memory::InMemory;
+/// use object_store_wal::Config;
+/// use object_store_wal_actors::{spawn_wal, RestartPolicy};
+///
+/// let store = Arc::new(InMemory::new());
+/// let config = Config::new("node-7/wal").with_create_if_missing(true);
+/// let (wal, join) = spawn_wal(store, config, RestartPolicy::default()).await?;
+/// let receipt = wal.append(1, vec![Bytes::from_static(b"put k v")]).await?;
+/// let entries = wal.read(1, 0).await?;
+/// let entry = entries.recv_async().await.expect("an entry")?;
+/// assert_eq!(entry.id, receipt.parts[0].first_id);
+/// wal.stop().await?;
+/// join.await.expect("the WAL ended");
+/// # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+/// # }).unwrap();
+/// ```
 pub async fn spawn_wal(
     store: Arc<dyn ObjectStore>,
     config: Config,
