@@ -15,7 +15,9 @@ use crate::batch::{Batch, SealedObject};
 use crate::error::{Durability, EpochEndReason, Error, Result};
 use crate::format::Link;
 
-/// opening object even while several are in flight.
+/// Where an epoch writes next: its number, the next sequence, the link the next object
+/// carries (the last object sealed, so every object links back through its epoch to the
+/// opening object even while several are in flight), and the floor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WritePosition {
     /// This instance's epoch.

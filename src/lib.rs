@@ -185,6 +185,7 @@ pub use clock::{BootClock, CreateClock};
 #[cfg(feature = "serde")]
 pub use config::WalSection;
 pub use config::{Config, CorruptSegmentPolicy, HedgeAfter, RetryPolicy};
+pub use epoch::WritePosition;
 pub use error::{BackpressureLimit, Durability, EpochEndReason, Error, ErrorKind, Result};
 pub use format::{entry_id, FormatError, Header, Link};
 pub use open::{DamagedSegment, ObjectInfo, RecoveryReport, UnreadObject};
