@@ -40,7 +40,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{
     GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
@@ -562,19 +562,33 @@ impl Transport for StoreTransport {
     ) -> Request<'a, Result<()>> {
         Box::pin(async move {
             // The stream is made inside the request, so a closed transport never asks
-            // the store for it; folded as the pages arrive.
+            // the store for it; folded as the pages arrive. The bound is on progress:
+            // each key must come within `request_timeout` of the one before (a listing
+            // of many pages is slower than any one request, and is not ended for it;
+            // one that stalls is).
+            let timeout = self.requests.timeout;
             let listing = async {
-                let keys = match offset {
+                let mut keys = match offset {
                     Some(offset) => self.store.list_with_offset(Some(prefix), offset),
                     None => self.store.list(Some(prefix)),
                 };
-                keys.try_for_each(|meta| {
-                    visit(&meta.location, meta.size);
-                    futures::future::ready(Ok(()))
-                })
-                .await
+                loop {
+                    match tokio::time::timeout(timeout, keys.next()).await {
+                        Err(stalled) => return Err(stalled),
+                        Ok(None) => return Ok(Ok(())),
+                        Ok(Some(Err(e))) => return Ok(Err(e)),
+                        Ok(Some(Ok(meta))) => visit(&meta.location, meta.size),
+                    }
+                }
             };
-            let answer = self.within_timeout("list", prefix, listing).await;
+            let answer = match self.closing.run(listing).await {
+                None => Err(Self::stopped(Durability::NotWritten)),
+                Some(Ok(answer)) => Ok(answer),
+                Some(Err(_)) => {
+                    self.requests.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                    Err(self.timeout_error("list", prefix))
+                }
+            };
             self.metrics.request(Op::List, outcome_of(&answer));
             answer?.map_err(|e| Error::store("list", prefix, e))
         })

@@ -264,3 +264,61 @@ async fn a_closed_view_sends_nothing() {
     assert_eq!(hold.finished(), 0, "nor let through");
     assert_eq!(faults.inner().head(&key(2)).await.ok(), None);
 }
+
+/// Lists the wrapped store's keys one by one, each after `per_key`, and then, if
+/// `stall`, never ends.
+#[derive(Debug)]
+struct SlowListing {
+    per_key: Duration,
+    stall: bool,
+}
+
+#[async_trait]
+impl Hooks for SlowListing {
+    const NAME: &'static str = "SlowListing";
+
+    fn list(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        prefix: Option<&Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        use futures::StreamExt;
+        let per_key = self.per_key;
+        let keys = inner.list(prefix).then(move |meta| async move {
+            tokio::time::sleep(per_key).await;
+            meta
+        });
+        if self.stall {
+            keys.chain(futures::stream::pending()).boxed()
+        } else {
+            keys.boxed()
+        }
+    }
+}
+
+/// A listing is bounded by its progress, not its length: one whose keys keep coming,
+/// each within `request_timeout`, lists them all however long it takes in total (before,
+/// a long listing timed out every attempt and an open never finished); one that stalls
+/// ends with `RequestTimeout`.
+#[tokio::test(start_paused = true)]
+async fn a_listing_is_bounded_by_its_progress_not_its_length() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    // A listing reads keys only: any bytes do.
+    for sequence in 1..=5 {
+        let bytes = bytes::Bytes::from_static(b"listed");
+        store.put(&key(sequence), bytes.into()).await.expect("put");
+    }
+    let timeout = Duration::from_millis(100);
+    for stall in [false, true] {
+        let per_key = Duration::from_millis(60); // 5 keys: 300 ms in all
+        let slow = Wrapper::wrap(store.clone(), SlowListing { per_key, stall });
+        let io = WalIo::new(slow, PREFIX, 1 << 20)
+            .expect("io")
+            .with_requests(HedgeAfter::Off, timeout);
+        match (stall, io.list().await) {
+            (false, Ok(listing)) => assert_eq!(listing.objects.len(), 5),
+            (true, Err(Error::RequestTimeout { op: "list", .. })) => {}
+            (stall, other) => panic!("stall {stall}: {other:?}"),
+        }
+    }
+}
