@@ -192,7 +192,9 @@ pub struct Config {
     /// alongside the first (a hedged request).
     pub hedge_after: HedgeAfter,
     /// The longest any single request may take; one that has not answered by then is an
-    /// unknown outcome (a create) or a failed read, and follows the usual rules.
+    /// unknown outcome (a create) or a failed read, and follows the usual rules. A
+    /// listing, many pages long, is bounded by its progress instead: each key must come
+    /// within this of the one before.
     pub request_timeout: Duration,
     /// Objects a replay of many regions fetches at once.
     pub replay_concurrency: usize,
