@@ -22,7 +22,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::admission::{wait_durable_through, Admitted, PendingReceipt, Progress, ProgressState};
-use crate::messages::{AppendRequest, EntryReceiver, EntryStream, WalMsg};
+use crate::entries::{EntryReceiver, EntryStream};
+use crate::messages::{AppendRequest, WalMsg};
 use crate::stats::WalStats;
 use crate::supervisor::{RestartPolicy, Supervisor, SupervisorArgs};
 

@@ -59,6 +59,7 @@
 
 // The modules are the runtime's inside; what a node uses is re-exported below.
 mod admission;
+mod entries;
 mod handle;
 mod messages;
 mod reader;
@@ -70,8 +71,9 @@ mod task;
 mod writer;
 
 pub use admission::{Admitted, PendingReceipt};
+pub use entries::{EntryReceiver, EntryStream, ReadEnded};
 pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
-pub use messages::{AppendRequest, EntryReceiver, EntryStream, WalMsg};
+pub use messages::{AppendRequest, WalMsg};
 pub use object_store_wal::{Durability, Error};
 pub use stats::WalStats;
 pub use supervisor::{RestartPolicy, MAX_QUEUED_REQUESTS, MAX_READERS};

@@ -7,17 +7,12 @@
 
 use object_store_wal::open::Opened;
 use object_store_wal::persist::PersistOutcome;
-use object_store_wal::{AppendParts, AppendReceipt, Entry, Error, Result};
+use object_store_wal::{AppendParts, AppendReceipt, Error, Result};
 use ractor::RpcReplyPort;
 
 use crate::stats::WalStats;
 
-/// A stream of a region's entries: a bounded channel fed by the region's reader.
-pub type EntryReceiver = flume::Receiver<Result<Entry>>;
-
-/// An [`EntryReceiver`] as a `futures::Stream` (from the handle's `*_stream` calls): it
-/// ends when the read does; dropping it ends the read.
-pub type EntryStream = flume::r#async::RecvStream<'static, Result<Entry>>;
+pub use crate::entries::EntryReceiver;
 
 /// One append: its parts (one region or several, landing atomically in one object).
 /// Built with [`AppendRequest::new`]; later releases may add fields.

@@ -92,7 +92,7 @@ pub fn forward(
         }
         .instrument(span),
     );
-    rx
+    EntryReceiver::new(rx)
 }
 
 /// Follows `region` from `from`: what the catalog holds, then each object as it is
