@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::StreamExt;
-use object_store_wal::read::{replay_regions, ReplayLimits};
 use object_store_wal::store_from_url;
 use object_store_wal::{Config, ObjectStoreLogStore};
 
@@ -195,15 +194,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     let mut flushed_not_replayed = 0u64;
     // One bulk replay of every region: each object is fetched once (a read per region
     // would fetch each object once per region it holds).
-    let config = wal.config().clone();
-    let from: HashMap<u64, u64> = (1..=args.regions).map(|r| (r, 0)).collect();
-    let mut entries = replay_regions(
-        wal.io().clone(),
-        wal.catalog(),
-        from,
-        ReplayLimits::of(&config),
-        config.corrupt_segment_policy,
-    );
+    let mut entries = wal.replay((1..=args.regions).map(|r| (r, 0)));
     let mut seen: HashMap<(u64, u64), u32> = HashMap::new();
     let mut last: HashMap<u64, u64> = HashMap::new();
     while let Some(entry) = entries.next().await {

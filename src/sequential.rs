@@ -33,7 +33,7 @@ use crate::objects::WalIo;
 use crate::open::{open_instance, recover, Opened, RecoveryReport};
 use crate::persist::persist_within;
 use crate::protocol::{Action, Limits, Now, SharedChain, WhenFull, WriteProtocol};
-use crate::read::{follow_read_only, read_region, Entry};
+use crate::read::{follow_read_only, read_region, replay_regions, Entry, ReplayLimits};
 
 /// The receipt of one flushed object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -341,6 +341,31 @@ impl ObjectStoreLogStore {
             region,
             from,
             self.config.read_ahead,
+            self.config.corrupt_segment_policy,
+        )
+    }
+
+    /// Every entry of the regions of `from` (region -> first id), each object fetched once
+    /// whatever the regions it holds (a node's restart), within the configuration's
+    /// `replay_concurrency` and `replay_budget_bytes`. A region's entries come in order;
+    /// regions interleave. Ids at or below a region's obsolete watermark are hidden.
+    pub fn replay(
+        &self,
+        from: impl IntoIterator<Item = (u64, u64)>,
+    ) -> BoxStream<'static, Result<Entry>> {
+        let retention = lock(&self.retention);
+        let from = from
+            .into_iter()
+            .map(|(region, id)| match retention.watermark(region) {
+                Some(w) => (region, id.max(w.saturating_add(1))),
+                None => (region, id),
+            })
+            .collect();
+        replay_regions(
+            self.io.clone(),
+            self.catalog.clone(),
+            from,
+            ReplayLimits::of(&self.config),
             self.config.corrupt_segment_policy,
         )
     }
