@@ -140,6 +140,9 @@
 //!   only through `Transport`. One log over several stores is a `Transport` over N of
 //!   them, between these two layers: the objects above do not change.
 //! - **Pure rules** (`format`, `batch`, `catalog`, `epoch`, `hedge`, `clock`): no I/O.
+//!   `quorum` holds the rules of one log over several stores (a create's N answers, an
+//!   open's verdict per key, settled holes); nothing uses it yet, and quorum writes stay
+//!   out of the API until quorum recovery and its exploration are in.
 //! - **The write protocol** (`protocol`): one epoch's rules as a state machine without
 //!   I/O (events in: admitted, create answered, time, stop; actions out: start a create,
 //!   acknowledge, fail, publish a floor, the epoch ended), as quinn-proto is under quinn.
