@@ -7,8 +7,9 @@
 //!
 //! Every scenario is one `async fn(Arc<dyn ObjectStore>)`, run on `InMemory`, on
 //! `LocalFileSystem` (with fsync) in a fresh temporary directory, and on the local servers
-//! of `scripts/servers.sh` (with the features `aws` / `azure`, when `WAL_TEST_S3` /
-//! `WAL_TEST_AZURE` name them; skipped with a note otherwise), each in a fresh key space.
+//! of `scripts/servers.sh` (with the features `aws` / `azure`; ignored unless run with
+//! `--include-ignored`, as `.ci/run` does, which needs `WAL_TEST_S3` / `WAL_TEST_AZURE`),
+//! each in a fresh key space.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
