@@ -358,7 +358,7 @@ pub async fn open_instance_above(
                     CreateAttempt::Created => {}
                     CreateAttempt::Unsupported => return Err(io.unsupported()),
                     CreateAttempt::Refused(e) => return Err(e),
-                    CreateAttempt::AlreadyExists => {
+                    CreateAttempt::AlreadyExists { .. } => {
                         return Ok(Err("a claim found its sequence taken".to_string()))
                     }
                     CreateAttempt::Unknown(e) => {
@@ -398,7 +398,7 @@ pub async fn open_instance_above(
                 }
                 CreateAttempt::Unsupported => return Err(io.unsupported()),
                 CreateAttempt::Refused(e) => return Err(e),
-                CreateAttempt::AlreadyExists => {
+                CreateAttempt::AlreadyExists { .. } => {
                     return Ok(Err("the opening object's sequence was taken".to_string()))
                 }
                 CreateAttempt::Unknown(e) => {

@@ -112,12 +112,21 @@ pub async fn persist(io: &WalIo, object: &EncodedObject, retry: &RetryPolicy) ->
                 debug!(sequence, attempt, error = %e, "create outcome unknown, retrying identical bytes");
                 e
             }
-            CreateAttempt::AlreadyExists => {
-                // Bytes damaged in transit must not pass for damage at rest: what is not
-                // definite (other bytes of this epoch, a damaged header) is read again.
-                let resolved = read_again_once(|| async {
-                    let found = io.read_whole(sequence).await?;
-                    Ok(resolve_conflict(io, object, &found, attempt))
+            CreateAttempt::AlreadyExists { found } => {
+                // The transport may have read the object already (over several stores it
+                // must); otherwise the key is read. Bytes damaged in transit must not
+                // pass for damage at rest: what is not definite (other bytes of this
+                // epoch, a damaged header) is read again.
+                let mut given = found;
+                let resolved = read_again_once(|| {
+                    let given = given.take();
+                    async move {
+                        let found = match given {
+                            Some(found) => found,
+                            None => io.read_whole(sequence).await?,
+                        };
+                        Ok(resolve_conflict(io, object, &found, attempt))
+                    }
                 })
                 .await;
                 match resolved {

@@ -63,7 +63,13 @@ pub enum CreateAttempt {
     /// The object was created: durable.
     Created,
     /// An object already holds the key (ours from an earlier attempt, or another's).
-    AlreadyExists,
+    /// `found`: its bytes, when the transport has read them already (a layer over several
+    /// stores does, to tell the copies apart: a read of "the key" there could be served
+    /// by our own minority copy); `None`: the caller reads the key, as over one store.
+    AlreadyExists {
+        /// The object found at the key, if already read.
+        found: Option<Bytes>,
+    },
     /// The store does not do conditional creates.
     Unsupported,
     /// The store refused the create for permission or authentication
@@ -282,7 +288,7 @@ fn outcome_of<T, E>(answer: &Result<std::result::Result<T, E>>) -> Outcome {
 fn create_outcome(answer: &CreateAttempt) -> Outcome {
     match answer {
         CreateAttempt::Created => Outcome::Ok,
-        CreateAttempt::AlreadyExists => Outcome::Conflict,
+        CreateAttempt::AlreadyExists { .. } => Outcome::Conflict,
         CreateAttempt::Unsupported | CreateAttempt::Refused(_) | CreateAttempt::Unknown(_) => {
             Outcome::Error
         }
@@ -448,7 +454,9 @@ impl StoreTransport {
                 match store.put_opts(&key, payload, opts).await {
                     Ok(_) => CreateAttempt::Created,
                     Err(object_store::Error::AlreadyExists { .. })
-                    | Err(object_store::Error::Precondition { .. }) => CreateAttempt::AlreadyExists,
+                    | Err(object_store::Error::Precondition { .. }) => {
+                        CreateAttempt::AlreadyExists { found: None }
+                    }
                     Err(object_store::Error::NotImplemented { .. })
                     | Err(object_store::Error::NotSupported { .. }) => CreateAttempt::Unsupported,
                     Err(e) => match Error::store("create", key, e) {

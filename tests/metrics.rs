@@ -79,7 +79,7 @@ async fn every_request_is_counted_once_by_op_and_outcome() {
     ));
     assert!(matches!(
         io.create(&object(2)).await,
-        CreateAttempt::AlreadyExists
+        CreateAttempt::AlreadyExists { found: None }
     ));
     // put: the first create of 3 stalls, its twin creates it (ok); the first, released,
     // finds the twin's object and counts as hedged.

@@ -122,12 +122,12 @@ async fn second_create_fails_and_keeps_the_first_bytes(store: Arc<dyn ObjectStor
     assert!(matches!(io.create(&ours).await, CreateAttempt::Created));
     let attempt = io.create(&later).await;
     assert!(
-        matches!(attempt, CreateAttempt::AlreadyExists),
+        matches!(attempt, CreateAttempt::AlreadyExists { found: None }),
         "{attempt:?}"
     );
     let attempt = io.create(&ours).await;
     assert!(
-        matches!(attempt, CreateAttempt::AlreadyExists),
+        matches!(attempt, CreateAttempt::AlreadyExists { found: None }),
         "an identical retry meets AlreadyExists too: {attempt:?}"
     );
     assert_eq!(io.read_whole(1).await.expect("read"), ours.to_bytes());
@@ -187,7 +187,7 @@ async fn concurrent_creates_have_one_winner(store: Arc<dyn ObjectStore>) {
         for (w, task) in tasks.into_iter().enumerate() {
             match task.await.expect("task") {
                 CreateAttempt::Created => winners.push(w),
-                CreateAttempt::AlreadyExists => {}
+                CreateAttempt::AlreadyExists { found: None } => {}
                 other => panic!("sequence {sequence}, writer {w}: {other:?}"),
             }
         }
