@@ -38,7 +38,7 @@ use crate::format::{
     MAX_SEQUENCE, TRAILER_LEN,
 };
 use crate::metrics::Metrics;
-pub use crate::transport::{CreateAttempt, RequestStats, HEDGE_MAX_BYTES};
+pub use crate::transport::{CreateAttempt, CreateKind, RequestStats, HEDGE_MAX_BYTES};
 use crate::transport::{StoreTransport, Transport};
 
 /// Digits of the zero-padded sequence in a key.
@@ -267,11 +267,11 @@ impl WalIo {
         Ok(listing)
     }
 
-    /// Creates the object only if its key is absent: one attempt, never hedged (claims
-    /// and opening objects), under the request timeout.
-    pub async fn create(&self, object: &EncodedObject) -> CreateAttempt {
+    /// Creates a claim or the opening object only if its key is absent: one attempt,
+    /// never hedged, under the request timeout.
+    pub async fn create(&self, object: &EncodedObject, kind: CreateKind) -> CreateAttempt {
         let key = self.key(object.header().sequence);
-        self.transport.create(&key, object.chunks(), false).await
+        self.transport.create(&key, object.chunks(), kind).await
     }
 
     /// Creates a data object only if its key is absent, hedged (unless it is larger than
@@ -281,7 +281,9 @@ impl WalIo {
     /// table's identical retry, resolved by the caller like any other.
     pub async fn create_hedged(&self, object: &EncodedObject) -> CreateAttempt {
         let key = self.key(object.header().sequence);
-        self.transport.create(&key, object.chunks(), true).await
+        self.transport
+            .create(&key, object.chunks(), CreateKind::Data)
+            .await
     }
 
     /// One GET of `range` (or whole), hedged unless the range is larger than

@@ -40,7 +40,7 @@ use crate::config::Config;
 use crate::epoch::WritePosition;
 use crate::error::{Error, Result};
 use crate::format::{encode_object, EncodedObject, FormatError, Header, Link};
-use crate::objects::{CreateAttempt, ListedObject, SummaryRead, WalIo};
+use crate::objects::{CreateAttempt, CreateKind, ListedObject, SummaryRead, WalIo};
 use crate::protocol::create_too_slow;
 
 /// One object as recovery saw it.
@@ -348,7 +348,7 @@ pub async fn open_instance_above(
             let outcomes: Vec<CreateAttempt> = stream::iter(claims)
                 .map(|c| {
                     let io = io.clone();
-                    async move { io.create(&c).await }
+                    async move { io.create(&c, CreateKind::Claim).await }
                 })
                 .buffer_unordered(config.recovery_concurrency.max(1))
                 .collect()
@@ -383,7 +383,7 @@ pub async fn open_instance_above(
                     "the listing is {age:?} old, past the link window, before the opening object"
                 )));
             }
-            match io.create(&opening).await {
+            match io.create(&opening, CreateKind::Opening).await {
                 CreateAttempt::Created => {
                     // Like any create (`max_create_duration`): one that stalled may have
                     // landed on a key reclaimed meanwhile.

@@ -114,21 +114,21 @@ pub async fn persist(io: &WalIo, object: &EncodedObject, retry: &RetryPolicy) ->
             }
             CreateAttempt::AlreadyExists { found } => {
                 // The transport may have read the object already (over several stores it
-                // must); otherwise the key is read. Bytes damaged in transit must not
-                // pass for damage at rest: what is not definite (other bytes of this
-                // epoch, a damaged header) is read again.
-                let mut given = found;
-                let resolved = read_again_once(|| {
-                    let given = given.take();
-                    async move {
-                        let found = match given {
-                            Some(found) => found,
-                            None => io.read_whole(sequence).await?,
-                        };
-                        Ok(resolve_conflict(io, object, &found, attempt))
+                // must, and has checked what it read): then that answer is final, since
+                // a read of "the key" there could be served by our own minority copy.
+                // Otherwise the key is read; bytes damaged in transit must not pass for
+                // damage at rest, so what is not definite (other bytes of this epoch, a
+                // damaged header) is read again.
+                let resolved = match found {
+                    Some(found) => Ok(resolve_conflict(io, object, &found, attempt)),
+                    None => {
+                        read_again_once(|| async {
+                            let found = io.read_whole(sequence).await?;
+                            Ok(resolve_conflict(io, object, &found, attempt))
+                        })
+                        .await
                     }
-                })
-                .await;
+                };
                 match resolved {
                     Ok(Ok(outcome) | Err(outcome)) => return outcome,
                     Err(e) => e,

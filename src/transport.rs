@@ -79,17 +79,32 @@ pub enum CreateAttempt {
     Unknown(Error),
 }
 
+/// What a create writes, which decides whether it is hedged and, over several stores, how
+/// the stores' answers combine (DESIGN.md "One log over several stores").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateKind {
+    /// A data object (or a keep-alive): hedged; an "already exists" with our own bytes
+    /// is the outcome table's identical retry.
+    Data,
+    /// A claim of a hole, never hedged: over several stores it succeeds once the hole is
+    /// settled ([`crate::quorum::hole_settled`]).
+    Claim,
+    /// The opening object, never hedged: it succeeds only where it was *created*, never
+    /// on an "already exists", whatever the bytes (two openers can write identical ones).
+    Opening,
+}
+
 /// The requests the WAL's objects make of a store: the seam a replication layer
 /// implements over several stores (see the module docs).
 pub trait Transport: fmt::Debug + Send + Sync {
-    /// Creates `key` with `body` (its chunks, in order) only if the key is absent. With
-    /// `hedge`, a create that has not answered within the hedge delay is sent again
-    /// beside the first (data objects only: see the module docs).
+    /// Creates `key` with `body` (its chunks, in order) only if the key is absent. A
+    /// [`CreateKind::Data`] create that has not answered within the hedge delay is sent
+    /// again beside the first (see the module docs).
     fn create<'a>(
         &'a self,
         key: &'a Path,
         body: &'a [Bytes],
-        hedge: bool,
+        kind: CreateKind,
     ) -> Request<'a, CreateAttempt>;
 
     /// Reads `key`, whole or `range` of it.
@@ -128,6 +143,12 @@ pub trait Transport: fmt::Debug + Send + Sync {
 
     /// The store(s), for messages (a store that refuses conditional creates).
     fn describe(&self) -> String;
+
+    /// The transports of the stores beneath, one per store, when this one spans several
+    /// (an open lists and reads each store's copies on its own); empty over one store.
+    fn replicas(&self) -> Vec<Arc<dyn Transport>> {
+        Vec::new()
+    }
 }
 
 /// What happened to the requests of one transport (and every view sharing it).
@@ -544,8 +565,9 @@ impl Transport for StoreTransport {
         &'a self,
         key: &'a Path,
         body: &'a [Bytes],
-        hedge: bool,
+        kind: CreateKind,
     ) -> Request<'a, CreateAttempt> {
+        let hedge = kind == CreateKind::Data;
         let len: u64 = body.iter().map(|c| c.len() as u64).sum();
         let definite = |a: &CreateAttempt| !matches!(a, CreateAttempt::Unknown(_));
         Box::pin(self.race(

@@ -17,7 +17,7 @@ use object_store::path::Path;
 use object_store::{GetOptions, GetResult, ObjectStore, ObjectStoreExt};
 use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
 use object_store_wal::metrics::Metrics;
-use object_store_wal::objects::{object_key, CreateAttempt, WalIo};
+use object_store_wal::objects::{object_key, CreateAttempt, CreateKind, WalIo};
 use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{CountingStore, FaultStore, Hooks, Wrapper};
 use object_store_wal::transport::{ListVisitor, Request, RequestStats, StoreTransport, Transport};
@@ -253,7 +253,7 @@ async fn a_closed_view_sends_nothing() {
     ));
     assert!(matches!(io.delete(2).await, Err(Error::Stopped { .. })));
     assert!(matches!(
-        io.create(&object(3)).await,
+        io.create(&object(3), CreateKind::Claim).await,
         CreateAttempt::Unknown(Error::Stopped { .. })
     ));
     io.closed().await;
@@ -341,10 +341,10 @@ impl Transport for ReadsWhatItFinds {
         &'a self,
         key: &'a Path,
         body: &'a [bytes::Bytes],
-        hedge: bool,
+        kind: CreateKind,
     ) -> Request<'a, CreateAttempt> {
         Box::pin(async move {
-            match self.inner.create(key, body, hedge).await {
+            match self.inner.create(key, body, kind).await {
                 CreateAttempt::AlreadyExists { found: None } => {
                     match self.inner.get(key, None).await {
                         Ok(found) => CreateAttempt::AlreadyExists { found: Some(found) },

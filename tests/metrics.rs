@@ -18,7 +18,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store_wal::format::{encode_object, EncodedObject, Header, Link, EMPTY_OBJECT_LEN};
-use object_store_wal::objects::{object_key, CreateAttempt, WalIo};
+use object_store_wal::objects::{object_key, CreateAttempt, CreateKind, WalIo};
 use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{CountingStore, CreateFault, FaultStore};
 use object_store_wal::{Config, Error, HedgeAfter, ObjectStoreLogStore, RetryPolicy};
@@ -74,11 +74,11 @@ async fn every_request_is_counted_once_by_op_and_outcome() {
 
     // put: ok, then conflict on the same key.
     assert!(matches!(
-        io.create(&object(2)).await,
+        io.create(&object(2), CreateKind::Claim).await,
         CreateAttempt::Created
     ));
     assert!(matches!(
-        io.create(&object(2)).await,
+        io.create(&object(2), CreateKind::Claim).await,
         CreateAttempt::AlreadyExists { found: None }
     ));
     // put: the first create of 3 stalls, its twin creates it (ok); the first, released,
@@ -92,7 +92,7 @@ async fn every_request_is_counted_once_by_op_and_outcome() {
     hold.wait_finished(1).await;
     // put: a create of 4 that never answers times out.
     let _hang = faults.hold_next_creates_of(&key(4), 1);
-    match io.create(&object(4)).await {
+    match io.create(&object(4), CreateKind::Claim).await {
         CreateAttempt::Unknown(Error::RequestTimeout { op: "create", .. }) => {}
         other => panic!("expected a timed-out create, got {other:?}"),
     }

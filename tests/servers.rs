@@ -26,7 +26,7 @@ use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
-use object_store_wal::objects::{object_key, CreateAttempt, WalIo, TAIL_READ_BYTES};
+use object_store_wal::objects::{object_key, CreateAttempt, CreateKind, WalIo, TAIL_READ_BYTES};
 use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::read::{replay_regions, ReplayLimits};
 use object_store_wal::testing::CountingStore;
@@ -119,13 +119,16 @@ async fn second_create_fails_and_keeps_the_first_bytes(store: Arc<dyn ObjectStor
     let io = io(&store);
     let ours = object(1, 2, Link::NONE, 7, &[b"ours"]);
     let later = object(1, 3, Link::NONE, 7, &[b"a later instance's"]);
-    assert!(matches!(io.create(&ours).await, CreateAttempt::Created));
-    let attempt = io.create(&later).await;
+    assert!(matches!(
+        io.create(&ours, CreateKind::Claim).await,
+        CreateAttempt::Created
+    ));
+    let attempt = io.create(&later, CreateKind::Claim).await;
     assert!(
         matches!(attempt, CreateAttempt::AlreadyExists { found: None }),
         "{attempt:?}"
     );
-    let attempt = io.create(&ours).await;
+    let attempt = io.create(&ours, CreateKind::Claim).await;
     assert!(
         matches!(attempt, CreateAttempt::AlreadyExists { found: None }),
         "an identical retry meets AlreadyExists too: {attempt:?}"
@@ -179,7 +182,7 @@ async fn concurrent_creates_have_one_winner(store: Arc<dyn ObjectStore>) {
                 let start = start.clone();
                 tokio::spawn(async move {
                     start.wait().await;
-                    io.create(&o).await
+                    io.create(&o, CreateKind::Claim).await
                 })
             })
             .collect();
