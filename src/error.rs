@@ -305,6 +305,24 @@ pub enum Error {
         /// The timeout.
         after: std::time::Duration,
     },
+    /// Over several stores, a request that fewer than a quorum of them answered
+    /// definitely (the rest down, skipped while down, or still unanswered): for a create,
+    /// its outcome is unknown; for a read or listing, it failed. Retry later.
+    #[error("store {op} of {key}: {answered} of {stores} stores answered, a quorum is {quorum}; last error: {last}")]
+    NoQuorum {
+        /// The operation.
+        op: &'static str,
+        /// The key or prefix.
+        key: String,
+        /// Stores that answered definitely.
+        answered: usize,
+        /// Stores in all.
+        stores: usize,
+        /// The quorum.
+        quorum: usize,
+        /// The last store error seen, or why a store was not asked.
+        last: String,
+    },
     /// A bound on what the WAL holds was reached ([`BackpressureLimit`] says which) and
     /// the request was refused rather than let memory grow. Nothing was sent; retry later.
     #[error("backpressure: {held} {limit} held, limit {max}")]
@@ -377,6 +395,7 @@ impl Error {
             Error::Backpressure { .. }
             | Error::Store { .. }
             | Error::RequestTimeout { .. }
+            | Error::NoQuorum { .. }
             | Error::CallTimeout { .. }
             | Error::OpenContended { .. }
             | Error::OpenPanicked { .. }

@@ -141,8 +141,11 @@
 //!   them, between these two layers: the objects above do not change.
 //! - **Pure rules** (`format`, `batch`, `catalog`, `epoch`, `hedge`, `clock`): no I/O.
 //!   `quorum` holds the rules of one log over several stores (a create's N answers, an
-//!   open's verdict per key, settled holes); nothing uses it yet, and quorum writes stay
-//!   out of the API until quorum recovery and its exploration are in.
+//!   open's verdict per key, settled holes, a dead store's skipping); `replicated`
+//!   applies them as a `Transport` over N stores, and the open's recovery over N stores
+//!   (listing each, completing, deciding) is in `open`. Both stay out of the public API
+//!   (hidden constructors: `WalIo::for_stores`, `ObjectStoreLogStore::open_io`) until
+//!   the exhaustive exploration over three stores checks them.
 //! - **The write protocol** (`protocol`): one epoch's rules as a state machine without
 //!   I/O (events in: admitted, create answered, time, stop; actions out: start a create,
 //!   acknowledge, fail, publish a floor, the epoch ended), as quinn-proto is under quinn.
@@ -176,6 +179,8 @@ pub mod protocol;
 pub mod quorum;
 #[doc(hidden)]
 pub mod read;
+#[doc(hidden)]
+pub mod replicated;
 #[doc(hidden)]
 pub mod sequential;
 #[cfg(feature = "testing")]

@@ -38,6 +38,7 @@ use crate::format::{
     MAX_SEQUENCE, TRAILER_LEN,
 };
 use crate::metrics::Metrics;
+use crate::replicated::ReplicatedTransport;
 pub use crate::transport::{CreateAttempt, CreateKind, RequestStats, HEDGE_MAX_BYTES};
 use crate::transport::{StoreTransport, Transport};
 
@@ -167,6 +168,35 @@ impl WalIo {
         Ok(io.with_requests(config.hedge_after, config.request_timeout))
     }
 
+    /// The WAL under `config.prefix` over several stores (one log, a quorum of copies:
+    /// [`crate::replicated`]), each with the configuration's timeout and hedging; one
+    /// store is [`for_config`](Self::for_config). Not public API yet: quorum writes stay
+    /// out of it until the exploration over several stores checks them.
+    #[doc(hidden)]
+    pub fn for_stores(stores: Vec<Arc<dyn ObjectStore>>, config: &Config) -> Result<Self> {
+        let mut stores = stores;
+        if stores.len() == 1 {
+            if let Some(store) = stores.pop() {
+                return WalIo::for_config(store, config);
+            }
+        }
+        let metrics = Arc::new(Metrics::new(&config.prefix));
+        let transports: Vec<Arc<dyn Transport>> = stores
+            .into_iter()
+            .map(|store| -> Arc<dyn Transport> {
+                Arc::new(StoreTransport::new(store, metrics.clone()))
+            })
+            .collect();
+        let transport = ReplicatedTransport::new(transports)?
+            .with_requests(config.hedge_after, config.request_timeout);
+        WalIo::over(
+            transport,
+            &config.prefix,
+            config.whole_read_threshold,
+            metrics,
+        )
+    }
+
     /// This view with `timeout` on every request and hedging after `hedge_after`.
     pub fn with_requests(mut self, hedge_after: HedgeAfter, timeout: Duration) -> Self {
         self.transport = self.transport.with_requests(hedge_after, timeout);
@@ -213,6 +243,24 @@ impl WalIo {
             error = %error,
             "damaged segment: reads of this region fail there (or skip it)"
         );
+    }
+
+    /// One view per store beneath, when this WAL spans several (an open reads each
+    /// store's copies on its own); empty over one store.
+    pub fn replicas(&self) -> Vec<WalIo> {
+        self.transport
+            .replicas()
+            .into_iter()
+            .map(|transport| WalIo {
+                transport,
+                ..self.clone()
+            })
+            .collect()
+    }
+
+    /// How long one request may go unanswered.
+    pub fn request_timeout(&self) -> Duration {
+        self.transport.request_timeout()
     }
 
     /// The prefix.
@@ -283,6 +331,16 @@ impl WalIo {
         let key = self.key(object.header().sequence);
         self.transport
             .create(&key, object.chunks(), CreateKind::Data)
+            .await
+    }
+
+    /// Creates a copy of an object from its bytes (`bytes`, read whole from another
+    /// store's copy) only if its key is absent: how an open completes a value over
+    /// several stores.
+    pub async fn create_copy(&self, sequence: u64, bytes: Bytes) -> CreateAttempt {
+        let key = self.key(sequence);
+        self.transport
+            .create(&key, &[bytes], CreateKind::Data)
             .await
     }
 

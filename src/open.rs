@@ -31,7 +31,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use futures::stream::{self, StreamExt};
+use futures::stream::{self, FuturesUnordered, StreamExt};
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::catalog::{choose_chain, plan_opening_above, Catalog};
@@ -40,8 +40,9 @@ use crate::config::Config;
 use crate::epoch::WritePosition;
 use crate::error::{Error, Result};
 use crate::format::{encode_object, EncodedObject, FormatError, Header, Link};
-use crate::objects::{CreateAttempt, CreateKind, ListedObject, SummaryRead, WalIo};
+use crate::objects::{CreateAttempt, CreateKind, ListedObject, Listing, SummaryRead, WalIo};
 use crate::protocol::create_too_slow;
+use crate::quorum::{key_state, quorum, KeyState, Listed, ValueId};
 
 /// One object as recovery saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +125,9 @@ pub struct Recovered {
 /// Steps 1 and 2 of the open: list, read every object's header, footer and trailer
 /// (bounded concurrency, never a segment), choose the chain and index it.
 pub async fn recover(io: &WalIo, concurrency: usize) -> Result<Recovered> {
+    if !io.replicas().is_empty() {
+        return recover_replicas(io, concurrency, &mut Vec::new(), false).await;
+    }
     recover_cached(io, concurrency, &mut BTreeMap::new()).await
 }
 
@@ -171,6 +175,30 @@ pub async fn recover_cached(
             }
         }
     }
+    let max_sequence = listing.objects.last().map_or(0, |o| o.sequence);
+    match assemble(io, &by_sequence, failed, max_sequence, listing.foreign) {
+        Ok(recovered) => {
+            // What this listing showed, for an open that starts over.
+            *cache = by_sequence;
+            Ok(recovered)
+        }
+        Err(e) => {
+            // What was read stays known: an open that starts over reads only the rest.
+            cache.extend(by_sequence);
+            Err(e)
+        }
+    }
+}
+
+/// Chooses the chain among the objects read (`by_sequence`) and indexes it; fails with
+/// the highest object that could not be read (`failed`) at or above the chain's floor.
+fn assemble(
+    io: &WalIo,
+    by_sequence: &BTreeMap<u64, SummaryRead>,
+    mut failed: BTreeMap<u64, Error>,
+    max_sequence: u64,
+    foreign: Vec<String>,
+) -> Result<Recovered> {
     let headers: BTreeMap<u64, Header> = by_sequence
         .iter()
         .map(|(s, o)| (*s, o.summary.header))
@@ -189,8 +217,6 @@ pub async fn recover_cached(
         for (other, error) in &needed {
             warn!(key = %io.key(*other), error = %error, "another object recovery needs cannot be read");
         }
-        // What was read stays known: an open that starts over reads only the rest.
-        cache.extend(by_sequence);
         return Err(e);
     }
     let unread_below_floor: Vec<UnreadObject> = failed
@@ -242,15 +268,320 @@ pub async fn recover_cached(
     let report = RecoveryReport {
         orphans: objects.iter().filter(|o| !o.on_chain).count(),
         chain_end,
-        max_sequence: listing.objects.last().map_or(0, |o| o.sequence),
-        foreign: listing.foreign,
+        max_sequence,
+        foreign,
         objects,
         damaged_segments,
         unread_below_floor,
     };
-    // What this listing showed, for an open that starts over.
-    *cache = by_sequence;
     Ok(Recovered { catalog, report })
+}
+
+/// Per-store summaries kept across the attempts of an open over several stores.
+pub type ReplicaCache = Vec<BTreeMap<u64, SummaryRead>>;
+
+/// Lists every store: `None` for a store that failed, or had not answered within the
+/// request timeout once a quorum had (*unlisted*). Fails when fewer than a quorum listed.
+async fn list_replicas(io: &WalIo, replicas: &[WalIo]) -> Result<Vec<Option<Listing>>> {
+    let n = replicas.len();
+    let q = quorum(n);
+    let mut pending: FuturesUnordered<_> = replicas
+        .iter()
+        .enumerate()
+        .map(|(i, r)| async move { (i, r.list().await) })
+        .collect();
+    let mut listings: Vec<Option<Listing>> = vec![None; n];
+    let mut listed = 0;
+    let mut last = String::from("no store answered");
+    let mut deadline: Option<tokio::time::Instant> = None;
+    loop {
+        let next = match deadline {
+            None => pending.next().await,
+            Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+        };
+        let Some((i, answer)) = next else { break };
+        match answer {
+            Ok(listing) => {
+                if let Some(slot) = listings.get_mut(i) {
+                    *slot = Some(listing);
+                    listed += 1;
+                }
+                if listed == q && deadline.is_none() {
+                    deadline = Some(tokio::time::Instant::now() + io.request_timeout());
+                }
+            }
+            Err(e) => last = format!("store {i}: {e}"),
+        }
+    }
+    for (i, l) in listings.iter().enumerate() {
+        if l.is_none() {
+            warn!(store = i, "a store is unlisted at this open: {last}");
+        }
+    }
+    if listed < q {
+        return Err(Error::NoQuorum {
+            op: "list",
+            key: io.prefix().to_string(),
+            answered: listed,
+            stores: n,
+            quorum: q,
+            last,
+        });
+    }
+    Ok(listings)
+}
+
+/// Recovery over several stores (DESIGN.md "One log over several stores", opening steps
+/// 1 to 3): list every store, read each listed copy's summary, and choose the chain over
+/// *decided* values (held by a quorum). With a store unlisted, a value that may be
+/// decided through it is *completed* when `complete` (a writer's open: its bytes created
+/// in the listed stores that lack a copy), and makes the recovery fail with a retryable
+/// [`Error::NoQuorum`] otherwise, as does a key that stays undetermined. A copy that
+/// cannot be read counts as unknown in its store; a key at or above the chain's floor
+/// that no quorum decides and that has an unreadable copy fails recovery, naming it, as
+/// over one store. `max_sequence` is the largest sequence of any copy listed.
+pub async fn recover_replicas(
+    io: &WalIo,
+    concurrency: usize,
+    cache: &mut ReplicaCache,
+    complete: bool,
+) -> Result<Recovered> {
+    let replicas = io.replicas();
+    let n = replicas.len();
+    cache.resize_with(n, BTreeMap::new);
+    let listings = list_replicas(io, &replicas).await?;
+    // Each store's summaries: from the cache when listed again with the same size.
+    let mut per_store: ReplicaCache = vec![BTreeMap::new(); n];
+    let mut to_read: Vec<(usize, ListedObject)> = Vec::new();
+    let mut keys: BTreeMap<u64, Vec<Listed>> = BTreeMap::new();
+    let mut foreign: Vec<String> = Vec::new();
+    for (i, listing) in listings.iter().enumerate() {
+        let Some(listing) = listing else { continue };
+        foreign.extend(listing.foreign.iter().cloned());
+        for listed in &listing.objects {
+            keys.entry(listed.sequence).or_default();
+            let known = cache.get_mut(i).and_then(|c| c.remove(&listed.sequence));
+            match known {
+                Some(k) if k.summary.length == listed.size => {
+                    if let Some(s) = per_store.get_mut(i) {
+                        s.insert(listed.sequence, k);
+                    }
+                }
+                _ => to_read.push((i, listed.clone())),
+            }
+        }
+    }
+    foreign.sort();
+    foreign.dedup();
+    let reads: Vec<(usize, u64, Result<SummaryRead>)> = stream::iter(to_read)
+        .map(|(i, listed)| {
+            let replica = replicas.get(i).cloned();
+            async move {
+                let read = match replica {
+                    Some(r) => r.read_summary(&listed).await,
+                    None => Err(Error::Stopped {
+                        durability: crate::error::Durability::NotWritten,
+                    }),
+                };
+                (i, listed.sequence, read)
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    // What each store shows at each key; reads that failed.
+    for (sequence, stores) in keys.iter_mut() {
+        *stores = listings
+            .iter()
+            .map(|l| match l {
+                None => Listed::Unlisted,
+                Some(_) => Listed::Absent,
+            })
+            .collect();
+        for (i, summaries) in per_store.iter().enumerate() {
+            if let (Some(read), Some(slot)) = (summaries.get(sequence), stores.get_mut(i)) {
+                *slot = Listed::Copy(ValueId::of(&read.summary));
+            }
+        }
+    }
+    let mut failed: BTreeMap<u64, Error> = BTreeMap::new();
+    for (i, sequence, read) in reads {
+        let slot = keys.get_mut(&sequence).and_then(|s| s.get_mut(i));
+        match read {
+            Ok(read) => {
+                if let Some(slot) = slot {
+                    *slot = Listed::Copy(ValueId::of(&read.summary));
+                }
+                if let Some(s) = per_store.get_mut(i) {
+                    s.insert(sequence, read);
+                }
+            }
+            // Reclaimed since the listing: no copy there.
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                warn!(store = i, key = %io.key(sequence), error = %e,
+                    "a copy cannot be read; it counts as unknown");
+                if let Some(slot) = slot {
+                    *slot = Listed::Unlisted;
+                }
+                failed.insert(sequence, e);
+            }
+        }
+    }
+    let max_sequence = keys.keys().next_back().copied().unwrap_or(0);
+    let summary_of = |per_store: &ReplicaCache, sequence: u64, value: &ValueId| {
+        per_store.iter().find_map(|s| {
+            s.get(&sequence)
+                .filter(|r| ValueId::of(&r.summary) == *value)
+                .cloned()
+        })
+    };
+    let decided = |keys: &BTreeMap<u64, Vec<Listed>>, per_store: &ReplicaCache| {
+        let mut by_sequence: BTreeMap<u64, SummaryRead> = BTreeMap::new();
+        for (sequence, stores) in keys {
+            if let KeyState::Decided(v) = key_state(stores, false) {
+                if let Some(read) = summary_of(per_store, *sequence, &v) {
+                    by_sequence.insert(*sequence, read);
+                }
+            }
+        }
+        by_sequence
+    };
+    let by_sequence = decided(&keys, &per_store);
+    let headers: BTreeMap<u64, Header> = by_sequence
+        .iter()
+        .map(|(s, o)| (*s, o.summary.header))
+        .collect();
+    let chain = choose_chain(&headers);
+    let floor = chain
+        .last()
+        .and_then(|s| headers.get(s))
+        .map_or(0, |h| h.floor);
+    // With a store unlisted: complete what may be decided through it, at or above the
+    // floor of the best complete object found.
+    let mut completed = 0;
+    for (sequence, stores) in keys.iter_mut() {
+        let undetermined = |why: &str| Error::NoQuorum {
+            op: "recover",
+            key: io.key(*sequence).to_string(),
+            answered: listings.iter().flatten().count(),
+            stores: n,
+            quorum: quorum(n),
+            last: why.to_string(),
+        };
+        match key_state(stores, *sequence < floor) {
+            KeyState::Undetermined => {
+                return Err(undetermined(
+                    "a listed store holds another value where one may be decided through an unlisted store",
+                ))
+            }
+            KeyState::Complete { value, stores: to } if complete => {
+                complete_value(&replicas, *sequence, &value, stores, &to).await?;
+                match key_state(stores, false) {
+                    KeyState::Decided(v) if v == value => completed += 1,
+                    _ => return Err(undetermined("a completion did not reach a quorum")),
+                }
+                // The completed copies' summary is the source's.
+                if let Some(read) = summary_of(&per_store, *sequence, &value) {
+                    for i in &to {
+                        if let Some(s) = per_store.get_mut(*i) {
+                            s.insert(*sequence, read.clone());
+                        }
+                    }
+                }
+            }
+            KeyState::Complete { .. } => {
+                return Err(undetermined(
+                    "a value may be decided through an unlisted store (a read-only open does not complete it)",
+                ))
+            }
+            _ => {}
+        }
+    }
+    if completed > 0 {
+        info!(
+            completed,
+            "completed values that an unlisted store may hold"
+        );
+    }
+    let by_sequence = decided(&keys, &per_store);
+    failed.retain(|sequence, _| !by_sequence.contains_key(sequence));
+    let recovered = assemble(io, &by_sequence, failed, max_sequence, foreign);
+    // What each store showed, for an open that starts over.
+    for (slot, summaries) in cache.iter_mut().zip(per_store) {
+        *slot = summaries;
+    }
+    recovered
+}
+
+/// Completes `value` at `sequence`: its bytes, read whole from a store holding a copy,
+/// created in each store of `to` (the listed stores without a copy); `stores` is updated
+/// with what each answered (a copy of `value`, another value found there, or unknown).
+async fn complete_value(
+    replicas: &[WalIo],
+    sequence: u64,
+    value: &ValueId,
+    stores: &mut [Listed],
+    to: &[usize],
+) -> Result<()> {
+    let sources: Vec<usize> = stores
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| **s == Listed::Copy(*value))
+        .map(|(i, _)| i)
+        .collect();
+    let mut bytes = None;
+    let mut last = None;
+    for i in sources {
+        let Some(r) = replicas.get(i) else { continue };
+        match r.read_whole(sequence).await {
+            Ok(b) if ValueId::of_copy(&b).as_ref() == Ok(value) => {
+                bytes = Some(b);
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => last = Some(e),
+        }
+    }
+    let Some(bytes) = bytes else {
+        return Err(last.unwrap_or_else(|| Error::CorruptObject {
+            key: replicas
+                .first()
+                .map(|r| r.key(sequence).to_string())
+                .unwrap_or_default(),
+            source: FormatError::BadMagic { part: "object" },
+        }));
+    };
+    let creates = to.iter().filter_map(|i| {
+        let r = replicas.get(*i)?.clone();
+        let bytes = bytes.clone();
+        Some(async move {
+            let answer = match r.create_copy(sequence, bytes).await {
+                CreateAttempt::Created => Some(*value),
+                CreateAttempt::AlreadyExists { found } => {
+                    let found = match found {
+                        Some(f) => Ok(f),
+                        None => r.read_whole(sequence).await,
+                    };
+                    found.ok().and_then(|f| ValueId::of_copy(&f).ok())
+                }
+                _ => None,
+            };
+            (*i, answer)
+        })
+    });
+    for (i, answer) in futures::future::join_all(creates).await {
+        if let Some(slot) = stores.get_mut(i) {
+            *slot = match answer {
+                Some(v) => Listed::Copy(v),
+                None => Listed::Unlisted,
+            };
+        }
+    }
+    Ok(())
 }
 
 /// The write position of an open epoch: the next sequence, the link it extends and the
@@ -299,6 +630,8 @@ pub async fn open_instance_above(
     let started = tokio::time::Instant::now();
     let mut last = String::new();
     let mut cache: BTreeMap<u64, SummaryRead> = BTreeMap::new();
+    let mut replica_cache: ReplicaCache = Vec::new();
+    let replicated = !io.replicas().is_empty();
     // The store error that ended the last attempt, returned if it was the last one.
     let mut store_error: Option<Error> = None;
     for attempt in 1..=config.open_attempts {
@@ -311,18 +644,23 @@ pub async fn open_instance_above(
         let step = async {
             // The plan rests on this listing: see the age check before the opening.
             let listed_at = clock.now();
-            let mut recovery =
-                match recover_cached(io, config.recovery_concurrency, &mut cache).await {
-                    Ok(recovery) => recovery,
-                    // A listing or a read that failed: start over, keeping the summaries
-                    // read (a large prefix under occasional read errors still opens).
-                    Err(e @ Error::Store { .. }) => {
-                        let why = format!("recovery failed: {e}");
-                        *failed_read = Some(e);
-                        return Ok(Err(why));
-                    }
-                    Err(e) => return Err(e),
-                };
+            let recovered = if replicated {
+                recover_replicas(io, config.recovery_concurrency, &mut replica_cache, true).await
+            } else {
+                recover_cached(io, config.recovery_concurrency, &mut cache).await
+            };
+            let mut recovery = match recovered {
+                Ok(recovery) => recovery,
+                // A listing or a read that failed, or a key no quorum settles yet:
+                // start over, keeping the summaries read (a large prefix under
+                // occasional read errors still opens).
+                Err(e @ (Error::Store { .. } | Error::NoQuorum { .. })) => {
+                    let why = format!("recovery failed: {e}");
+                    *failed_read = Some(e);
+                    return Ok(Err(why));
+                }
+                Err(e) => return Err(e),
+            };
             let present: Vec<u64> = recovery
                 .report
                 .objects
@@ -335,7 +673,11 @@ pub async fn open_instance_above(
                     location: io.location(),
                 });
             }
-            let plan = plan_opening_above(&present, recovery.report.chain_end.as_ref(), above)?;
+            // Over several stores `M` counts every copy listed, decided or not, and the
+            // sequences without a decided value up to it are claimed; over one store it
+            // is the largest present.
+            let largest = above.max(recovery.report.max_sequence);
+            let plan = plan_opening_above(&present, recovery.report.chain_end.as_ref(), largest)?;
             let claims: Vec<EncodedObject> = plan
                 .claims
                 .iter()

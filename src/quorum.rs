@@ -16,7 +16,14 @@
 //!   *settled* once no value but a claim can be decided there ([`hole_settled`]); the
 //!   opening object counts only where it was *created* ([`opening_won`]).
 
-use crate::format::ObjectSummary;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::format::{
+    check_object_crc, decode_header, decode_trailer, FormatError, ObjectSummary, HEADER_LEN,
+    TRAILER_LEN,
+};
 
 /// The quorum of `n` stores: a majority.
 pub fn quorum(n: usize) -> usize {
@@ -45,6 +52,124 @@ impl ValueId {
             claim: summary.header.claim,
             object_crc: summary.trailer.object_crc,
         }
+    }
+}
+
+impl ValueId {
+    /// The value of a whole copy, checked: its header, its trailer and the object CRC
+    /// (a copy damaged at rest or in transit must not pass for another value).
+    pub fn of_copy(bytes: &[u8]) -> Result<Self, FormatError> {
+        let header = decode_header(bytes)?;
+        let trailer = decode_trailer(bytes, bytes.len() as u64)?;
+        check_object_crc(bytes, &trailer)?;
+        Ok(ValueId {
+            sequence: header.sequence,
+            epoch: header.epoch,
+            claim: header.claim,
+            object_crc: trailer.object_crc,
+        })
+    }
+
+    /// The value of an object being written, from its chunks (in order); `None` when
+    /// they do not hold a well-formed object.
+    pub fn of_chunks(chunks: &[Bytes]) -> Option<Self> {
+        let len: usize = chunks.iter().map(Bytes::len).sum();
+        let mut head = Vec::with_capacity(HEADER_LEN);
+        for chunk in chunks {
+            let want = HEADER_LEN - head.len();
+            head.extend_from_slice(chunk.get(..want.min(chunk.len()))?);
+            if head.len() == HEADER_LEN {
+                break;
+            }
+        }
+        let mut tail = Vec::with_capacity(TRAILER_LEN);
+        for chunk in chunks.iter().rev() {
+            let want = TRAILER_LEN - tail.len();
+            let from = chunk.len().saturating_sub(want);
+            let mut part = chunk.get(from..)?.to_vec();
+            part.extend_from_slice(&tail);
+            tail = part;
+            if tail.len() == TRAILER_LEN {
+                break;
+            }
+        }
+        let header = decode_header(&head).ok()?;
+        let trailer = decode_trailer(&tail, len as u64).ok()?;
+        Some(ValueId {
+            sequence: header.sequence,
+            epoch: header.epoch,
+            claim: header.claim,
+            object_crc: trailer.object_crc,
+        })
+    }
+}
+
+/// Consecutive failed requests after which a store is taken for down.
+pub const DOWN_AFTER_FAILURES: u32 = 3;
+/// How often a store taken for down is probed with one request.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Whether a store is worth a request: one whose recent requests all failed is skipped
+/// (its answer counts as unknown) until a probe, one request every [`PROBE_INTERVAL`],
+/// gets a definite answer. A dead store then costs one request a second, not one per
+/// object. Times are offsets on one monotonic clock.
+#[derive(Debug, Clone, Default)]
+pub struct StoreHealth {
+    failures: u32,
+    next_probe: Duration,
+    /// Recent latency of definite answers (exponentially weighted), for choosing reads.
+    latency: Option<Duration>,
+}
+
+impl StoreHealth {
+    /// Whether the store is taken for down.
+    pub fn is_down(&self) -> bool {
+        self.failures >= DOWN_AFTER_FAILURES
+    }
+
+    /// Whether to send a request at `now`: always while up; while down, once per
+    /// [`PROBE_INTERVAL`] (the probe).
+    pub fn admit(&mut self, now: Duration) -> bool {
+        if !self.is_down() {
+            return true;
+        }
+        if now < self.next_probe {
+            return false;
+        }
+        self.next_probe = now + PROBE_INTERVAL;
+        true
+    }
+
+    /// Records a request's end at `now`: a definite answer (`Some(latency)`) brings the
+    /// store up; a failure or timeout (`None`) counts towards taking it down.
+    pub fn answered(&mut self, now: Duration, latency: Option<Duration>) {
+        match latency {
+            Some(took) => {
+                self.failures = 0;
+                self.latency = Some(match self.latency {
+                    Some(l) => (l * 7 + took) / 8,
+                    None => took,
+                });
+            }
+            None => {
+                self.failures = self.failures.saturating_add(1);
+                if self.failures == DOWN_AFTER_FAILURES {
+                    self.next_probe = now + PROBE_INTERVAL;
+                }
+            }
+        }
+    }
+
+    /// The order to read from: stores up before stores down, faster before slower (a
+    /// store with no latency known yet goes first among the up ones, to learn it).
+    pub fn read_order(stores: &[StoreHealth]) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..stores.len()).collect();
+        order.sort_by_key(|&i| {
+            stores
+                .get(i)
+                .map(|h| (h.is_down(), h.latency.unwrap_or_default()))
+        });
+        order
     }
 }
 
@@ -233,6 +358,64 @@ mod tests {
             claim,
             object_crc: epoch as u32 * 31 + u32::from(claim),
         }
+    }
+
+    #[test]
+    fn a_store_is_skipped_after_failures_and_probed_once_a_second() {
+        let mut h = StoreHealth::default();
+        let t = Duration::from_millis;
+        for _ in 0..DOWN_AFTER_FAILURES {
+            assert!(h.admit(t(0)));
+            h.answered(t(0), None);
+        }
+        assert!(h.is_down());
+        assert!(!h.admit(t(10)));
+        assert!(h.admit(t(1000)), "the probe");
+        assert!(!h.admit(t(1001)), "one probe per interval");
+        h.answered(t(1002), None);
+        assert!(!h.admit(t(1500)));
+        assert!(h.admit(t(2000)));
+        h.answered(t(2001), Some(t(5)));
+        assert!(!h.is_down());
+        assert!(h.admit(t(2002)));
+    }
+
+    #[test]
+    fn reads_go_to_the_fastest_store_that_is_up() {
+        let t = Duration::from_millis;
+        let mut stores = vec![StoreHealth::default(); 3];
+        stores[0].answered(t(0), Some(t(30)));
+        stores[1].answered(t(0), Some(t(5)));
+        for _ in 0..DOWN_AFTER_FAILURES {
+            stores[2].answered(t(0), None);
+        }
+        assert_eq!(StoreHealth::read_order(&stores), vec![1, 0, 2]);
+    }
+
+    #[test]
+    fn a_value_is_the_same_from_chunks_and_from_the_copy() {
+        use crate::format::{encode_object, Header, Link};
+        let header = Header {
+            sequence: 9,
+            epoch: 4,
+            link: Link {
+                sequence: 8,
+                epoch: 4,
+            },
+            floor: 1,
+            claim: false,
+        };
+        let entries = [Bytes::from_static(b"entry")];
+        let object = encode_object(&header, [(3u64, &entries[..])]).expect("encodes");
+        let whole = object.to_bytes();
+        let from_chunks = ValueId::of_chunks(object.chunks()).expect("well formed");
+        assert_eq!(ValueId::of_copy(&whole), Ok(from_chunks));
+        assert_eq!(from_chunks.epoch, 4);
+        let mut damaged = whole.to_vec();
+        if let Some(b) = damaged.get_mut(HEADER_LEN + 2) {
+            *b ^= 1;
+        }
+        assert!(ValueId::of_copy(&damaged).is_err());
     }
 
     #[test]

@@ -100,6 +100,14 @@ impl ObjectStoreLogStore {
     pub async fn open(store: Arc<dyn ObjectStore>, config: Config) -> Result<Self> {
         config.validate()?;
         let io = WalIo::for_config(store, &config)?;
+        Self::open_io(io, config).await
+    }
+
+    /// [`open`](Self::open) through `io` (over several stores: [`WalIo::for_stores`]).
+    /// Not public API yet.
+    #[doc(hidden)]
+    pub async fn open_io(io: WalIo, config: Config) -> Result<Self> {
+        config.validate()?;
         let opened = open_instance(&io, &config).await?;
         let Opened {
             recovery,
@@ -128,6 +136,13 @@ impl ObjectStoreLogStore {
     pub async fn open_read_only(store: Arc<dyn ObjectStore>, config: Config) -> Result<Self> {
         config.validate()?;
         let io = WalIo::for_config(store, &config)?;
+        Self::open_read_only_io(io, config).await
+    }
+
+    /// [`open_read_only`](Self::open_read_only) through `io`. Not public API yet.
+    #[doc(hidden)]
+    pub async fn open_read_only_io(io: WalIo, config: Config) -> Result<Self> {
+        config.validate()?;
         let recovery = recover(&io, config.recovery_concurrency)
             .instrument(info_span!("recover", prefix = %io.prefix()))
             .await?;

@@ -144,6 +144,11 @@ pub trait Transport: fmt::Debug + Send + Sync {
     /// The store(s), for messages (a store that refuses conditional creates).
     fn describe(&self) -> String;
 
+    /// How long one request may go unanswered.
+    fn request_timeout(&self) -> Duration {
+        DEFAULT_REQUEST_TIMEOUT
+    }
+
     /// The transports of the stores beneath, one per store, when this one spans several
     /// (an open lists and reads each store's copies on its own); empty over one store.
     fn replicas(&self) -> Vec<Arc<dyn Transport>> {
@@ -670,6 +675,10 @@ impl Transport for StoreTransport {
 
     fn describe(&self) -> String {
         self.store.to_string()
+    }
+
+    fn request_timeout(&self) -> Duration {
+        self.requests.timeout
     }
 }
 

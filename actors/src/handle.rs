@@ -93,6 +93,21 @@ pub async fn spawn_wal_with(
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
     config.validate()?;
     let io = WalIo::for_config(store, &config)?;
+    spawn_wal_io(io, config, restarts, clock, parent).await
+}
+
+/// [`spawn_wal_with`] through `io` (over several stores: `WalIo::for_stores`). Not public
+/// API yet: quorum writes stay out of it until the exploration over several stores
+/// checks them.
+#[doc(hidden)]
+pub async fn spawn_wal_io(
+    io: WalIo,
+    config: Config,
+    restarts: RestartPolicy,
+    clock: Arc<dyn CreateClock>,
+    parent: Option<ActorCell>,
+) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
+    config.validate()?;
     let terminal = Arc::new(Mutex::new(None));
     let (progress, progress_rx) = Progress::new();
     let args = SupervisorArgs {

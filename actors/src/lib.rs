@@ -72,6 +72,8 @@ mod writer;
 
 pub use admission::{Admitted, PendingReceipt};
 pub use entries::{EntryReceiver, EntryStream, ReadEnded};
+#[doc(hidden)]
+pub use handle::spawn_wal_io;
 pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
 pub use messages::{AppendRequest, WalMsg};
 pub use object_store_wal::{Durability, Error};

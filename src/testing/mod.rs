@@ -40,6 +40,7 @@ use std::sync::{Mutex, MutexGuard};
 mod clock;
 mod counting;
 mod decoders;
+mod down;
 mod fault;
 mod forward;
 mod latency;
@@ -51,6 +52,7 @@ pub use decoders::{
     exercise_decoders, repair_crcs, repair_footer_crc, repair_header_crc, repair_object_crc,
     repair_segment_crc,
 };
+pub use down::{DownHooks, DownStore};
 pub use fault::{
     CreateFault, CreateHold, FaultCounts, FaultHooks, FaultRates, FaultStore, OpRecord,
 };

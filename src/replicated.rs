@@ -1,0 +1,526 @@
+//! One log over several stores: a [`Transport`] over N per-store transports (DESIGN.md
+//! "One log over several stores"), between the WAL's objects and the stores.
+//!
+//! Every store holds byte-identical objects under the same keys; what the objects above
+//! see is one store whose objects are the *decided* values (held by a quorum
+//! `Q = N / 2 + 1`). The rules are [`crate::quorum`]'s; this layer applies them to the
+//! stores' answers:
+//!
+//! - A create goes to every store at once. Each store's answer is classified by the
+//!   outcome table (an "already exists" is resolved against that store's copy, read
+//!   whole and checked), and the answers combine by the kind of object:
+//!   data objects are durable at Q copies that are ours ([`write_verdict`]); a claim
+//!   succeeds once its hole is settled ([`hole_settled`]); the opening object only once
+//!   it was *created* in Q stores ([`opening_won`]). The slower stores' creates finish in
+//!   the background (each bounded by its store's request timeout and by closing); their
+//!   answers change nothing but the store's health.
+//! - A value that can never be decided answers "already exists" with the bytes of the
+//!   highest other epoch found, which the outcome table turns into fenced, a stale tail
+//!   or poisoned. No quorum either way is an unknown outcome, retried above with the
+//!   identical bytes.
+//! - A store whose recent requests all failed is skipped until a probe, one request a
+//!   second, gets a definite answer ([`StoreHealth`]): a dead store costs neither
+//!   requests nor memory per object.
+//! - A read goes to the store with the lowest recent latency and falls back to the next
+//!   copy on a miss, an error or a timeout; one GET per object while the stores answer.
+//! - A listing is the union of what the stores list (the reclaimer deletes below the
+//!   floor in every store, and catches up a store that was down from a later listing);
+//!   it needs Q stores, and a store that has not answered within the request timeout
+//!   once Q have is left out. An open lists and reads each store on its own
+//!   ([`Transport::replicas`]), since decidedness is per copy.
+//! - A delete goes to every store that is up.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+use object_store::path::Path;
+use tokio::time::Instant;
+
+use crate::config::HedgeAfter;
+use crate::error::{Durability, Error, Result};
+use crate::quorum::{
+    hole_settled, opening_won, quorum, write_verdict, CopyAnswer, StoreHealth, ValueId,
+    WriteVerdict,
+};
+use crate::transport::{
+    CreateAttempt, CreateKind, ListVisitor, Request, RequestStats, Transport,
+    DEFAULT_REQUEST_TIMEOUT,
+};
+
+/// The stores' health, shared by every view of one replicated transport.
+#[derive(Debug)]
+struct Health {
+    origin: Instant,
+    stores: Vec<Mutex<StoreHealth>>,
+}
+
+impl Health {
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    fn with<T>(&self, store: usize, f: impl FnOnce(&mut StoreHealth, Duration) -> T) -> Option<T> {
+        let now = self.now();
+        let mut h = self
+            .stores
+            .get(store)?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        Some(f(&mut h, now))
+    }
+
+    fn admit(&self, store: usize) -> bool {
+        self.with(store, |h, now| h.admit(now)).unwrap_or(false)
+    }
+
+    fn answered(&self, store: usize, latency: Option<Duration>) {
+        self.with(store, |h, now| h.answered(now, latency));
+    }
+
+    fn read_order(&self) -> Vec<usize> {
+        let snapshot: Vec<StoreHealth> = self
+            .stores
+            .iter()
+            .map(|h| h.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .collect();
+        StoreHealth::read_order(&snapshot)
+    }
+}
+
+/// One store's listing: its index and its keys with their sizes.
+type StoreListing = (usize, Result<Vec<(Path, u64)>>);
+
+/// [`Transport`] over N stores (N odd, at least 3): see the module docs.
+#[derive(Debug, Clone)]
+pub struct ReplicatedTransport {
+    stores: Vec<Arc<dyn Transport>>,
+    health: Arc<Health>,
+    stats: Arc<RequestStats>,
+    timeout: Duration,
+}
+
+/// One store's answer to a create, with its copy resolved.
+enum Answer {
+    Created,
+    /// The store holds this value at the key (its bytes read and checked).
+    Holds(ValueId, Bytes),
+    Unsupported,
+    Refused(Error),
+    Unknown(Error),
+}
+
+impl ReplicatedTransport {
+    /// The transport over `stores` (each with its own requests: timeouts, hedging,
+    /// closing). N must be odd and at least 3: one store needs no replication, and an
+    /// even N tolerates no more loss than N - 1.
+    pub fn new(stores: Vec<Arc<dyn Transport>>) -> Result<Self> {
+        let n = stores.len();
+        if n < 3 || n % 2 == 0 {
+            return Err(Error::Config {
+                field: "urls",
+                reason: format!("{n} stores: a quorum needs an odd number, at least 3"),
+            });
+        }
+        Ok(ReplicatedTransport {
+            health: Arc::new(Health {
+                origin: Instant::now(),
+                stores: (0..n).map(|_| Mutex::default()).collect(),
+            }),
+            stores,
+            stats: Arc::new(RequestStats::default()),
+            timeout: DEFAULT_REQUEST_TIMEOUT,
+        })
+    }
+
+    /// The quorum.
+    pub fn quorum(&self) -> usize {
+        quorum(self.stores.len())
+    }
+
+    /// Whether store `i` is taken for down (its creates are skipped until a probe).
+    pub fn is_down(&self, i: usize) -> bool {
+        self.health.with(i, |h, _| h.is_down()).unwrap_or(false)
+    }
+
+    fn no_quorum(&self, op: &'static str, key: &Path, answered: usize, last: String) -> Error {
+        Error::NoQuorum {
+            op,
+            key: key.to_string(),
+            answered,
+            stores: self.stores.len(),
+            quorum: self.quorum(),
+            last,
+        }
+    }
+
+    /// One store's create of `key`, with an "already exists" resolved against its copy.
+    fn create_in(
+        &self,
+        i: usize,
+        key: &Path,
+        body: &[Bytes],
+        kind: CreateKind,
+    ) -> BoxFuture<'static, (usize, Answer)> {
+        let store = self.stores.get(i).cloned();
+        let health = self.health.clone();
+        let (key, body) = (key.clone(), body.to_vec());
+        async move {
+            let Some(store) = store else {
+                return (
+                    i,
+                    Answer::Unknown(Error::Stopped {
+                        durability: Durability::NotWritten,
+                    }),
+                );
+            };
+            let started = Instant::now();
+            let answer = match store.create(&key, &body, kind).await {
+                CreateAttempt::Created => Answer::Created,
+                CreateAttempt::AlreadyExists { found } => {
+                    match read_copy(&store, &key, found).await {
+                        Ok((value, bytes)) => Answer::Holds(value, bytes),
+                        Err(e) => Answer::Unknown(e),
+                    }
+                }
+                CreateAttempt::Unsupported => Answer::Unsupported,
+                CreateAttempt::Refused(e) => Answer::Refused(e),
+                CreateAttempt::Unknown(e) => Answer::Unknown(e),
+            };
+            let definite = !matches!(answer, Answer::Unknown(_));
+            health.answered(i, definite.then(|| started.elapsed()));
+            (i, answer)
+        }
+        .boxed()
+    }
+
+    async fn create_all(&self, key: &Path, body: &[Bytes], kind: CreateKind) -> CreateAttempt {
+        let n = self.stores.len();
+        let q = self.quorum();
+        let ours = ValueId::of_chunks(body);
+        let mut pending: FuturesUnordered<_> = FuturesUnordered::new();
+        let mut last = String::from("no store answered");
+        for i in 0..n {
+            if self.health.admit(i) {
+                pending.push(self.create_in(i, key, body, kind));
+            } else {
+                last = format!("store {i} is down (skipped until a probe answers)");
+            }
+        }
+        let mut answers = vec![CopyAnswer::Unknown; n];
+        let mut copies: Vec<Option<ValueId>> = vec![None; n];
+        let mut created = 0;
+        // Stores where the opening object can no longer be created.
+        let mut lost = 0;
+        // The copy of another value with the highest epoch: the outcome table's row.
+        let mut highest: Option<(u64, Bytes)> = None;
+        let mut answered = 0;
+        let verdict = loop {
+            let Some((i, answer)) = pending.next().await else {
+                break CreateAttempt::Unknown(self.no_quorum("create", key, answered, last));
+            };
+            let (Some(slot), Some(copy)) = (answers.get_mut(i), copies.get_mut(i)) else {
+                continue;
+            };
+            match answer {
+                Answer::Created => {
+                    answered += 1;
+                    created += 1;
+                    *slot = CopyAnswer::Ours;
+                    *copy = ours;
+                }
+                Answer::Holds(value, bytes) => {
+                    answered += 1;
+                    lost += 1;
+                    *copy = Some(value);
+                    if Some(value) == ours {
+                        *slot = CopyAnswer::Ours;
+                        self.stats
+                            .creates_found_landed
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    } else {
+                        *slot = CopyAnswer::Other { epoch: value.epoch };
+                        if highest.as_ref().is_none_or(|(e, _)| value.epoch > *e) {
+                            highest = Some((value.epoch, bytes));
+                        }
+                    }
+                }
+                Answer::Unsupported => break CreateAttempt::Unsupported,
+                Answer::Refused(e) => break CreateAttempt::Refused(e),
+                Answer::Unknown(e) => last = format!("store {i}: {e}"),
+            }
+            let found = || CreateAttempt::AlreadyExists {
+                found: highest.as_ref().map(|(_, b)| b.clone()),
+            };
+            match kind {
+                CreateKind::Data => match write_verdict(&answers) {
+                    WriteVerdict::Durable => break CreateAttempt::Created,
+                    WriteVerdict::Never { .. } => break found(),
+                    WriteVerdict::Undecided => {}
+                },
+                CreateKind::Opening => {
+                    if opening_won(created, n) {
+                        break CreateAttempt::Created;
+                    }
+                    if n - lost < q {
+                        break found();
+                    }
+                }
+                CreateKind::Claim => {
+                    // A late create made another value decided: the open starts over.
+                    let decided = copies.iter().flatten().find(|v| {
+                        !v.claim && copies.iter().flatten().filter(|c| c == v).count() >= q
+                    });
+                    if decided.is_some() {
+                        break found();
+                    }
+                    if hole_settled(&copies) {
+                        break CreateAttempt::Created;
+                    }
+                }
+            }
+        };
+        if !pending.is_empty() {
+            // The slower stores' creates go on: each ends at its store's request timeout
+            // or when the transport closes; only their stores' health hears the answers.
+            tokio::spawn(async move { while pending.next().await.is_some() {} });
+        }
+        verdict
+    }
+
+    async fn get_any(&self, key: &Path, range: Option<Range<u64>>) -> Result<Bytes> {
+        let mut last: Option<Error> = None;
+        let mut asked = 0;
+        let mut not_found = 0;
+        for i in self.health.read_order() {
+            let Some(store) = self.stores.get(i) else {
+                continue;
+            };
+            if !self.health.admit(i) {
+                continue;
+            }
+            asked += 1;
+            let started = Instant::now();
+            match store.get(key, range.clone()).await {
+                Ok(bytes) => {
+                    self.health.answered(i, Some(started.elapsed()));
+                    return Ok(bytes);
+                }
+                Err(e) => {
+                    // A missing copy is a definite answer: its store missed the create,
+                    // or the key was reclaimed.
+                    let missing = e.is_not_found();
+                    self.health.answered(i, missing.then(|| started.elapsed()));
+                    if missing {
+                        not_found += 1;
+                        if last.is_none() {
+                            last = Some(e);
+                        }
+                    } else {
+                        last = Some(e);
+                    }
+                }
+            }
+        }
+        // "Not found" only when every store asked said so.
+        match last {
+            Some(e) if !e.is_not_found() || not_found == asked => Err(e),
+            Some(e) => Err(self.no_quorum("get", key, asked - not_found, e.to_string())),
+            None => Err(self.no_quorum("get", key, 0, "every store is down".into())),
+        }
+    }
+
+    async fn list_all(
+        &self,
+        prefix: &Path,
+        offset: Option<&Path>,
+        visit: ListVisitor<'_>,
+    ) -> Result<()> {
+        let q = self.quorum();
+        let mut pending: FuturesUnordered<BoxFuture<'static, StoreListing>> =
+            FuturesUnordered::new();
+        let mut last = String::from("no store answered");
+        for (i, store) in self.stores.iter().enumerate() {
+            if !self.health.admit(i) {
+                last = format!("store {i} is down");
+                continue;
+            }
+            let (store, prefix, offset) = (store.clone(), prefix.clone(), offset.cloned());
+            let health = self.health.clone();
+            pending.push(
+                async move {
+                    let started = Instant::now();
+                    let mut keys = Vec::new();
+                    let mut push = |k: &Path, size: u64| keys.push((k.clone(), size));
+                    let listed = store.list(&prefix, offset.as_ref(), &mut push).await;
+                    health.answered(i, listed.is_ok().then(|| started.elapsed()));
+                    (i, listed.map(|()| keys))
+                }
+                .boxed(),
+            );
+        }
+        let mut union: BTreeMap<Path, u64> = BTreeMap::new();
+        let mut listed = 0;
+        let mut deadline: Option<Instant> = None;
+        loop {
+            let next = match deadline {
+                None => pending.next().await,
+                Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+            };
+            let Some((i, answer)) = next else { break };
+            match answer {
+                Ok(keys) => {
+                    listed += 1;
+                    for (key, size) in keys {
+                        let known = union.entry(key).or_insert(size);
+                        *known = (*known).max(size);
+                    }
+                    if listed == q && deadline.is_none() {
+                        // A store that has not answered within the request timeout once
+                        // a quorum has is left out (DESIGN.md: "unlisted").
+                        deadline = Some(Instant::now() + self.timeout);
+                    }
+                }
+                Err(e) => last = format!("store {i}: {e}"),
+            }
+        }
+        if listed < q {
+            return Err(self.no_quorum("list", prefix, listed, last));
+        }
+        for (key, size) in &union {
+            visit(key, *size);
+        }
+        Ok(())
+    }
+
+    async fn delete_all(&self, key: &Path) -> Result<()> {
+        let mut deletes: FuturesUnordered<_> = self
+            .stores
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.health.admit(*i))
+            .map(|(i, store)| async move {
+                let started = Instant::now();
+                let done = store.delete(key).await;
+                self.health
+                    .answered(i, done.is_ok().then(|| started.elapsed()));
+                done
+            })
+            .collect();
+        let mut first_error = None;
+        while let Some(done) = deletes.next().await {
+            if let Err(e) = done {
+                first_error.get_or_insert(e);
+            }
+        }
+        // A store that is down keeps its copy until a later listing finds it.
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Reads the copy at `key` in one store (or takes `found`, already read) and checks it;
+/// a copy that fails its checks is read once more (damage in transit must not pass for
+/// another value), then is an error naming the key.
+async fn read_copy(
+    store: &Arc<dyn Transport>,
+    key: &Path,
+    found: Option<Bytes>,
+) -> Result<(ValueId, Bytes)> {
+    let bytes = match found {
+        Some(bytes) => bytes,
+        None => store.get(key, None).await?,
+    };
+    if let Ok(value) = ValueId::of_copy(&bytes) {
+        return Ok((value, bytes));
+    }
+    let bytes = store.get(key, None).await?;
+    match ValueId::of_copy(&bytes) {
+        Ok(value) => Ok((value, bytes)),
+        Err(source) => Err(Error::CorruptObject {
+            key: key.to_string(),
+            source,
+        }),
+    }
+}
+
+impl Transport for ReplicatedTransport {
+    fn create<'a>(
+        &'a self,
+        key: &'a Path,
+        body: &'a [Bytes],
+        kind: CreateKind,
+    ) -> Request<'a, CreateAttempt> {
+        Box::pin(self.create_all(key, body, kind))
+    }
+
+    fn get<'a>(&'a self, key: &'a Path, range: Option<Range<u64>>) -> Request<'a, Result<Bytes>> {
+        Box::pin(self.get_any(key, range))
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a Path,
+        offset: Option<&'a Path>,
+        visit: ListVisitor<'a>,
+    ) -> Request<'a, Result<()>> {
+        Box::pin(self.list_all(prefix, offset, visit))
+    }
+
+    fn delete<'a>(&'a self, key: &'a Path) -> Request<'a, Result<()>> {
+        Box::pin(self.delete_all(key))
+    }
+
+    fn with_requests(&self, hedge_after: HedgeAfter, timeout: Duration) -> Arc<dyn Transport> {
+        Arc::new(ReplicatedTransport {
+            stores: self
+                .stores
+                .iter()
+                .map(|s| s.with_requests(hedge_after, timeout))
+                .collect(),
+            health: self.health.clone(),
+            stats: Arc::new(RequestStats::default()),
+            timeout,
+        })
+    }
+
+    fn close(&self) {
+        for store in &self.stores {
+            store.close();
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.stores.iter().all(|s| s.is_closed())
+    }
+
+    fn closed(&self) -> Request<'_, ()> {
+        Box::pin(async move {
+            futures::future::join_all(self.stores.iter().map(|s| s.closed())).await;
+        })
+    }
+
+    fn stats(&self) -> &RequestStats {
+        &self.stats
+    }
+
+    fn describe(&self) -> String {
+        let stores: Vec<String> = self.stores.iter().map(|s| s.describe()).collect();
+        format!("{} stores [{}]", stores.len(), stores.join(", "))
+    }
+
+    fn request_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn replicas(&self) -> Vec<Arc<dyn Transport>> {
+        self.stores.clone()
+    }
+}
