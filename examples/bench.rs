@@ -25,6 +25,16 @@
 //! land first; the draws follow `--seed`. Requests are counted by the `testing` module's
 //! `CountingStore`, outermost (hedged twins and hung requests included).
 //!
+//! **Several stores.** `--replicas N` (odd, 3 or 5) writes one log over N memory
+//! stores, each behind its own latency wrapper (`--put-latency-ms` and the other
+//! latency flags apply to each, seeded apart), with the quorum rules of DESIGN.md "One
+//! log over several stores". `--replica-put-latency-ms a,b,c` and
+//! `--replica-get-latency-ms a,b,c` set one latency per store, `--replica-down I` makes
+//! store I never answer (every request hangs), `--replica-put-tail I:P:MS` puts a tail
+//! on store I. Request counts and costs are summed over the stores; `per_store` has each
+//! store's. `recover` and `replay` take the same flags (their fixtures are written to
+//! every store).
+//!
 //! **Load.** `write` runs a closed loop by default: `--appenders` callers, each appending
 //! again once answered; latency is each append's own wait. With `--rate N` it runs an
 //! open loop instead: N arrivals per second with exponential gaps (seeded by `--seed`),
@@ -97,11 +107,12 @@ use object_store_wal::objects::WalIo;
 use object_store_wal::open::open_instance;
 use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{
-    with_latency_profile, CountingStore, Counts, Hooks, LatencyCounts, LatencyProfile,
+    with_latency_profile, CountingStore, Counts, DownHooks, Hooks, LatencyCounts, LatencyProfile,
     LatencyStore, SplitMix64, Wrapper,
 };
+use object_store_wal::BootClock;
 use object_store_wal::{Config, Error, HedgeAfter, ObjectStoreLogStore};
-use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
+use object_store_wal_actors::{spawn_wal_io, RestartPolicy, WalHandle};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -403,6 +414,33 @@ struct Common {
     /// `max_create_duration`, ms.
     #[arg(long)]
     max_create_duration_ms: Option<u64>,
+    /// One log over this many memory stores (odd, 3 or 5), each behind its own latency
+    /// wrapper (`--put-latency-ms` and the tails apply to each, unless the per-store
+    /// flags below say otherwise); 1: one store, as without the flag.
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
+    /// PUT latency per store, ms, one value per store (`6,6,60`).
+    #[arg(long, value_delimiter = ',')]
+    replica_put_latency_ms: Vec<u64>,
+    /// GET latency per store, ms, one value per store.
+    #[arg(long, value_delimiter = ',')]
+    replica_get_latency_ms: Vec<u64>,
+    /// Store I (from 0) never answers: every request to it hangs.
+    #[arg(long)]
+    replica_down: Option<usize>,
+    /// `I:P:MS`: on store I, a fraction P of PUTs take MS more.
+    #[arg(long, value_parser = parse_replica_tail)]
+    replica_put_tail: Option<(usize, Tail)>,
+}
+
+fn parse_replica_tail(s: &str) -> Result<(usize, Tail), String> {
+    let (store, tail) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s}: expected I:P:MS"))?;
+    let store = store
+        .parse()
+        .map_err(|e| format!("{s}: store index: {e}"))?;
+    Ok((store, parse_tail(tail)?))
 }
 
 /// A slow tail of `--put-tail` / `--get-tail`.
@@ -512,13 +550,101 @@ fn hedge_label(h: &HedgeAfter) -> String {
 }
 
 struct Stores {
-    /// What the WAL talks to: counting, over latency, over the base store.
+    /// What the WAL talks to (store 0 with `--replicas`): counting, over latency, over
+    /// the base store.
     wal: Arc<dyn ObjectStore>,
-    counting: Arc<CountingStore>,
-    /// The latency wrapper, when there is one (for the tails and hangs it drew).
+    /// The counting wrappers of every store.
+    counting: Counting,
+    /// The latency wrapper, when there is one (for the tails and hangs it drew; store 0's
+    /// with `--replicas`).
     latent: Option<Arc<LatencyStore>>,
-    /// The base store, without latency or counting (to build fixtures fast).
+    /// The base store, without latency or counting (to build fixtures fast; store 0's).
     base: Arc<dyn ObjectStore>,
+    /// With `--replicas`: every store as the WAL sees it, and every base store.
+    replicas: Vec<(Arc<dyn ObjectStore>, Arc<dyn ObjectStore>)>,
+}
+
+/// The counting wrappers of every store, summed.
+struct Counting(Vec<Arc<CountingStore>>);
+
+impl Counting {
+    fn reset(&self) {
+        for c in &self.0 {
+            c.reset();
+        }
+    }
+
+    fn counts(&self) -> Counts {
+        let sum = Counts::default();
+        for c in &self.0 {
+            let c = c.counts();
+            for (to, from) in [
+                (&sum.puts, &c.puts),
+                (&sum.put_bytes, &c.put_bytes),
+                (&sum.gets, &c.gets),
+                (&sum.get_bytes, &c.get_bytes),
+                (&sum.lists, &c.lists),
+                (&sum.listed_keys, &c.listed_keys),
+                (&sum.deletes, &c.deletes),
+            ] {
+                to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+        }
+        sum
+    }
+
+    /// Per store: PUTs, GETs, LISTs, deletes.
+    fn per_store(&self) -> serde_json::Value {
+        json!(self
+            .0
+            .iter()
+            .map(|c| {
+                let c = c.counts();
+                json!({
+                    "puts": c.puts.load(Ordering::Relaxed),
+                    "gets": c.gets.load(Ordering::Relaxed),
+                    "lists": c.lists.load(Ordering::Relaxed),
+                    "deletes": c.deletes.load(Ordering::Relaxed),
+                })
+            })
+            .collect::<Vec<_>>())
+    }
+}
+
+impl Stores {
+    /// The WAL's view of the store(s) under `cfg`.
+    fn io(&self, cfg: &Config) -> Result<WalIo, Error> {
+        if self.replicas.is_empty() {
+            return WalIo::for_config(self.wal.clone(), cfg);
+        }
+        WalIo::for_stores(self.replicas.iter().map(|(w, _)| w.clone()).collect(), cfg)
+    }
+
+    /// A view of the base store(s), without latency or counting, to build fixtures.
+    fn fixture_io(&self, cfg: &Config) -> Result<WalIo, Error> {
+        if self.replicas.is_empty() {
+            return WalIo::new(self.base.clone(), &cfg.prefix, cfg.whole_read_threshold);
+        }
+        let mut plain = cfg.clone();
+        plain.hedge_after = HedgeAfter::Off;
+        WalIo::for_stores(
+            self.replicas.iter().map(|(_, b)| b.clone()).collect(),
+            &plain,
+        )
+    }
+
+    /// The WAL spawned over the store(s).
+    async fn spawn(&self, cfg: &Config) -> Result<WalHandle, Box<dyn std::error::Error>> {
+        let (wal, _) = spawn_wal_io(
+            self.io(cfg)?,
+            cfg.clone(),
+            RestartPolicy::default(),
+            Arc::new(BootClock),
+            None,
+        )
+        .await?;
+        Ok(wal)
+    }
 }
 
 fn profile(c: &Common) -> LatencyProfile {
@@ -570,6 +696,9 @@ impl Hooks for DiscardHooks {
 }
 
 fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
+    if c.replicas > 1 {
+        return replica_stores(c);
+    }
     let base: Arc<dyn ObjectStore> = if c.store == "memory" {
         Arc::new(object_store::memory::InMemory::new())
     } else if c.store == "discard" {
@@ -597,9 +726,60 @@ fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
     });
     Ok(Stores {
         wal: counting.clone(),
-        counting,
+        counting: Counting(vec![counting]),
         latent,
         base,
+        replicas: Vec::new(),
+    })
+}
+
+/// `--replicas N`: N memory stores, each counting, over down (`--replica-down`), over
+/// its own latency wrapper, over its own memory store.
+fn replica_stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
+    let n = c.replicas;
+    for (flag, values) in [
+        ("--replica-put-latency-ms", &c.replica_put_latency_ms),
+        ("--replica-get-latency-ms", &c.replica_get_latency_ms),
+    ] {
+        if !values.is_empty() && values.len() != n {
+            return Err(format!("{flag} takes one value per store ({n})").into());
+        }
+    }
+    let mut replicas = Vec::new();
+    let mut counting = Vec::new();
+    let mut latents = Vec::new();
+    for i in 0..n {
+        let base: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let mut p = profile(c).seed(c.seed.wrapping_add(i as u64));
+        if let Some(ms) = c.replica_put_latency_ms.get(i) {
+            p.put = Duration::from_millis(*ms);
+        }
+        if let Some(ms) = c.replica_get_latency_ms.get(i) {
+            p.get = Duration::from_millis(*ms);
+        }
+        if let Some((store, tail)) = c.replica_put_tail {
+            if store == i {
+                p = p.put_tail(tail.fraction, millis(tail.extra_ms));
+            }
+        }
+        let latent = with_latency_profile(base.clone(), p);
+        let down = DownHooks::wrap(latent.clone());
+        down.hooks().set_down(c.replica_down == Some(i));
+        let counted = CountingStore::counts_only(down);
+        replicas.push((counted.clone() as Arc<dyn ObjectStore>, base));
+        counting.push(counted);
+        latents.push(latent);
+    }
+    let (wal, base) = replicas
+        .first()
+        .cloned()
+        .ok_or("--replicas needs at least one store")?;
+    Ok(Stores {
+        wal,
+        counting: Counting(counting),
+        latent: latents.into_iter().next(),
+        base,
+        replicas,
     })
 }
 
@@ -1093,7 +1273,7 @@ async fn write_reporting(
     report: SoakReport,
 ) -> Result<WriteResult, Box<dyn std::error::Error>> {
     let cfg = config(c);
-    let (wal, _) = spawn_wal(s.wal.clone(), cfg.clone(), RestartPolicy::default()).await?;
+    let wal = s.spawn(&cfg).await?;
     wal.ready().await?;
     s.counting.reset();
     let drawn_before = s.latency_counts();
@@ -1120,11 +1300,13 @@ async fn write_reporting(
                 ticker.tick().await;
                 if let Ok(st) = wal.stats().await {
                     eprintln!(
-                        "bench write: {:.0}s appends {} objects {} pending {}",
+                        "bench write: {:.0}s appends {} objects {} pending {} tasks {} rss_mib {:.1}",
                         started.elapsed().as_secs_f64(),
                         st.appends,
                         st.objects,
-                        recorder.pending()
+                        recorder.pending(),
+                        tokio::runtime::Handle::current().metrics().num_alive_tasks(),
+                        status_mib("VmRSS:")
                     );
                 }
             }
@@ -1209,7 +1391,8 @@ async fn write_reporting(
         }
     }
     latency_fields(c, &drawn, &mut line);
-    cost_fields(counts, elapsed, "", &mut line);
+    replica_fields(c, s, &mut line);
+    cost_fields(&counts, elapsed, "", &mut line);
     line["catalog_objects"] = json!(stats.chain_objects);
     line["catalog_regions"] = json!(stats.catalog_regions);
     line["readers"] = json!(stats.readers);
@@ -1226,7 +1409,7 @@ async fn write_reporting(
         let after = wal.stats().await?;
         s.counting.reset();
         let t = Instant::now();
-        let ro = ObjectStoreLogStore::open_read_only(s.wal.clone(), cfg.clone()).await?;
+        let ro = ObjectStoreLogStore::open_read_only_io(s.io(&cfg)?, cfg.clone()).await?;
         line["obsolete_lag"] = json!(c.obsolete_lag);
         line["uniform_regions"] = json!(c.uniform_regions);
         line["floor"] = json!(after.floor);
@@ -1242,7 +1425,7 @@ async fn write_reporting(
         tokio::time::sleep(secs(c.idle_seconds)).await;
         line["idle_seconds"] = json!(c.idle_seconds);
         line["idle_requests"] = json!(s.counting.counts().requests());
-        cost_fields(s.counting.counts(), c.idle_seconds, "idle_", &mut line);
+        cost_fields(&s.counting.counts(), c.idle_seconds, "idle_", &mut line);
     }
     Ok(WriteResult {
         line,
@@ -1276,6 +1459,17 @@ async fn count_keys(s: &Stores, prefix: &str) -> Result<u64, Box<dyn std::error:
 }
 
 /// The tails and hangs asked for, and how many were drawn, when any were.
+/// With `--replicas`: the stores and each one's requests, beside the totals.
+fn replica_fields(c: &Common, s: &Stores, line: &mut serde_json::Value) {
+    if s.replicas.is_empty() {
+        return;
+    }
+    line["replicas"] = json!(c.replicas);
+    line["replica_put_latency_ms"] = json!(c.replica_put_latency_ms);
+    line["replica_down"] = json!(c.replica_down);
+    line["per_store"] = s.counting.per_store();
+}
+
 fn latency_fields(c: &Common, drawn: &LatencyCounts, line: &mut serde_json::Value) {
     let tail = |t: &Option<Tail>| t.map(|t| format!("{}:{}", t.fraction, t.extra_ms));
     if let Some(t) = tail(&c.put_tail) {
@@ -1403,7 +1597,7 @@ async fn build_chain(
     entries_per_object: usize,
     entry_bytes: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let io = WalIo::new(s.base.clone(), &cfg.prefix, cfg.whole_read_threshold)?;
+    let io = s.fixture_io(cfg)?;
     let opened = open_instance(&io, cfg).await?;
     let mut epoch = opened.epoch;
     let payload = Bytes::from(vec![0x5au8; entry_bytes]);
@@ -1452,13 +1646,13 @@ async fn recover(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn st
     .await?;
     s.counting.reset();
     let started = Instant::now();
-    let wal = ObjectStoreLogStore::open(s.wal.clone(), cfg.clone()).await?;
+    let wal = ObjectStoreLogStore::open_io(s.io(&cfg)?, cfg.clone()).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let counts = s.counting.counts();
     let gets = counts.gets.load(Ordering::Relaxed);
     let listed = wal.report().objects.len() as u64;
     let ideal = listed as f64 * c.get_latency_ms as f64 / cfg.recovery_concurrency as f64;
-    Ok(json!({
+    let mut line = json!({
         "workload": "recover",
         "store": c.store,
         "get_latency_ms": c.get_latency_ms,
@@ -1472,7 +1666,9 @@ async fn recover(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn st
         "gets_per_object": round2(gets as f64 / listed.max(1) as f64),
         "lists": counts.lists.load(Ordering::Relaxed),
         "puts": counts.puts.load(Ordering::Relaxed),
-    }))
+    });
+    replica_fields(c, s, &mut line);
+    Ok(line)
 }
 
 /// Resets the peak resident set (`VmHWM`) to the current one, so that a later
@@ -1499,7 +1695,7 @@ async fn replay(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn std
             (objects, Some(appends * c.entries_per_append.max(1) as u64))
         }
     };
-    let (wal, _) = spawn_wal(s.wal.clone(), cfg.clone(), RestartPolicy::default()).await?;
+    let wal = s.spawn(&cfg).await?;
     wal.ready().await?;
     let stats = wal.stats().await?;
     reset_peak_rss();
@@ -1561,6 +1757,7 @@ async fn replay(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn std
         "rss_before_mib": round2(rss_before),
     });
     latency_fields(c, &drawn, &mut line);
+    replica_fields(c, s, &mut line);
     Ok(line)
 }
 

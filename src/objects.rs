@@ -188,6 +188,7 @@ impl WalIo {
             })
             .collect();
         let transport = ReplicatedTransport::new(transports)?
+            .for_in_flight(config.max_in_flight)
             .with_requests(config.hedge_after, config.request_timeout);
         WalIo::over(
             transport,

@@ -42,7 +42,7 @@ use crate::error::{Error, Result};
 use crate::format::{encode_object, EncodedObject, FormatError, Header, Link};
 use crate::objects::{CreateAttempt, CreateKind, ListedObject, Listing, SummaryRead, WalIo};
 use crate::protocol::create_too_slow;
-use crate::quorum::{key_state, quorum, KeyState, Listed, ValueId};
+use crate::quorum::{key_state, quorum, unlisted_after, KeyState, Listed, ValueId};
 
 /// One object as recovery saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -280,8 +280,8 @@ fn assemble(
 /// Per-store summaries kept across the attempts of an open over several stores.
 pub type ReplicaCache = Vec<BTreeMap<u64, SummaryRead>>;
 
-/// Lists every store: `None` for a store that failed, or had not answered within the
-/// request timeout once a quorum had (*unlisted*). Fails when fewer than a quorum listed.
+/// Lists every store: `None` for a store that failed, or had not answered soon enough
+/// once a quorum had ([`unlisted_after`]: *unlisted*). Fails when fewer than a quorum listed.
 async fn list_replicas(io: &WalIo, replicas: &[WalIo]) -> Result<Vec<Option<Listing>>> {
     let n = replicas.len();
     let q = quorum(n);
@@ -294,6 +294,7 @@ async fn list_replicas(io: &WalIo, replicas: &[WalIo]) -> Result<Vec<Option<List
     let mut listed = 0;
     let mut last = String::from("no store answered");
     let mut deadline: Option<tokio::time::Instant> = None;
+    let started = tokio::time::Instant::now();
     loop {
         let next = match deadline {
             None => pending.next().await,
@@ -310,7 +311,8 @@ async fn list_replicas(io: &WalIo, replicas: &[WalIo]) -> Result<Vec<Option<List
                     listed += 1;
                 }
                 if listed == q && deadline.is_none() {
-                    deadline = Some(tokio::time::Instant::now() + io.request_timeout());
+                    let wait = unlisted_after(started.elapsed(), io.request_timeout());
+                    deadline = Some(tokio::time::Instant::now() + wait);
                 }
             }
             Err(e) => last = format!("store {i}: {e}"),

@@ -111,12 +111,16 @@ pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Whether a store is worth a request: one whose recent requests all failed is skipped
 /// (its answer counts as unknown) until a probe, one request every [`PROBE_INTERVAL`],
-/// gets a definite answer. A dead store then costs one request a second, not one per
-/// object. Times are offsets on one monotonic clock.
+/// gets a definite answer; one with too many creates still unanswered (a store that
+/// hangs rather than fails, before its timeouts tell) is skipped for new creates until
+/// some answer. A dead store then costs one request a second, and a bounded number of
+/// requests held, not one per object. Times are offsets on one monotonic clock.
 #[derive(Debug, Clone, Default)]
 pub struct StoreHealth {
     failures: u32,
     next_probe: Duration,
+    /// Creates sent and not answered yet.
+    creates_outstanding: u32,
     /// Recent latency of definite answers (exponentially weighted), for choosing reads.
     latency: Option<Duration>,
 }
@@ -140,16 +144,23 @@ impl StoreHealth {
         true
     }
 
+    /// Whether to send a create at `now`, with at most `max_outstanding` creates
+    /// unanswered at once; counts it as outstanding when sent.
+    pub fn admit_create(&mut self, now: Duration, max_outstanding: u32) -> bool {
+        if self.creates_outstanding >= max_outstanding || !self.admit(now) {
+            return false;
+        }
+        self.creates_outstanding += 1;
+        true
+    }
+
     /// Records a request's end at `now`: a definite answer (`Some(latency)`) brings the
     /// store up; a failure or timeout (`None`) counts towards taking it down.
     pub fn answered(&mut self, now: Duration, latency: Option<Duration>) {
         match latency {
             Some(took) => {
                 self.failures = 0;
-                self.latency = Some(match self.latency {
-                    Some(l) => (l * 7 + took) / 8,
-                    None => took,
-                });
+                self.record_latency(took);
             }
             None => {
                 self.failures = self.failures.saturating_add(1);
@@ -160,17 +171,55 @@ impl StoreHealth {
         }
     }
 
-    /// The order to read from: stores up before stores down, faster before slower (a
-    /// store with no latency known yet goes first among the up ones, to learn it).
+    /// Records a create's end at `now` (see [`answered`](Self::answered)).
+    pub fn create_answered(&mut self, now: Duration, latency: Option<Duration>) {
+        self.creates_outstanding = self.creates_outstanding.saturating_sub(1);
+        self.answered(now, latency);
+    }
+
+    /// Records a read that had not answered after `waited` when another store's did: it
+    /// is at least that slow, so later reads go elsewhere first.
+    pub fn outpaced(&mut self, waited: Duration) {
+        self.record_latency(waited.saturating_mul(2));
+    }
+
+    fn record_latency(&mut self, took: Duration) {
+        self.latency = Some(match self.latency {
+            Some(l) => (l * 7 + took) / 8,
+            None => took,
+        });
+    }
+
+    /// How long a read from this store is waited for before another store is asked
+    /// too: twice its recent latency, at least `floor`.
+    pub fn read_patience(&self, floor: Duration) -> Duration {
+        self.latency.map_or(floor, |l| (l * 2).max(floor))
+    }
+
+    /// The order to read from: stores up before stores down, then by recent latency
+    /// (a store with none known yet after those with one, in index order).
     pub fn read_order(stores: &[StoreHealth]) -> Vec<usize> {
         let mut order: Vec<usize> = (0..stores.len()).collect();
         order.sort_by_key(|&i| {
             stores
                 .get(i)
-                .map(|h| (h.is_down(), h.latency.unwrap_or_default()))
+                .map(|h| (h.is_down(), h.latency.is_none(), h.latency))
         });
         order
     }
+}
+
+/// Once a quorum of stores has listed, how much longer the others are waited for before
+/// they are *unlisted*: half the time the quorum took, at least 10 ms, at most
+/// `request_timeout`. DESIGN.md waits the whole request timeout; any wait is safe (a
+/// value an unlisted store may decide is completed, a key it leaves undetermined waits),
+/// and a long one makes every open with a store down as slow as a timeout and, past the
+/// link window, unable to open at all. A slow store unlisted costs nothing when the
+/// writes it missed reached a quorum of the others.
+pub fn unlisted_after(quorum_listed_in: Duration, request_timeout: Duration) -> Duration {
+    (quorum_listed_in / 2)
+        .max(Duration::from_millis(10))
+        .min(request_timeout)
 }
 
 /// One store's answer to a create, classified by the outcome table.
@@ -378,6 +427,17 @@ mod tests {
         h.answered(t(2001), Some(t(5)));
         assert!(!h.is_down());
         assert!(h.admit(t(2002)));
+    }
+
+    #[test]
+    fn a_store_with_too_many_creates_unanswered_is_skipped_until_one_answers() {
+        let mut h = StoreHealth::default();
+        let t = Duration::from_millis;
+        assert!(h.admit_create(t(0), 2));
+        assert!(h.admit_create(t(0), 2));
+        assert!(!h.admit_create(t(0), 2), "two outstanding");
+        h.create_answered(t(1), Some(t(1)));
+        assert!(h.admit_create(t(1), 2));
     }
 
     #[test]

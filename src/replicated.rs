@@ -25,10 +25,10 @@
 //!   copy on a miss, an error or a timeout; one GET per object while the stores answer.
 //! - A listing is the union of what the stores list (the reclaimer deletes below the
 //!   floor in every store, and catches up a store that was down from a later listing);
-//!   it needs Q stores, and a store that has not answered within the request timeout
-//!   once Q have is left out. An open lists and reads each store on its own
+//!   it needs Q stores, and a store that has not answered soon after Q have
+//!   ([`unlisted_after`]) is left out. An open lists and reads each store on its own
 //!   ([`Transport::replicas`]), since decidedness is per copy.
-//! - A delete goes to every store that is up.
+//! - A delete goes to every store that is up and answers once Q have deleted.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -45,8 +45,8 @@ use tokio::time::Instant;
 use crate::config::HedgeAfter;
 use crate::error::{Durability, Error, Result};
 use crate::quorum::{
-    hole_settled, opening_won, quorum, write_verdict, CopyAnswer, StoreHealth, ValueId,
-    WriteVerdict,
+    hole_settled, opening_won, quorum, unlisted_after, write_verdict, CopyAnswer, StoreHealth,
+    ValueId, WriteVerdict,
 };
 use crate::transport::{
     CreateAttempt, CreateKind, ListVisitor, Request, RequestStats, Transport,
@@ -79,8 +79,26 @@ impl Health {
         self.with(store, |h, now| h.admit(now)).unwrap_or(false)
     }
 
+    fn admit_create(&self, store: usize, max_outstanding: u32) -> bool {
+        self.with(store, |h, now| h.admit_create(now, max_outstanding))
+            .unwrap_or(false)
+    }
+
     fn answered(&self, store: usize, latency: Option<Duration>) {
         self.with(store, |h, now| h.answered(now, latency));
+    }
+
+    fn create_answered(&self, store: usize, latency: Option<Duration>) {
+        self.with(store, |h, now| h.create_answered(now, latency));
+    }
+
+    fn outpaced(&self, store: usize, waited: Duration) {
+        self.with(store, |h, _| h.outpaced(waited));
+    }
+
+    fn read_patience(&self, store: usize) -> Duration {
+        self.with(store, |h, _| h.read_patience(READ_PATIENCE_FLOOR))
+            .unwrap_or(READ_PATIENCE_FLOOR)
     }
 
     fn read_order(&self) -> Vec<usize> {
@@ -93,6 +111,14 @@ impl Health {
     }
 }
 
+/// A read from one store is waited for at least this long before another store is
+/// asked too.
+const READ_PATIENCE_FLOOR: Duration = Duration::from_millis(20);
+
+/// Creates one store may hold unanswered, per object the writer may have in flight, before
+/// it is skipped for new creates (a store that hangs, before its timeouts tell).
+const OUTSTANDING_CREATES_PER_IN_FLIGHT: u32 = 4;
+
 /// One store's listing: its index and its keys with their sizes.
 type StoreListing = (usize, Result<Vec<(Path, u64)>>);
 
@@ -103,6 +129,8 @@ pub struct ReplicatedTransport {
     health: Arc<Health>,
     stats: Arc<RequestStats>,
     timeout: Duration,
+    /// Creates one store may hold unanswered before new ones skip it.
+    max_outstanding_creates: u32,
 }
 
 /// One store's answer to a create, with its copy resolved.
@@ -135,7 +163,17 @@ impl ReplicatedTransport {
             stores,
             stats: Arc::new(RequestStats::default()),
             timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_outstanding_creates: 16,
         })
+    }
+
+    /// This transport for a writer with up to `max_in_flight` objects in flight: a
+    /// store is skipped for new creates while it holds more than a few times that many
+    /// unanswered.
+    pub fn for_in_flight(mut self, max_in_flight: usize) -> Self {
+        let in_flight = u32::try_from(max_in_flight).unwrap_or(u32::MAX).max(1);
+        self.max_outstanding_creates = in_flight.saturating_mul(OUTSTANDING_CREATES_PER_IN_FLIGHT);
+        self
     }
 
     /// The quorum.
@@ -193,7 +231,7 @@ impl ReplicatedTransport {
                 CreateAttempt::Unknown(e) => Answer::Unknown(e),
             };
             let definite = !matches!(answer, Answer::Unknown(_));
-            health.answered(i, definite.then(|| started.elapsed()));
+            health.create_answered(i, definite.then(|| started.elapsed()));
             (i, answer)
         }
         .boxed()
@@ -206,10 +244,10 @@ impl ReplicatedTransport {
         let mut pending: FuturesUnordered<_> = FuturesUnordered::new();
         let mut last = String::from("no store answered");
         for i in 0..n {
-            if self.health.admit(i) {
+            if self.health.admit_create(i, self.max_outstanding_creates) {
                 pending.push(self.create_in(i, key, body, kind));
             } else {
-                last = format!("store {i} is down (skipped until a probe answers)");
+                last = format!("store {i} is down or lagging (skipped)");
             }
         }
         let mut answers = vec![CopyAnswer::Unknown; n];
@@ -293,34 +331,69 @@ impl ReplicatedTransport {
         verdict
     }
 
+    /// Reads from the store with the lowest recent latency; a store that has not
+    /// answered within its patience ([`StoreHealth::read_patience`]) gets the next store
+    /// asked beside it, and an error or a miss moves on at once. The first copy read
+    /// wins; the others are dropped, and those it outpaced are noted as slow.
     async fn get_any(&self, key: &Path, range: Option<Range<u64>>) -> Result<Bytes> {
+        let order: Vec<usize> = self
+            .health
+            .read_order()
+            .into_iter()
+            .filter(|i| self.health.admit(*i))
+            .collect();
+        let total = order.len();
+        let mut next = order.into_iter().peekable();
+        let mut running: FuturesUnordered<BoxFuture<'_, (usize, Duration, Result<Bytes>)>> =
+            FuturesUnordered::new();
+        // Stores asked and not answered yet, with when they were asked.
+        let mut waiting: Vec<(usize, Instant)> = Vec::new();
+        let mut patience = READ_PATIENCE_FLOOR;
         let mut last: Option<Error> = None;
-        let mut asked = 0;
         let mut not_found = 0;
-        for i in self.health.read_order() {
-            let Some(store) = self.stores.get(i) else {
-                continue;
-            };
-            if !self.health.admit(i) {
-                continue;
+        loop {
+            if running.is_empty() || (waiting.is_empty() && next.peek().is_some()) {
+                let Some(i) = next.next() else { break };
+                waiting.push((i, Instant::now()));
+                patience = self.health.read_patience(i);
+                running.push(self.get_from(i, key, range.clone()));
             }
-            asked += 1;
-            let started = Instant::now();
-            match store.get(key, range.clone()).await {
+            // With no store left to ask, the request timeout bounds the wait.
+            let wait = if next.peek().is_some() {
+                patience
+            } else {
+                self.timeout.saturating_mul(2)
+            };
+            let (i, took, answer) = match tokio::time::timeout(wait, running.next()).await {
+                Ok(Some(answer)) => answer,
+                Ok(None) => continue,
+                Err(_) => {
+                    // Slow: ask the next store too, keeping this one.
+                    if let Some(i) = next.next() {
+                        waiting.push((i, Instant::now()));
+                        patience = self.health.read_patience(i);
+                        running.push(self.get_from(i, key, range.clone()));
+                    }
+                    continue;
+                }
+            };
+            waiting.retain(|(w, _)| *w != i);
+            match answer {
                 Ok(bytes) => {
-                    self.health.answered(i, Some(started.elapsed()));
+                    self.health.answered(i, Some(took));
+                    for (slow, since) in &waiting {
+                        self.health.outpaced(*slow, since.elapsed());
+                    }
                     return Ok(bytes);
                 }
                 Err(e) => {
                     // A missing copy is a definite answer: its store missed the create,
                     // or the key was reclaimed.
                     let missing = e.is_not_found();
-                    self.health.answered(i, missing.then(|| started.elapsed()));
+                    self.health.answered(i, missing.then_some(took));
                     if missing {
                         not_found += 1;
-                        if last.is_none() {
-                            last = Some(e);
-                        }
+                        last.get_or_insert(e);
                     } else {
                         last = Some(e);
                     }
@@ -329,10 +402,30 @@ impl ReplicatedTransport {
         }
         // "Not found" only when every store asked said so.
         match last {
-            Some(e) if !e.is_not_found() || not_found == asked => Err(e),
-            Some(e) => Err(self.no_quorum("get", key, asked - not_found, e.to_string())),
+            Some(e) if !e.is_not_found() || not_found == total => Err(e),
+            Some(e) => Err(self.no_quorum("get", key, total - not_found, e.to_string())),
             None => Err(self.no_quorum("get", key, 0, "every store is down".into())),
         }
+    }
+
+    fn get_from(
+        &self,
+        i: usize,
+        key: &Path,
+        range: Option<Range<u64>>,
+    ) -> BoxFuture<'_, (usize, Duration, Result<Bytes>)> {
+        let key = key.clone();
+        async move {
+            let started = Instant::now();
+            let answer = match self.stores.get(i) {
+                Some(store) => store.get(&key, range).await,
+                None => Err(Error::Stopped {
+                    durability: Durability::NotWritten,
+                }),
+            };
+            (i, started.elapsed(), answer)
+        }
+        .boxed()
     }
 
     async fn list_all(
@@ -367,6 +460,7 @@ impl ReplicatedTransport {
         let mut union: BTreeMap<Path, u64> = BTreeMap::new();
         let mut listed = 0;
         let mut deadline: Option<Instant> = None;
+        let started = Instant::now();
         loop {
             let next = match deadline {
                 None => pending.next().await,
@@ -386,7 +480,8 @@ impl ReplicatedTransport {
                     if listed == q && deadline.is_none() {
                         // A store that has not answered within the request timeout once
                         // a quorum has is left out (DESIGN.md: "unlisted").
-                        deadline = Some(Instant::now() + self.timeout);
+                        let wait = unlisted_after(started.elapsed(), self.timeout);
+                        deadline = Some(Instant::now() + wait);
                     }
                 }
                 Err(e) => last = format!("store {i}: {e}"),
@@ -401,28 +496,48 @@ impl ReplicatedTransport {
         Ok(())
     }
 
+    /// Deletes in every store that is up (a store down is not probed with deletes), and
+    /// answers once a quorum has: the rest finish in the background, bounded like the
+    /// slower creates. A store that missed a delete keeps its copy until a later
+    /// listing finds it below the floor.
     async fn delete_all(&self, key: &Path) -> Result<()> {
-        let mut deletes: FuturesUnordered<_> = self
-            .stores
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| self.health.admit(*i))
-            .map(|(i, store)| async move {
-                let started = Instant::now();
-                let done = store.delete(key).await;
-                self.health
-                    .answered(i, done.is_ok().then(|| started.elapsed()));
-                done
-            })
-            .collect();
+        let q = self.quorum();
+        let mut deletes: FuturesUnordered<BoxFuture<'static, Result<()>>> = FuturesUnordered::new();
+        for (i, store) in self.stores.iter().enumerate() {
+            let up = self.health.with(i, |h, _| !h.is_down()).unwrap_or(false);
+            if !up || !self.health.admit_create(i, self.max_outstanding_creates) {
+                continue;
+            }
+            let (store, key, health) = (store.clone(), key.clone(), self.health.clone());
+            deletes.push(
+                async move {
+                    let started = Instant::now();
+                    let done = store.delete(&key).await;
+                    health.create_answered(i, done.is_ok().then(|| started.elapsed()));
+                    done
+                }
+                .boxed(),
+            );
+        }
+        let mut deleted = 0;
         let mut first_error = None;
-        while let Some(done) = deletes.next().await {
-            if let Err(e) = done {
-                first_error.get_or_insert(e);
+        while deleted < q {
+            match deletes.next().await {
+                Some(Ok(())) => deleted += 1,
+                Some(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                None => break,
             }
         }
-        // A store that is down keeps its copy until a later listing finds it.
-        first_error.map_or(Ok(()), Err)
+        if !deletes.is_empty() {
+            tokio::spawn(async move { while deletes.next().await.is_some() {} });
+        }
+        match first_error {
+            Some(e) if deleted < q => Err(e),
+            _ if deleted < q => Err(self.no_quorum("delete", key, deleted, "stores down".into())),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -488,6 +603,7 @@ impl Transport for ReplicatedTransport {
             health: self.health.clone(),
             stats: Arc::new(RequestStats::default()),
             timeout,
+            max_outstanding_creates: self.max_outstanding_creates,
         })
     }
 
