@@ -282,7 +282,10 @@ pub type ReplicaCache = Vec<BTreeMap<u64, SummaryRead>>;
 
 /// Lists every store: `None` for a store that failed, or had not answered soon enough
 /// once a quorum had ([`unlisted_after`]: *unlisted*). Fails when fewer than a quorum listed.
-async fn list_replicas(io: &WalIo, replicas: &[WalIo]) -> Result<Vec<Option<Listing>>> {
+async fn list_replicas(
+    io: &WalIo,
+    replicas: &[WalIo],
+) -> Result<(Vec<Option<Listing>>, Vec<usize>)> {
     let n = replicas.len();
     let q = quorum(n);
     let mut pending: FuturesUnordered<_> = replicas
@@ -291,6 +294,8 @@ async fn list_replicas(io: &WalIo, replicas: &[WalIo]) -> Result<Vec<Option<List
         .map(|(i, r)| async move { (i, r.list().await) })
         .collect();
     let mut listings: Vec<Option<Listing>> = vec![None; n];
+    // The stores listed, fastest first.
+    let mut order: Vec<usize> = Vec::with_capacity(n);
     let mut listed = 0;
     let mut last = String::from("no store answered");
     let mut deadline: Option<tokio::time::Instant> = None;
@@ -308,6 +313,7 @@ async fn list_replicas(io: &WalIo, replicas: &[WalIo]) -> Result<Vec<Option<List
             Ok(listing) => {
                 if let Some(slot) = listings.get_mut(i) {
                     *slot = Some(listing);
+                    order.push(i);
                     listed += 1;
                 }
                 if listed == q && deadline.is_none() {
@@ -333,7 +339,7 @@ async fn list_replicas(io: &WalIo, replicas: &[WalIo]) -> Result<Vec<Option<List
             last,
         });
     }
-    Ok(listings)
+    Ok((listings, order))
 }
 
 /// Recovery over several stores (DESIGN.md "One log over several stores", opening steps
@@ -354,84 +360,110 @@ pub async fn recover_replicas(
     let replicas = io.replicas();
     let n = replicas.len();
     cache.resize_with(n, BTreeMap::new);
-    let listings = list_replicas(io, &replicas).await?;
-    // Each store's summaries: from the cache when listed again with the same size.
-    let mut per_store: ReplicaCache = vec![BTreeMap::new(); n];
-    let mut to_read: Vec<(usize, ListedObject)> = Vec::new();
-    let mut keys: BTreeMap<u64, Vec<Listed>> = BTreeMap::new();
+    let (listings, order) = list_replicas(io, &replicas).await?;
+    let q = quorum(n);
+    // Which stores list each key, with the listed size.
+    let mut listed_at: BTreeMap<u64, Vec<Option<ListedObject>>> = BTreeMap::new();
     let mut foreign: Vec<String> = Vec::new();
     for (i, listing) in listings.iter().enumerate() {
         let Some(listing) = listing else { continue };
         foreign.extend(listing.foreign.iter().cloned());
         for listed in &listing.objects {
-            keys.entry(listed.sequence).or_default();
-            let known = cache.get_mut(i).and_then(|c| c.remove(&listed.sequence));
-            match known {
-                Some(k) if k.summary.length == listed.size => {
-                    if let Some(s) = per_store.get_mut(i) {
-                        s.insert(listed.sequence, k);
-                    }
-                }
-                _ => to_read.push((i, listed.clone())),
+            let stores = listed_at
+                .entry(listed.sequence)
+                .or_insert_with(|| vec![None; n]);
+            if let Some(slot) = stores.get_mut(i) {
+                *slot = Some(listed.clone());
             }
         }
     }
     foreign.sort();
     foreign.dedup();
-    let reads: Vec<(usize, u64, Result<SummaryRead>)> = stream::iter(to_read)
-        .map(|(i, listed)| {
-            let replica = replicas.get(i).cloned();
-            async move {
-                let read = match replica {
-                    Some(r) => r.read_summary(&listed).await,
-                    None => Err(Error::Stopped {
-                        durability: crate::error::Durability::NotWritten,
-                    }),
-                };
-                (i, listed.sequence, read)
-            }
+    // Each store's summaries: from the cache when listed again with the same size. The Q
+    // stores that listed first are read in full; another store's copy is read only where
+    // those do not agree on one value (agreeing, they decide the key whatever it holds).
+    let mut per_store: ReplicaCache = vec![BTreeMap::new(); n];
+    let mut failed: BTreeMap<u64, Error> = BTreeMap::new();
+    let mut unreadable: Vec<(usize, u64)> = Vec::new();
+    let primary: Vec<usize> = order.iter().copied().take(q).collect();
+    let first: Vec<(usize, ListedObject)> = listed_at
+        .values()
+        .flat_map(|stores| {
+            primary
+                .iter()
+                .filter_map(|i| Some((*i, stores.get(*i)?.clone()?)))
         })
-        .buffer_unordered(concurrency.max(1))
-        .collect()
-        .await;
-    // What each store shows at each key; reads that failed.
-    for (sequence, stores) in keys.iter_mut() {
-        *stores = listings
+        .collect();
+    // `concurrency` requests per store: each store has its own capacity.
+    let per_store_concurrency = concurrency.max(1).saturating_mul(q);
+    read_copies(
+        io,
+        &replicas,
+        cache,
+        &mut per_store,
+        first,
+        per_store_concurrency,
+        &mut failed,
+        &mut unreadable,
+    )
+    .await;
+    let agreed = |sequence: &u64, per_store: &ReplicaCache| {
+        let values: Vec<Option<ValueId>> = primary
             .iter()
-            .map(|l| match l {
-                None => Listed::Unlisted,
-                Some(_) => Listed::Absent,
+            .map(|i| {
+                per_store
+                    .get(*i)
+                    .and_then(|s| s.get(sequence))
+                    .map(|r| ValueId::of(&r.summary))
             })
             .collect();
-        for (i, summaries) in per_store.iter().enumerate() {
-            if let (Some(read), Some(slot)) = (summaries.get(sequence), stores.get_mut(i)) {
-                *slot = Listed::Copy(ValueId::of(&read.summary));
-            }
-        }
-    }
-    let mut failed: BTreeMap<u64, Error> = BTreeMap::new();
-    for (i, sequence, read) in reads {
-        let slot = keys.get_mut(&sequence).and_then(|s| s.get_mut(i));
-        match read {
-            Ok(read) => {
-                if let Some(slot) = slot {
-                    *slot = Listed::Copy(ValueId::of(&read.summary));
+        values.first().copied().flatten().is_some() && values.windows(2).all(|w| w[0] == w[1])
+    };
+    let second: Vec<(usize, ListedObject)> = listed_at
+        .iter()
+        .filter(|(sequence, _)| !agreed(sequence, &per_store))
+        .flat_map(|(_, stores)| {
+            stores
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !primary.contains(i))
+                .filter_map(|(i, l)| Some((i, l.clone()?)))
+        })
+        .collect();
+    read_copies(
+        io,
+        &replicas,
+        cache,
+        &mut per_store,
+        second,
+        per_store_concurrency,
+        &mut failed,
+        &mut unreadable,
+    )
+    .await;
+    // What each store shows at each key: a copy read, absent, or unknown (unlisted, not
+    // read, or unreadable).
+    let mut keys: BTreeMap<u64, Vec<Listed>> = BTreeMap::new();
+    for (sequence, stores) in &listed_at {
+        let shown = (0..n)
+            .map(|i| {
+                let listing = listings.get(i).and_then(Option::as_ref);
+                let read = per_store.get(i).and_then(|s| s.get(sequence));
+                match (listing, stores.get(i).and_then(Option::as_ref), read) {
+                    (None, _, _) => Listed::Unlisted,
+                    (Some(_), None, _) => Listed::Absent,
+                    (Some(_), Some(_), Some(read)) => Listed::Copy(ValueId::of(&read.summary)),
+                    (Some(_), Some(_), None) if unreadable.contains(&(i, *sequence)) => {
+                        Listed::Unlisted
+                    }
+                    // Listed, not read because the first stores agreed: not needed.
+                    (Some(_), Some(_), None) if agreed(sequence, &per_store) => Listed::Unlisted,
+                    // Reclaimed since the listing: no copy there.
+                    (Some(_), Some(_), None) => Listed::Absent,
                 }
-                if let Some(s) = per_store.get_mut(i) {
-                    s.insert(sequence, read);
-                }
-            }
-            // Reclaimed since the listing: no copy there.
-            Err(e) if e.is_not_found() => {}
-            Err(e) => {
-                warn!(store = i, key = %io.key(sequence), error = %e,
-                    "a copy cannot be read; it counts as unknown");
-                if let Some(slot) = slot {
-                    *slot = Listed::Unlisted;
-                }
-                failed.insert(sequence, e);
-            }
-        }
+            })
+            .collect();
+        keys.insert(*sequence, shown);
     }
     let max_sequence = keys.keys().next_back().copied().unwrap_or(0);
     let summary_of = |per_store: &ReplicaCache, sequence: u64, value: &ValueId| {
@@ -517,6 +549,66 @@ pub async fn recover_replicas(
         *slot = summaries;
     }
     recovered
+}
+
+/// Reads the summaries of `to_read` (store, listed copy), taking those in `cache` listed
+/// again with the same size, into `per_store`. A copy reclaimed since the listing is
+/// left out; one that cannot be read is noted in `unreadable`, its error in `failed`.
+#[allow(clippy::too_many_arguments)]
+async fn read_copies(
+    io: &WalIo,
+    replicas: &[WalIo],
+    cache: &mut ReplicaCache,
+    per_store: &mut ReplicaCache,
+    to_read: Vec<(usize, ListedObject)>,
+    concurrency: usize,
+    failed: &mut BTreeMap<u64, Error>,
+    unreadable: &mut Vec<(usize, u64)>,
+) {
+    let mut reading = Vec::new();
+    for (i, listed) in to_read {
+        let known = cache.get_mut(i).and_then(|c| c.remove(&listed.sequence));
+        match known {
+            Some(k) if k.summary.length == listed.size => {
+                if let Some(s) = per_store.get_mut(i) {
+                    s.insert(listed.sequence, k);
+                }
+            }
+            _ => reading.push((i, listed)),
+        }
+    }
+    let reads: Vec<(usize, u64, Result<SummaryRead>)> = stream::iter(reading)
+        .map(|(i, listed)| {
+            let replica = replicas.get(i).cloned();
+            async move {
+                let read = match replica {
+                    Some(r) => r.read_summary(&listed).await,
+                    None => Err(Error::Stopped {
+                        durability: crate::error::Durability::NotWritten,
+                    }),
+                };
+                (i, listed.sequence, read)
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    for (i, sequence, read) in reads {
+        match read {
+            Ok(read) => {
+                if let Some(s) = per_store.get_mut(i) {
+                    s.insert(sequence, read);
+                }
+            }
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                warn!(store = i, key = %io.key(sequence), error = %e,
+                    "a copy cannot be read; it counts as unknown");
+                unreadable.push((i, sequence));
+                failed.insert(sequence, e);
+            }
+        }
+    }
 }
 
 /// Completes `value` at `sequence`: its bytes, read whole from a store holding a copy,
