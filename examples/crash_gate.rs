@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::StreamExt;
+use object_store_wal::objects::WalIo;
 use object_store_wal::store_from_url;
 use object_store_wal::{Config, ObjectStoreLogStore};
 
@@ -39,9 +40,14 @@ struct Args {
     /// Crash cycles.
     #[arg(long, default_value_t = 20)]
     cycles: u32,
-    /// Store URL; default: a fresh local directory under the system temp dir.
+    /// Store URL; default: a fresh local directory under the system temp dir. Given
+    /// several times (3 or 5): one log over that many stores (`--replicas 3` makes
+    /// three local directories).
     #[arg(long)]
-    url: Option<String>,
+    url: Vec<String>,
+    /// Without `--url`: one log over this many fresh local directories.
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
     /// WAL prefix (default: unique per run).
     #[arg(long)]
     prefix: Option<String>,
@@ -145,10 +151,14 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         .as_nanos() as u64;
     let work = std::env::temp_dir().join(format!("osw-crash-gate-{}-{stamp}", std::process::id()));
     std::fs::create_dir_all(&work)?;
-    let url = match &args.url {
-        Some(u) => u.clone(),
-        None => format!("file://{}", work.join("store").display()),
+    let urls: Vec<String> = match args.url.as_slice() {
+        [] if args.replicas > 1 => (0..args.replicas)
+            .map(|i| format!("file://{}", work.join(format!("store-{i}")).display()))
+            .collect(),
+        [] => vec![format!("file://{}", work.join("store").display())],
+        urls => urls.to_vec(),
     };
+    let url = urls.join(" ");
     let prefix = args
         .prefix
         .clone()
@@ -161,7 +171,8 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     for cycle in 1..=args.cycles {
         let kill_after = Duration::from_millis(args.min_ms + next_random(&mut seed) % span);
         let mut child = Command::new(&node)
-            .args(["--url", &url, "--prefix", &prefix, "--child"])
+            .args(urls.iter().flat_map(|u| ["--url", u.as_str()]))
+            .args(["--prefix", &prefix, "--child"])
             .args([
                 "--regions",
                 &args.regions.to_string(),
@@ -188,8 +199,13 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     }
 
     let (acks, flushed) = parse_ack_log(&ack_log)?;
-    let store = store_from_url(&url)?;
-    let wal = ObjectStoreLogStore::open_read_only(store, Config::new(prefix.clone())).await?;
+    let stores = urls
+        .iter()
+        .map(|u| store_from_url(u))
+        .collect::<Result<Vec<_>, _>>()?;
+    let config = Config::new(prefix.clone());
+    let wal =
+        ObjectStoreLogStore::open_read_only_io(WalIo::for_stores(stores, &config)?, config).await?;
     let (mut missing, mut duplicated, mut wrong_payload, mut replayed) = (0u64, 0u64, 0u64, 0u64);
     let mut flushed_not_replayed = 0u64;
     // One bulk replay of every region: each object is fetched once (a read per region
@@ -239,7 +255,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         })
     );
-    if ok && args.url.is_none() {
+    if ok && args.url.is_empty() {
         let _ = std::fs::remove_dir_all(&work);
     }
     Ok(ok)

@@ -133,6 +133,8 @@ write_env() {
     azure_port=$(cat "$STATE/azure.port")
     cat >"$STATE/env" <<EOF
 export WAL_TEST_S3=s3://$BUCKET
+export WAL_TEST_S3_2=s3://$BUCKET-2
+export WAL_TEST_S3_3=s3://$BUCKET-3
 export AWS_ENDPOINT=http://127.0.0.1:$s3_port
 export AWS_ALLOW_HTTP=true
 export AWS_REGION=us-east-1
@@ -177,6 +179,12 @@ start() {
     local code
     code=$(curl -s -o "$STATE/bucket.out" -w '%{http_code}' -X PUT "http://127.0.0.1:$s3_port/$BUCKET")
     [ "$code" = 200 ] || die "creating bucket $BUCKET answered $code: $(cat "$STATE/bucket.out")"
+    # Two more buckets: one log over three stores (the crash gate's quorum runs).
+    local b
+    for b in "$BUCKET-2" "$BUCKET-3"; do
+        code=$(curl -s -o "$STATE/bucket.out" -w '%{http_code}' -X PUT "http://127.0.0.1:$s3_port/$b")
+        [ "$code" = 200 ] || die "creating bucket $b answered $code: $(cat "$STATE/bucket.out")"
+    done
     AZ_URL="http://127.0.0.1:$azure_port/$AZ_ACCOUNT" AZ_ACCOUNT=$AZ_ACCOUNT AZ_KEY=$AZ_KEY \
         "$VENV/bin/python" - "$CONTAINER" <<'EOF' || die "creating container $CONTAINER failed"
 import os, sys
