@@ -40,7 +40,7 @@ use crate::format::{
 use crate::metrics::Metrics;
 use crate::replicated::ReplicatedTransport;
 pub use crate::transport::{CreateAttempt, CreateKind, RequestStats, HEDGE_MAX_BYTES};
-use crate::transport::{StoreTransport, Transport};
+use crate::transport::{StoreTransport, Transport, Verify};
 
 /// Digits of the zero-padded sequence in a key.
 pub const SEQUENCE_DIGITS: usize = 20;
@@ -358,8 +358,25 @@ impl WalIo {
 
     /// Reads `range` of an object: one ranged GET.
     pub async fn read_range(&self, sequence: u64, range: Range<u64>) -> Result<Bytes> {
+        self.read_range_verified(sequence, range, &|_| true).await
+    }
+
+    /// Reads `range` of an object, where an answer of another length, or one that
+    /// fails `verify`, is no answer: over several stores another copy is read (see
+    /// [`Transport::get_verified`]).
+    pub async fn read_range_verified(
+        &self,
+        sequence: u64,
+        range: Range<u64>,
+        verify: Verify<'_>,
+    ) -> Result<Bytes> {
         let key = self.key(sequence);
-        let bytes = self.get(sequence, Some(range.clone())).await?;
+        let want = range.end - range.start;
+        let check = |b: &Bytes| b.len() as u64 == want && verify(b);
+        let bytes = self
+            .transport
+            .get_verified(&key, Some(range.clone()), &check)
+            .await?;
         if bytes.len() as u64 != range.end - range.start {
             return Err(Error::CorruptObject {
                 key: key.to_string(),

@@ -627,27 +627,38 @@ async fn complete_value(
         .filter(|(_, s)| **s == Listed::Copy(*value))
         .map(|(i, _)| i)
         .collect();
+    // Each source read at most twice (a read damaged in transit is read again).
     let mut bytes = None;
-    let mut last = None;
-    for i in sources {
+    let mut last = String::from("no copy to read");
+    'sources: for i in sources {
         let Some(r) = replicas.get(i) else { continue };
-        match r.read_whole(sequence).await {
-            Ok(b) if ValueId::of_copy(&b).as_ref() == Ok(value) => {
-                bytes = Some(b);
-                break;
+        for _ in 0..2 {
+            match r.read_whole(sequence).await {
+                Ok(b) if ValueId::of_copy(&b).as_ref() == Ok(value) => {
+                    bytes = Some(b);
+                    break 'sources;
+                }
+                Ok(_) => last = format!("store {i}'s copy failed its checks"),
+                Err(e) => {
+                    last = format!("store {i}: {e}");
+                    break;
+                }
             }
-            Ok(_) => {}
-            Err(e) => last = Some(e),
         }
     }
     let Some(bytes) = bytes else {
-        return Err(last.unwrap_or_else(|| Error::CorruptObject {
+        // The open starts over (and the copies are listed again).
+        return Err(Error::NoQuorum {
+            op: "complete",
             key: replicas
                 .first()
                 .map(|r| r.key(sequence).to_string())
                 .unwrap_or_default(),
-            source: FormatError::BadMagic { part: "object" },
-        }));
+            answered: 0,
+            stores: replicas.len(),
+            quorum: quorum(replicas.len()),
+            last,
+        });
     };
     let creates = to.iter().filter_map(|i| {
         let r = replicas.get(*i)?.clone();

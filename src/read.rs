@@ -151,7 +151,10 @@ fn reclaimed(catalog: &RwLock<Catalog>, sequence: u64, error: &Error) -> bool {
 pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec<Entry>> {
     let record = &location.record;
     let checked = read_again_once(|| async {
-        let bytes = io.read_range(location.sequence, record.range()).await?;
+        let verify = |b: &Bytes| format::check_segment(b, record).is_ok();
+        let bytes = io
+            .read_range_verified(location.sequence, record.range(), &verify)
+            .await?;
         let decoded = format::decode_segment(bytes, record);
         if let Err(e) = &decoded {
             debug!(sequence = location.sequence, region = record.region, error = %e, "segment failed verification");
@@ -477,7 +480,16 @@ async fn fetch_segments(
     let sequence = first.sequence;
     let span = first.record.offset..last.record.range().end;
     let checked = read_again_once(|| async {
-        let bytes = io.read_range(sequence, span.clone()).await?;
+        // Over several stores a copy whose segments do not all verify is replaced by
+        // another; over one store (or when every copy fails) the checks below report it.
+        let verify = |b: &Bytes| {
+            records.iter().all(|loc| {
+                let start = (loc.record.offset - span.start) as usize;
+                b.get(start..start + loc.record.length as usize)
+                    .is_some_and(|segment| format::check_segment(segment, &loc.record).is_ok())
+            })
+        };
+        let bytes = io.read_range_verified(sequence, span.clone(), &verify).await?;
         let mut entries = Vec::new();
         let mut damaged = false;
         for loc in &records {

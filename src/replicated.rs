@@ -49,7 +49,7 @@ use crate::quorum::{
     ValueId, WriteVerdict,
 };
 use crate::transport::{
-    CreateAttempt, CreateKind, ListVisitor, Request, RequestStats, Transport,
+    CreateAttempt, CreateKind, ListVisitor, Request, RequestStats, Transport, Verify,
     DEFAULT_REQUEST_TIMEOUT,
 };
 
@@ -335,7 +335,28 @@ impl ReplicatedTransport {
     /// answered within its patience ([`StoreHealth::read_patience`]) gets the next store
     /// asked beside it, and an error or a miss moves on at once. The first copy read
     /// wins; the others are dropped, and those it outpaced are noted as slow.
-    async fn get_any(&self, key: &Path, range: Option<Range<u64>>) -> Result<Bytes> {
+    async fn get_any(
+        &self,
+        key: &Path,
+        range: Option<Range<u64>>,
+        verify: Option<Verify<'_>>,
+    ) -> Result<Bytes> {
+        // Every copy failing its checks may be reads damaged in transit: once more.
+        match self.get_round(key, range.clone(), verify).await {
+            Ok((bytes, false)) => Ok(bytes),
+            Ok((_, true)) => self.get_round(key, range, verify).await.map(|(b, _)| b),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One round of [`get_any`](Self::get_any): the bytes, and whether every copy read
+    /// failed `verify` (then the last of them).
+    async fn get_round(
+        &self,
+        key: &Path,
+        range: Option<Range<u64>>,
+        verify: Option<Verify<'_>>,
+    ) -> Result<(Bytes, bool)> {
         let order: Vec<usize> = self
             .health
             .read_order()
@@ -351,6 +372,8 @@ impl ReplicatedTransport {
         let mut patience = READ_PATIENCE_FLOOR;
         let mut last: Option<Error> = None;
         let mut not_found = 0;
+        // The last copy read that failed `verify`: the answer if no copy passes.
+        let mut damaged: Option<Bytes> = None;
         loop {
             if running.is_empty() || (waiting.is_empty() && next.peek().is_some()) {
                 let Some(i) = next.next() else { break };
@@ -379,12 +402,21 @@ impl ReplicatedTransport {
             };
             waiting.retain(|(w, _)| *w != i);
             match answer {
+                Ok(bytes) if verify.is_some_and(|v| !v(&bytes)) => {
+                    self.health.answered(i, Some(took));
+                    self.stats
+                        .damaged_copies
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!(store = i, key = %key,
+                        "a copy failed its checks; reading another store's copy");
+                    damaged = Some(bytes);
+                }
                 Ok(bytes) => {
                     self.health.answered(i, Some(took));
                     for (slow, since) in &waiting {
                         self.health.outpaced(*slow, since.elapsed());
                     }
-                    return Ok(bytes);
+                    return Ok((bytes, false));
                 }
                 Err(e) => {
                     // A missing copy is a definite answer: its store missed the create,
@@ -399,6 +431,10 @@ impl ReplicatedTransport {
                     }
                 }
             }
+        }
+        if let Some(bytes) = damaged {
+            // Every copy read failed its checks: the caller's checks report it.
+            return Ok((bytes, true));
         }
         // "Not found" only when every store asked said so.
         match last {
@@ -577,7 +613,16 @@ impl Transport for ReplicatedTransport {
     }
 
     fn get<'a>(&'a self, key: &'a Path, range: Option<Range<u64>>) -> Request<'a, Result<Bytes>> {
-        Box::pin(self.get_any(key, range))
+        Box::pin(self.get_any(key, range, None))
+    }
+
+    fn get_verified<'a>(
+        &'a self,
+        key: &'a Path,
+        range: Option<Range<u64>>,
+        verify: Verify<'a>,
+    ) -> Request<'a, Result<Bytes>> {
+        Box::pin(self.get_any(key, range, Some(verify)))
     }
 
     fn list<'a>(

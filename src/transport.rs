@@ -54,6 +54,9 @@ use crate::metrics::{Metrics, Op, Outcome};
 /// A boxed future of a [`Transport`] request.
 pub type Request<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// Whether bytes a read returned are what the reader expects (length, checksums).
+pub type Verify<'a> = &'a (dyn Fn(&Bytes) -> bool + Send + Sync);
+
 /// Called with each key a listing finds and its size, as the pages arrive.
 pub type ListVisitor<'a> = &'a mut (dyn FnMut(&Path, u64) + Send);
 
@@ -109,6 +112,20 @@ pub trait Transport: fmt::Debug + Send + Sync {
 
     /// Reads `key`, whole or `range` of it.
     fn get<'a>(&'a self, key: &'a Path, range: Option<Range<u64>>) -> Request<'a, Result<Bytes>>;
+
+    /// [`get`](Self::get), where an answer that fails `verify` (damaged, or another
+    /// value's copy) is no answer: over several stores another copy is read instead,
+    /// and the damage is counted and logged; the bytes of the last copy tried come back
+    /// if none verifies. Over one store, the same as `get`: the caller checks.
+    fn get_verified<'a>(
+        &'a self,
+        key: &'a Path,
+        range: Option<Range<u64>>,
+        verify: Verify<'a>,
+    ) -> Request<'a, Result<Bytes>> {
+        let _ = verify;
+        self.get(key, range)
+    }
 
     /// Lists the keys under `prefix` (above `offset`, when given), calling `visit` with
     /// each key and its size as the pages arrive, in no particular order.
@@ -172,6 +189,9 @@ pub struct RequestStats {
     /// of their region (after its one read again). Each finding counts, so a segment
     /// found by a recovery and then by two reads counts three times.
     pub damaged_segments: AtomicU64,
+    /// Over several stores: copies read that failed their checks (damaged, or another
+    /// value's copy at the key) and were replaced by another store's.
+    pub damaged_copies: AtomicU64,
 }
 
 /// The kinds of request whose latencies are tracked apart for hedging.

@@ -34,6 +34,11 @@
 //! back: the orphan changes nothing; the chain object makes reads fail with a typed
 //! error, and recovery afterwards replays nothing inconsistent.
 //!
+//! `simulation_over_three_stores` runs the same schedule over three stores (one log, a
+//! quorum of copies), each with faults drawn for it, and takes one store at a time down
+//! (every request hangs) for a while: writes go on at two copies, an open with a store
+//! unlisted completes or waits, reads go to another copy.
+//!
 //! `WAL_SIM_SEEDS=N` runs seeds `0..N` (default 500), `WAL_SIM_SEED=S` runs seed `S`
 //! alone, `WAL_SIM_THREADS=T` runs seeds on `T` threads (default: the cores, at most
 //! 4). A failure names its seed and the command that reproduces it, with the last
@@ -54,12 +59,14 @@ use std::time::{Duration, Instant as WallInstant};
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
-use object_store_wal::objects::object_key;
-use object_store_wal::testing::{FaultCounts, FaultRates, FaultStore, SplitMix64};
+use object_store_wal::objects::{object_key, WalIo};
+use object_store_wal::testing::{
+    DownHooks, DownStore, FaultCounts, FaultRates, FaultStore, SplitMix64,
+};
 use object_store_wal::{
     AppendParts, Config, CreateClock, Durability, Entry, Error, ObjectStoreLogStore, RetryPolicy,
 };
-use object_store_wal_actors::spawn_wal_with;
+use object_store_wal_actors::{spawn_wal_io, spawn_wal_with};
 use object_store_wal_actors::{RestartPolicy, WalHandle};
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -71,6 +78,8 @@ use ledger::{Ledger, Outcome};
 
 const PREFIX: &str = "sim";
 const DEFAULT_SEEDS: u64 = 500;
+/// Seeds run by default over three stores.
+const DEFAULT_SEEDS_THREE_STORES: u64 = 500;
 /// Virtual time after which a wait is a hang (paused time reaches it only when nothing
 /// else can run).
 const HANG: Duration = Duration::from_secs(3600);
@@ -152,10 +161,22 @@ impl Totals {
 
 #[test]
 fn simulation() {
+    run_simulation(1, DEFAULT_SEEDS);
+}
+
+/// The same schedule over three stores (DESIGN.md "One log over several stores"), each
+/// with faults of its own, and one store at a time taken down (every request hangs)
+/// and brought back.
+#[test]
+fn simulation_over_three_stores() {
+    run_simulation(3, DEFAULT_SEEDS_THREE_STORES);
+}
+
+fn run_simulation(replicas: usize, default_seeds: u64) {
     install_panic_hook();
     let seeds: Vec<u64> = match env_u64("WAL_SIM_SEED") {
         Some(s) => vec![s],
-        None => (0..env_u64("WAL_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS)).collect(),
+        None => (0..env_u64("WAL_SIM_SEEDS").unwrap_or(default_seeds)).collect(),
     };
     let threads = env_u64("WAL_SIM_THREADS")
         .map(|t| t.max(1) as usize)
@@ -180,9 +201,9 @@ fn simulation() {
                 let Some(&seed) = seeds.get(i) else {
                     return;
                 };
-                if let Err(message) = run_seed(seed, &totals) {
+                if let Err(message) = run_seed(seed, replicas, &totals) {
                     eprintln!(
-                        "simulation: seed {seed} FAILED:\n{message}\n  reproduce: WAL_SIM_SEED={seed} cargo test --test simulation\n  whole trace: WAL_SIM_SEED={seed} WAL_SIM_TRACE=1 cargo test --test simulation -- --nocapture"
+                        "simulation: seed {seed} ({replicas} stores) FAILED:\n{message}\n  reproduce: WAL_SIM_SEED={seed} cargo test --test simulation\n  whole trace: WAL_SIM_SEED={seed} WAL_SIM_TRACE=1 cargo test --test simulation -- --nocapture"
                     );
                     let mut f = failures.lock().unwrap_or_else(|p| p.into_inner());
                     f.push((seed, message));
@@ -196,7 +217,7 @@ fn simulation() {
     let faults = *totals.faults.lock().unwrap();
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
     eprintln!(
-        "simulation: {} seeds in {:.1?} on {threads} threads: {} appends ({} acknowledged, {} failed may-be-durable ({} of them replayed), {} failed not-written), {} instances ({} crashed, {} left as zombies, {} fenced), {} oracle checks ({} skipped: instance gone), {} late creates landed, {} objects reclaimed; faults {:?}; failed appends by error {:?}",
+        "simulation over {replicas} store(s): {} seeds in {:.1?} on {threads} threads: {} appends ({} acknowledged, {} failed may-be-durable ({} of them replayed), {} failed not-written), {} instances ({} crashed, {} left as zombies, {} fenced), {} oracle checks ({} skipped: instance gone), {} late creates landed, {} objects reclaimed; faults {:?}; failed appends by error {:?}",
         get(&totals.seeds),
         started.elapsed(),
         get(&totals.appends),
@@ -228,7 +249,7 @@ fn simulation() {
 }
 
 /// Runs one seed on a fresh single-threaded runtime with paused time.
-fn run_seed(seed: u64, totals: &Totals) -> Result<(), String> {
+fn run_seed(seed: u64, replicas: usize, totals: &Totals) -> Result<(), String> {
     IN_SEED.with(|s| s.set(true));
     UNEXPECTED_PANICS.with(|c| c.set(0));
     let result = catch_unwind(AssertUnwindSafe(|| {
@@ -238,9 +259,9 @@ fn run_seed(seed: u64, totals: &Totals) -> Result<(), String> {
             .build()
             .expect("a runtime");
         runtime.block_on(async {
-            let sim = Sim::new(seed);
+            let sim = Sim::new(seed, replicas);
             let trace = sim.trace.clone();
-            let (store, config) = (sim.store.clone(), sim.config.clone());
+            let (stores, config) = (sim.stores.clone(), sim.config.clone());
             let show = std::env::var_os("WAL_SIM_TRACE").is_some();
             let shown = trace.clone();
             let _print = Defer(move || {
@@ -253,7 +274,7 @@ fn run_seed(seed: u64, totals: &Totals) -> Result<(), String> {
                 Err(_) => panic!(
                     "simulation: seed {seed} hung (nothing progressed for {HANG:?} of virtual time)\n{}{}",
                     trace.tail(),
-                    dump_store(&store, &config)
+                    dump_store(&stores, &config)
                 ),
             }
         });
@@ -377,12 +398,9 @@ impl Trace {
 }
 
 /// The objects in the store as a fresh recovery sees them (no faults), for reports.
-fn dump_store(store: &FaultStore, config: &Config) -> String {
+fn dump_store(stores: &[Arc<FaultStore>], config: &Config) -> String {
     // InMemory answers at once: no runtime needed.
-    let opened = futures::executor::block_on(ObjectStoreLogStore::open_read_only(
-        store.inner().clone(),
-        config.clone(),
-    ));
+    let opened = futures::executor::block_on(open_plain(stores, config));
     let report = match opened {
         Ok(wal) => wal.report().clone(),
         Err(e) => return format!("  store: cannot recover: {e}\n"),
@@ -405,6 +423,18 @@ fn dump_store(store: &FaultStore, config: &Config) -> String {
         ));
     }
     out
+}
+
+/// The stores without faults (or down switches), read-only.
+async fn open_plain(
+    stores: &[Arc<FaultStore>],
+    config: &Config,
+) -> object_store_wal::Result<ObjectStoreLogStore> {
+    if let [store] = stores {
+        return ObjectStoreLogStore::open_read_only(store.inner().clone(), config.clone()).await;
+    }
+    let inner = stores.iter().map(|s| s.inner().clone()).collect();
+    ObjectStoreLogStore::open_read_only_io(WalIo::for_stores(inner, config)?, config.clone()).await
 }
 
 /// Runs a closure when dropped.
@@ -439,8 +469,11 @@ struct Instance {
 struct Sim {
     seed: u64,
     rng: SplitMix64,
-    store: Arc<FaultStore>,
     dyn_store: Arc<dyn ObjectStore>,
+    /// Every store: one, or three.
+    stores: Vec<Arc<FaultStore>>,
+    /// Over three stores: each store as the WAL sees it, which can be taken down.
+    downs: Vec<Arc<DownStore>>,
     config: Config,
     restarts: RestartPolicy,
     clock: Arc<VirtualClock>,
@@ -516,7 +549,7 @@ fn draw_config(rng: &mut SplitMix64) -> Config {
 }
 
 impl Sim {
-    fn new(seed: u64) -> Self {
+    fn new(seed: u64, replicas: usize) -> Self {
         let mut rng = SplitMix64::new(seed ^ 0x5EED_0F0B_1EC7);
         let mut store_rng = rng.fork();
         let rates = draw_rates(&mut rng);
@@ -540,11 +573,34 @@ impl Sim {
         let trace = Trace::new(origin, store.clone());
         trace.push(format!("seed {seed}: rates {rates:?}"));
         trace.push(format!("config {config:?}"));
+        // More stores draw from a stream of their own: one store's seeds stay as they are.
+        let mut stores = vec![store.clone()];
+        let mut replica_rng = if replicas > 1 {
+            rng.fork()
+        } else {
+            SplitMix64::new(0)
+        };
+        for i in 1..replicas {
+            let rates = draw_rates(&mut replica_rng);
+            let other =
+                FaultStore::seeded(Arc::new(InMemory::new()), replica_rng.next_u64(), rates);
+            trace.push(format!("store {i}: rates {rates:?}"));
+            stores.push(other);
+        }
+        let downs = if replicas > 1 {
+            stores
+                .iter()
+                .map(|s| DownHooks::wrap(s.clone() as Arc<dyn ObjectStore>))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Sim {
             seed,
             rng,
-            store,
             dyn_store,
+            stores,
+            downs,
             config,
             restarts: RestartPolicy::new(
                 50,
@@ -582,7 +638,51 @@ impl Sim {
     }
 
     fn dump_store(&self) -> String {
-        dump_store(&self.store, &self.config)
+        dump_store(&self.stores, &self.config)
+    }
+
+    /// Deletes `key` in every store behind the WAL's back; whether any held it.
+    async fn delete_behind(&self, key: &object_store::path::Path) -> bool {
+        let mut gone = false;
+        for s in &self.stores {
+            gone |= s.delete_behind(key).await.unwrap_or(false);
+        }
+        gone
+    }
+
+    /// Every late create lands, in every store.
+    async fn land_late(&self) -> usize {
+        let mut landed = 0;
+        for s in &self.stores {
+            landed += s.land_late().await;
+        }
+        landed
+    }
+
+    /// Over three stores: one store at a time goes down (every request hangs), and
+    /// comes back.
+    fn toggle_down(&mut self) {
+        if let Some(i) = self.downs.iter().position(|d| d.hooks().is_down()) {
+            self.downs[i].hooks().set_down(false);
+            self.note(format!("store {i} back up"));
+            return;
+        }
+        let i = self.rng.below(self.downs.len() as u64) as usize;
+        let back_after = Duration::from_millis(self.rng.range_inclusive(5, 400));
+        self.downs[i].hooks().set_down(true);
+        self.note(format!("store {i} down for {back_after:?}"));
+        // Down for a while: an open with a key only the down store can settle waits.
+        let down = self.downs[i].clone();
+        self.tasks.spawn(async move {
+            tokio::time::sleep(back_after).await;
+            down.hooks().set_down(false);
+        });
+    }
+
+    fn all_up(&self) {
+        for d in &self.downs {
+            d.hooks().set_down(false);
+        }
     }
 
     async fn run(mut self, totals: &Totals) {
@@ -618,6 +718,9 @@ impl Sim {
 
     /// One random step of the schedule.
     async fn step(&mut self) {
+        if !self.downs.is_empty() && self.rng.chance(0.1) {
+            self.toggle_down();
+        }
         let zombies: Vec<usize> = (0..self.instances.len())
             .filter(|&i| i != self.current && self.instances[i].alive)
             .collect();
@@ -675,7 +778,7 @@ impl Sim {
                 self.crash(z);
             }
             89..=94 => {
-                let landed = self.store.land_late().await;
+                let landed = self.land_late().await;
                 self.note(format!("land late creates now: {landed} landed"));
             }
             _ => {
@@ -699,15 +802,36 @@ impl Sim {
     }
 
     async fn spawn_instance(&mut self) -> usize {
-        let (handle, join) = spawn_wal_with(
-            self.dyn_store.clone(),
-            self.config.clone(),
-            self.restarts,
-            self.clock.clone(),
-            None,
-        )
-        .await
-        .unwrap_or_else(|e| self.fail(format!("cannot spawn: {e}")));
+        let spawned = if self.downs.is_empty() {
+            spawn_wal_with(
+                self.dyn_store.clone(),
+                self.config.clone(),
+                self.restarts,
+                self.clock.clone(),
+                None,
+            )
+            .await
+        } else {
+            let stores = self
+                .downs
+                .iter()
+                .map(|d| d.clone() as Arc<dyn ObjectStore>)
+                .collect();
+            match WalIo::for_stores(stores, &self.config) {
+                Ok(io) => {
+                    spawn_wal_io(
+                        io,
+                        self.config.clone(),
+                        self.restarts,
+                        self.clock.clone(),
+                        None,
+                    )
+                    .await
+                }
+                Err(e) => Err(e.into()),
+            }
+        };
+        let (handle, join) = spawned.unwrap_or_else(|e| self.fail(format!("cannot spawn: {e}")));
         let spawned = lock(&self.ledger).tick();
         let index = self.instances.len();
         self.instances.push(Instance {
@@ -865,6 +989,7 @@ impl Sim {
         let benign = matches!(
             e,
             Error::Store { .. }
+                | Error::NoQuorum { .. }
                 | Error::OpenContended { .. }
                 | Error::EpochEnded { .. }
                 | Error::WriterFailed { .. }
@@ -973,9 +1098,14 @@ impl Sim {
     /// checks everything (replay and per-region reads); then objects are deleted behind
     /// the WAL's back.
     async fn finish(&mut self) {
-        let landed = self.store.land_late().await;
-        self.store.set_random_faults(false);
-        self.note(format!("finish: {landed} late creates landed; faults off"));
+        let landed = self.land_late().await;
+        for s in &self.stores {
+            s.set_random_faults(false);
+        }
+        self.all_up();
+        self.note(format!(
+            "finish: {landed} late creates landed; faults off; every store up"
+        ));
         self.settle().await;
         for i in 0..self.instances.len() {
             self.crash(i);
@@ -987,12 +1117,11 @@ impl Sim {
         self.verify(&alone, required, "final, per-region reads");
 
         // An orphan deleted behind the WAL's back changes nothing.
-        let report =
-            ObjectStoreLogStore::open_read_only(self.store.inner().clone(), self.config.clone())
-                .await
-                .unwrap_or_else(|e| self.fail(format!("read-only open: {e}")))
-                .report()
-                .clone();
+        let report = open_plain(&self.stores, &self.config)
+            .await
+            .unwrap_or_else(|e| self.fail(format!("read-only open: {e}")))
+            .report()
+            .clone();
         let orphans: Vec<u64> = report
             .objects
             .iter()
@@ -1002,7 +1131,7 @@ impl Sim {
         if !orphans.is_empty() {
             let s = orphans[self.rng.below(orphans.len() as u64) as usize];
             let key = object_key(&object_store::path::Path::from(PREFIX), s);
-            let gone = self.store.delete_behind(&key).await.unwrap_or(false);
+            let gone = self.delete_behind(&key).await;
             self.note(format!("deleted orphan {s} behind the WAL's back ({gone})"));
             self.crash(last);
             self.checked_restart("after deleting an orphan").await;
@@ -1022,7 +1151,7 @@ impl Sim {
         let s = with_data[self.rng.below(with_data.len() as u64) as usize];
         let key = object_key(&object_store::path::Path::from(PREFIX), s);
         let running = self.current;
-        let gone = self.store.delete_behind(&key).await.unwrap_or(false);
+        let gone = self.delete_behind(&key).await;
         self.note(format!(
             "deleted chain object {s} behind the WAL's back ({gone})"
         ));
@@ -1129,20 +1258,23 @@ impl Sim {
         Totals::add(&totals.skipped_checks, self.skipped_checks);
         Totals::add(&totals.crashes, self.crashes);
         Totals::add(&totals.zombies, self.zombies);
-        Totals::add(&totals.late_landed, self.store.late_landed());
+        for s in &self.stores {
+            Totals::add(&totals.late_landed, s.late_landed());
+        }
         Totals::add(
             &totals.reclaimed,
             self.instances.iter().map(|i| i.reclaimed).sum(),
         );
-        let c = self.store.fault_counts();
         let mut t = lock(&totals.faults);
-        t.apply_then_error += c.apply_then_error;
-        t.error_unapplied += c.error_unapplied;
-        t.land_late += c.land_late;
-        t.failed_gets += c.failed_gets;
-        t.flipped_gets += c.flipped_gets;
-        t.failed_lists += c.failed_lists;
-        t.slow_ops += c.slow_ops;
-        t.deleted_behind += c.deleted_behind;
+        for c in self.stores.iter().map(|s| s.fault_counts()) {
+            t.apply_then_error += c.apply_then_error;
+            t.error_unapplied += c.error_unapplied;
+            t.land_late += c.land_late;
+            t.failed_gets += c.failed_gets;
+            t.flipped_gets += c.flipped_gets;
+            t.failed_lists += c.failed_lists;
+            t.slow_ops += c.slow_ops;
+            t.deleted_behind += c.deleted_behind;
+        }
     }
 }

@@ -40,7 +40,12 @@ impl DownHooks {
         self.hung.load(Ordering::SeqCst)
     }
 
-    fn is_down(&self) -> bool {
+    /// Whether the store is down now.
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::SeqCst)
+    }
+
+    fn hangs(&self) -> bool {
         let down = self.down.load(Ordering::SeqCst);
         if down {
             self.hung.fetch_add(1, Ordering::SeqCst);
@@ -64,7 +69,7 @@ impl Hooks for DownHooks {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        if self.is_down() {
+        if self.hangs() {
             futures::future::pending::<()>().await;
         }
         inner.put_opts(location, payload, opts).await
@@ -76,7 +81,7 @@ impl Hooks for DownHooks {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
-        if self.is_down() {
+        if self.hangs() {
             futures::future::pending::<()>().await;
         }
         inner.get_opts(location, options).await
@@ -87,7 +92,7 @@ impl Hooks for DownHooks {
         inner: &Arc<dyn ObjectStore>,
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
-        if self.is_down() {
+        if self.hangs() {
             return stream::pending().boxed();
         }
         inner.delete_stream(locations)
@@ -98,7 +103,7 @@ impl Hooks for DownHooks {
         inner: &Arc<dyn ObjectStore>,
         prefix: Option<&Path>,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        if self.is_down() {
+        if self.hangs() {
             return self.hang_list();
         }
         inner.list(prefix)
@@ -110,7 +115,7 @@ impl Hooks for DownHooks {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        if self.is_down() {
+        if self.hangs() {
             return self.hang_list();
         }
         inner.list_with_offset(prefix, offset)
