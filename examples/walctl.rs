@@ -19,6 +19,11 @@
 //! opening object and fences every earlier instance, so it must not be pointed at a
 //! prefix a live node owns.
 //!
+//! `--url` given several times (3 or 5) names one log over that many stores (a quorum of
+//! copies; not public API yet): `chain` adds one line per key with its copy in each
+//! store and whether a quorum holds it (`decided`), and `verify` checks every copy in
+//! every store, each line naming its `store`.
+//!
 //! Damage is reported where it is (FORMAT.md, "What a reader verifies"): an object whose
 //! header, footer or trailer fails is unusable, and recovery (`chain`, `dump`, `stats`)
 //! fails naming it; a damaged segment fails only reads of its region, so `chain` and
@@ -34,6 +39,7 @@ use clap::{Parser, Subcommand};
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use object_store_wal::objects::WalIo;
+use object_store_wal::quorum::ValueId;
 use object_store_wal::store_from_url;
 use object_store_wal::{format, Config, Error, ErrorKind, ObjectStoreLogStore};
 use serde_json::{json, Value};
@@ -47,8 +53,11 @@ use serde_json::{json, Value};
 struct Cli {
     /// Store URL: file:///absolute/dir, memory://, or s3://, gs://, az:// when the crate
     /// is built with the aws, gcp or azure feature. Before or after the subcommand.
+    /// Given several times (3 or 5): one log over that many stores (not public API
+    /// yet); `chain` then shows every key's copy in each store, and `verify` checks
+    /// every copy.
     #[arg(long, global = true)]
-    url: Option<String>,
+    url: Vec<String>,
     /// The WAL prefix inside the store (relative, no trailing '/'). Before or after the
     /// subcommand.
     #[arg(long, global = true)]
@@ -186,9 +195,15 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), Failure> {
     let writes = matches!(cli.command, Command::Append { .. });
     let missing = |what: &str| Failure::Usage(format!("--{what} is required"));
-    let url = cli.url.ok_or_else(|| missing("url"))?;
+    if cli.url.is_empty() {
+        return Err(missing("url"));
+    }
     let prefix = cli.prefix.ok_or_else(|| missing("prefix"))?;
-    let store = open_store(&url, writes)?;
+    let store = cli
+        .url
+        .iter()
+        .map(|url| open_store(url, writes))
+        .collect::<Result<Vec<_>, _>>()?;
     let config = Config::new(prefix);
     match cli.command {
         Command::Chain => chain(store, config).await,
@@ -226,8 +241,9 @@ fn open_store(url: &str, writes: bool) -> Result<Arc<dyn ObjectStore>, Failure> 
     Ok(store_from_url(url)?)
 }
 
-async fn chain(store: Arc<dyn ObjectStore>, config: Config) -> Result<(), Failure> {
-    let wal = ObjectStoreLogStore::open_read_only(store, config).await?;
+async fn chain(store: Vec<Arc<dyn ObjectStore>>, config: Config) -> Result<(), Failure> {
+    let io = WalIo::for_stores(store, &config)?;
+    let wal = ObjectStoreLogStore::open_read_only_io(io.clone(), config.clone()).await?;
     let report = wal.report();
     for o in &report.objects {
         emit(&[
@@ -247,6 +263,57 @@ async fn chain(store: Arc<dyn ObjectStore>, config: Config) -> Result<(), Failur
         emit(&[("foreign", json!(key))])?;
     }
     report_damage(report)?;
+    copies(&io).await
+}
+
+/// Over several stores: one line per key with its copy in each store (`null`: no copy;
+/// a string: unreadable) and whether a quorum holds one value (`decided`).
+async fn copies(io: &WalIo) -> Result<(), Failure> {
+    let replicas = io.replicas();
+    if replicas.is_empty() {
+        return Ok(());
+    }
+    let mut per_store = Vec::with_capacity(replicas.len());
+    for r in &replicas {
+        per_store.push(r.list().await?);
+    }
+    let mut sequences: Vec<u64> = per_store
+        .iter()
+        .flat_map(|l| l.objects.iter().map(|o| o.sequence))
+        .collect();
+    sequences.sort_unstable();
+    sequences.dedup();
+    let q = replicas.len() / 2 + 1;
+    for sequence in sequences {
+        let mut copies = Vec::with_capacity(replicas.len());
+        let mut values = Vec::new();
+        for (r, listing) in replicas.iter().zip(&per_store) {
+            let Some(listed) = listing.objects.iter().find(|o| o.sequence == sequence) else {
+                copies.push(Value::Null);
+                continue;
+            };
+            match r.read_summary(listed).await {
+                Ok(read) => {
+                    let value = ValueId::of(&read.summary);
+                    values.push(value);
+                    copies.push(json!({
+                        "epoch": value.epoch,
+                        "claim": value.claim,
+                        "object_crc": format!("{:08x}", value.object_crc),
+                    }));
+                }
+                Err(e) => copies.push(json!(e.to_string())),
+            }
+        }
+        let decided = values
+            .iter()
+            .find(|v| values.iter().filter(|w| w == v).count() >= q);
+        emit(&[
+            ("seq", json!(sequence)),
+            ("copies", Value::Array(copies)),
+            ("decided", json!(decided.is_some())),
+        ])?;
+    }
     Ok(())
 }
 
@@ -278,12 +345,13 @@ fn report_damage(report: &object_store_wal::RecoveryReport) -> Result<(), Failur
 }
 
 async fn dump(
-    store: Arc<dyn ObjectStore>,
+    store: Vec<Arc<dyn ObjectStore>>,
     config: Config,
     region: u64,
     from: u64,
 ) -> Result<(), Failure> {
-    let wal = ObjectStoreLogStore::open_read_only(store, config).await?;
+    let wal =
+        ObjectStoreLogStore::open_read_only_io(WalIo::for_stores(store, &config)?, config).await?;
     let mut entries = wal.read(region, from);
     let mut printed = 0u64;
     while let Some(entry) = entries.try_next().await? {
@@ -302,7 +370,7 @@ async fn dump(
 }
 
 async fn append(
-    store: Arc<dyn ObjectStore>,
+    store: Vec<Arc<dyn ObjectStore>>,
     config: Config,
     region: u64,
     entries: &[String],
@@ -316,7 +384,7 @@ async fn append(
                 .map_err(|e| Failure::Usage(format!("entry {} ({h:?}) is not hex: {e}", i + 1)))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut wal = ObjectStoreLogStore::open(store, config).await?;
+    let mut wal = ObjectStoreLogStore::open_io(WalIo::for_stores(store, &config)?, config).await?;
     let receipt = wal.append_and_flush(vec![(region, payloads)]).await?;
     let ids: Vec<u64> = receipt.parts.iter().flat_map(|p| p.ids()).collect();
     emit(&[
@@ -385,16 +453,6 @@ async fn verify_object(io: &WalIo, sequence: u64) -> Verdict {
     }
 }
 
-/// An object that failed verification: named on stderr, one line on stdout.
-fn emit_failure(sequence: u64, e: &Error) -> Result<(), Failure> {
-    eprintln!("walctl: {e}");
-    emit(&[
-        ("seq", json!(sequence)),
-        ("ok", json!(false)),
-        ("error", json!(e.to_string())),
-    ])
-}
-
 /// Progress on stderr for long runs: every `every` objects, and at least once a second.
 struct Progress {
     every: u64,
@@ -417,17 +475,58 @@ impl Progress {
 }
 
 async fn verify(
-    store: Arc<dyn ObjectStore>,
+    store: Vec<Arc<dyn ObjectStore>>,
     config: Config,
     progress_every: u64,
 ) -> Result<(), Failure> {
     config.validate()?;
-    let io = WalIo::new(store, &config.prefix, config.whole_read_threshold)?;
+    let io = WalIo::for_stores(store, &config)?;
+    let replicas = io.replicas();
+    if replicas.is_empty() {
+        return verify_store(&io, &config, progress_every, None).await;
+    }
+    // Every copy in every store.
+    let mut failed = false;
+    for (i, replica) in replicas.iter().enumerate() {
+        match verify_store(replica, &config, progress_every, Some(i)).await {
+            Ok(()) => {}
+            Err(Failure::Reported) => failed = true,
+            Err(e) => return Err(e),
+        }
+    }
+    if failed {
+        return Err(Failure::Reported);
+    }
+    Ok(())
+}
+
+/// `verify` of one store's objects; `store`: its index, over several stores.
+async fn verify_store(
+    io: &WalIo,
+    config: &Config,
+    progress_every: u64,
+    store: Option<usize>,
+) -> Result<(), Failure> {
+    let emit = |fields: &[(&str, Value)]| {
+        let mut fields = fields.to_vec();
+        if let Some(i) = store {
+            fields.insert(0, ("store", json!(i)));
+        }
+        emit(&fields)
+    };
+    // An object that failed verification: named on stderr, one line on stdout.
+    let emit_failure = |sequence: u64, e: &Error| {
+        eprintln!("walctl: {e}");
+        emit(&[
+            ("seq", json!(sequence)),
+            ("ok", json!(false)),
+            ("error", json!(e.to_string())),
+        ])
+    };
     let listing = io.list().await?;
     for key in &listing.foreign {
         eprintln!("walctl: note: skipping {key}: not a WAL object");
     }
-    let io = &io;
     let mut checks = futures::stream::iter(listing.objects.iter())
         .map(|listed| async move { (listed.sequence, verify_object(io, listed.sequence).await) })
         .buffered(config.recovery_concurrency.clamp(1, 8));
@@ -497,7 +596,7 @@ async fn verify(
 }
 
 async fn stats(
-    store: Arc<dyn ObjectStore>,
+    store: Vec<Arc<dyn ObjectStore>>,
     mut config: Config,
     as_json: bool,
     deep: bool,
@@ -507,7 +606,8 @@ async fn stats(
         config.whole_read_threshold = object_store_wal::config::MAX_BYTES;
     }
     let threshold = config.whole_read_threshold;
-    let wal = ObjectStoreLogStore::open_read_only(store, config).await?;
+    let wal =
+        ObjectStoreLogStore::open_read_only_io(WalIo::for_stores(store, &config)?, config).await?;
     let report = wal.report();
     let (regions, chain_entries) = {
         let catalog = wal.catalog();
