@@ -3,7 +3,9 @@
 //!
 //! - An append is acknowledged once a quorum holds its object, and never before: a
 //!   store that never answers does not hold it; with two of three down, nothing is.
-//! - A store taken for down gets no request per object, only a probe a second.
+//! - A store taken for down gets no request per object, only a probe a second; a store
+//!   that never answers holds neither an open nor a stop.
+//! - A damaged copy is read past: the reader gets the entries from another copy.
 //! - An open with a store unlisted completes what may be decided through it, and a
 //!   replay then returns every acknowledged entry.
 //! - The quorum rules at the seam: an opening object that meets an identical twin is not
@@ -18,7 +20,7 @@ use futures::TryStreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
+use object_store_wal::format::{self, encode_object, EncodedObject, Header, Link};
 use object_store_wal::metrics::Metrics;
 use object_store_wal::objects::{object_key, CreateAttempt, CreateKind, WalIo};
 use object_store_wal::quorum::{DOWN_AFTER_FAILURES, PROBE_INTERVAL};
@@ -341,4 +343,87 @@ async fn a_value_that_can_never_be_decided_answers_the_outcome_table() {
         .await
         .expect("bytes");
     assert!(ours.same_bytes(&got));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_never_answers_holds_neither_a_stop_nor_an_open() {
+    let stores = Stores::new();
+    stores.set_down(2, true);
+    let mut config = config();
+    // Far above anything the WAL may wait for here: the dead store's requests would
+    // end only at this bound.
+    config.request_timeout = Duration::from_secs(600);
+    let started = tokio::time::Instant::now();
+    let (wal, _join) = object_store_wal_actors::spawn_wal_io(
+        stores.io(&config),
+        config.clone(),
+        object_store_wal_actors::RestartPolicy::default(),
+        Arc::new(object_store_wal::BootClock),
+        None,
+    )
+    .await
+    .expect("spawn");
+    wal.ready()
+        .await
+        .expect("opens with a store that never answers");
+    let receipt = wal
+        .append(1, vec![Bytes::from_static(b"entry")])
+        .await
+        .expect("append");
+    assert_eq!(stores.holders(receipt.sequence).await, vec![0, 1]);
+    wal.stop().await.expect("stop");
+    // Virtual time: neither the open nor the stop waited for the dead store's timeout.
+    assert!(started.elapsed() < config.request_timeout);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_damaged_copy_is_read_past() {
+    let stores = Stores::new();
+    let mut wal = ObjectStoreLogStore::open_io(stores.io(&config()), config())
+        .await
+        .expect("open");
+    let receipt = wal
+        .append_and_flush(vec![(7, vec![Bytes::from_static(b"payload of seven")])])
+        .await
+        .expect("append");
+    // Time is paused: the sleep returns once the third copy, left to the background,
+    // has landed.
+    tokio::time::sleep(TIMEOUT).await;
+    assert_eq!(stores.holders(receipt.sequence).await, vec![0, 1, 2]);
+    // Each store's copy in turn has a damaged segment (the others' are whole): every
+    // read returns the entry, and the store read first meets the damage once.
+    let key = object_key(&Path::from(PREFIX), receipt.sequence);
+    for damaged_store in 0..3 {
+        let memory = &stores.memory[damaged_store];
+        let copy = memory
+            .get(&key)
+            .await
+            .expect("copy")
+            .bytes()
+            .await
+            .expect("bytes");
+        let mut damaged = copy.to_vec();
+        if let Some(b) = damaged.get_mut(format::HEADER_LEN + 6) {
+            *b ^= 0x55;
+        }
+        memory
+            .put(&key, PutPayload::from(damaged))
+            .await
+            .expect("put");
+        let entries: Vec<Entry> = wal.read(7, 0).try_collect().await.expect("read");
+        let payloads: Vec<&[u8]> = entries.iter().map(|e| e.payload.as_ref()).collect();
+        assert_eq!(
+            payloads,
+            vec![&b"payload of seven"[..]],
+            "store {damaged_store} damaged"
+        );
+        memory.put(&key, PutPayload::from(copy)).await.expect("put");
+    }
+    assert!(
+        wal.io()
+            .request_stats()
+            .damaged_copies
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
+    );
 }
