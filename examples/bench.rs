@@ -55,7 +55,8 @@
 //! **What `write` reports.** Appends, `p50_ms` to `max_ms` (`p90`, `p99`, `p999`
 //! between), `puts` (PUT requests the store saw), `objects` (acknowledged),
 //! `objects_created` (keys that landed, acknowledged or not), `extra_puts_pct` =
-//! (puts − objects) / objects × 100, `puts_per_s`, and `hedged`, `hedge_wins`,
+//! (puts − objects × stores) / (objects × stores) × 100 (one store: (puts − objects) /
+//! objects × 100), `puts_per_s`, and `hedged`, `hedge_wins`,
 //! `timeouts` from `WalStats`.
 //!
 //! **Cost.** Every `write` line has `requests_per_hour` (put, get, list, delete: the
@@ -1333,6 +1334,8 @@ async fn write_reporting(
         .saturating_sub(keys_before);
     let counts = s.counting.counts();
     let puts = counts.puts.load(Ordering::Relaxed);
+    // One PUT per object in each store.
+    let copies = stats.objects * s.counting.0.len() as u64;
     let put_bytes = counts.put_bytes.load(Ordering::Relaxed);
     let mib = (ok * c.entries_per_append as u64 * c.entry_bytes as u64) as f64 / MIB;
     let mut line = json!({
@@ -1363,7 +1366,7 @@ async fn write_reporting(
         "objects": stats.objects,
         "objects_created": created,
         "puts": puts,
-        "extra_puts_pct": if stats.objects > 0 { round2((puts as f64 - stats.objects as f64) / stats.objects as f64 * 100.0) } else { 0.0 },
+        "extra_puts_pct": if stats.objects > 0 { round2((puts as f64 - copies as f64) / copies as f64 * 100.0) } else { 0.0 },
         "puts_per_s": round2(puts as f64 / elapsed),
         "hedged": stats.hedged,
         "hedge_wins": stats.hedge_wins,

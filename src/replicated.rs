@@ -639,14 +639,24 @@ impl Transport for ReplicatedTransport {
     }
 
     fn with_requests(&self, hedge_after: HedgeAfter, timeout: Duration) -> Arc<dyn Transport> {
+        self.with_requests_counted(hedge_after, timeout, Arc::default())
+    }
+
+    fn with_requests_counted(
+        &self,
+        hedge_after: HedgeAfter,
+        timeout: Duration,
+        stats: Arc<RequestStats>,
+    ) -> Arc<dyn Transport> {
         Arc::new(ReplicatedTransport {
+            // The stores' hedges and timeouts count as this transport's.
             stores: self
                 .stores
                 .iter()
-                .map(|s| s.with_requests(hedge_after, timeout))
+                .map(|s| s.with_requests_counted(hedge_after, timeout, stats.clone()))
                 .collect(),
             health: self.health.clone(),
-            stats: Arc::new(RequestStats::default()),
+            stats,
             timeout,
             max_outstanding_creates: self.max_outstanding_creates,
         })

@@ -143,6 +143,19 @@ pub trait Transport: fmt::Debug + Send + Sync {
     /// (new delay windows and stats; the closing state is shared).
     fn with_requests(&self, hedge_after: HedgeAfter, timeout: Duration) -> Arc<dyn Transport>;
 
+    /// [`with_requests`](Self::with_requests), counting into `stats` (shared with the
+    /// layer above: a transport over several stores reports its stores' hedges and
+    /// timeouts as its own).
+    fn with_requests_counted(
+        &self,
+        hedge_after: HedgeAfter,
+        timeout: Duration,
+        stats: Arc<RequestStats>,
+    ) -> Arc<dyn Transport> {
+        let _ = stats;
+        self.with_requests(hedge_after, timeout)
+    }
+
     /// Closes this transport for good: once this returns, no request reaches a store (a
     /// request in flight is dropped where it waits, one not yet sent is never sent) and
     /// every later one fails at once with [`Error::Stopped`] (a create: an unknown
@@ -216,7 +229,7 @@ struct Requests {
     timeout: Duration,
     creates: Mutex<HedgeDelay>,
     gets: Mutex<HedgeDelay>,
-    stats: RequestStats,
+    stats: Arc<RequestStats>,
 }
 
 impl Requests {
@@ -225,7 +238,7 @@ impl Requests {
             timeout,
             creates: Mutex::new(HedgeDelay::new(hedge_after)),
             gets: Mutex::new(HedgeDelay::new(hedge_after)),
-            stats: RequestStats::default(),
+            stats: Arc::default(),
         }
     }
 
@@ -666,6 +679,20 @@ impl Transport for StoreTransport {
     fn with_requests(&self, hedge_after: HedgeAfter, timeout: Duration) -> Arc<dyn Transport> {
         Arc::new(StoreTransport {
             requests: Arc::new(Requests::new(hedge_after, timeout)),
+            ..self.clone()
+        })
+    }
+
+    fn with_requests_counted(
+        &self,
+        hedge_after: HedgeAfter,
+        timeout: Duration,
+        stats: Arc<RequestStats>,
+    ) -> Arc<dyn Transport> {
+        let mut requests = Requests::new(hedge_after, timeout);
+        requests.stats = stats;
+        Arc::new(StoreTransport {
+            requests: Arc::new(requests),
             ..self.clone()
         })
     }
