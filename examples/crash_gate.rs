@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::StreamExt;
-use object_store_wal::objects::WalIo;
 use object_store_wal::store_from_url;
 use object_store_wal::{Config, ObjectStoreLogStore};
 
@@ -204,8 +203,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         .map(|u| store_from_url(u))
         .collect::<Result<Vec<_>, _>>()?;
     let config = Config::new(prefix.clone());
-    let wal =
-        ObjectStoreLogStore::open_read_only_io(WalIo::for_stores(stores, &config)?, config).await?;
+    let wal = ObjectStoreLogStore::open_read_only_over(stores, config).await?;
     let (mut missing, mut duplicated, mut wrong_payload, mut replayed) = (0u64, 0u64, 0u64, 0u64);
     let mut flushed_not_replayed = 0u64;
     // One bulk replay of every region: each object is fetched once (a read per region

@@ -40,10 +40,10 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Parser;
 use object_store::ObjectStore;
-use object_store_wal::objects::WalIo;
-use object_store_wal::BootClock;
 use object_store_wal::{entry_id, store_from_url, AppendReceipt, Config, Error};
-use object_store_wal_actors::{spawn_wal, spawn_wal_io, PendingReceipt, RestartPolicy, WalHandle};
+use object_store_wal_actors::{
+    spawn_wal, spawn_wal_over, PendingReceipt, RestartPolicy, WalHandle,
+};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 #[derive(Parser, Debug)]
@@ -461,15 +461,7 @@ async fn spawn_on(
     if let [store] = stores {
         return Ok(spawn_wal(store.clone(), config, RestartPolicy::default()).await?);
     }
-    let io = WalIo::for_stores(stores.to_vec(), &config)?;
-    Ok(spawn_wal_io(
-        io,
-        config,
-        RestartPolicy::default(),
-        Arc::new(BootClock),
-        None,
-    )
-    .await?)
+    Ok(spawn_wal_over(stores.to_vec(), config, RestartPolicy::default()).await?)
 }
 
 fn config(args: &Args) -> Config {

@@ -103,6 +103,28 @@ impl ObjectStoreLogStore {
         Self::open_io(io, config).await
     }
 
+    /// [`open`](Self::open) over several stores (3 or 5): one log, each object durable
+    /// once a quorum of the stores holds it (DESIGN.md "One log over several stores").
+    /// Every store holds the WAL under `config.prefix`.
+    #[doc(hidden)]
+    pub async fn open_over(stores: Vec<Arc<dyn ObjectStore>>, config: Config) -> Result<Self> {
+        config.validate()?;
+        let io = WalIo::for_stores(stores, &config)?;
+        Self::open_io(io, config).await
+    }
+
+    /// [`open_read_only`](Self::open_read_only) over several stores (3 or 5): the chain
+    /// over the values a quorum holds.
+    #[doc(hidden)]
+    pub async fn open_read_only_over(
+        stores: Vec<Arc<dyn ObjectStore>>,
+        config: Config,
+    ) -> Result<Self> {
+        config.validate()?;
+        let io = WalIo::for_stores(stores, &config)?;
+        Self::open_read_only_io(io, config).await
+    }
+
     /// [`open`](Self::open) through `io` (over several stores: [`WalIo::for_stores`]).
     /// Not public API yet.
     #[doc(hidden)]

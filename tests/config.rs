@@ -397,7 +397,39 @@ mod file {
         }
         // A plain Config holds no store: a url there is refused.
         let e = wal("listen = \"x\"\n[wal]\nurl = \"memory:///a\"\n").expect_err("url");
-        assert!(e.contains("`url` names a store"), "{e}");
+        assert!(e.contains("`url` and `urls` name stores"), "{e}");
+    }
+
+    #[test]
+    fn a_wal_section_takes_several_stores_from_urls() {
+        let text = r#"
+            [wal]
+            urls = ["s3://zone-a/nodes/wal", "s3://zone-b/wal", "file:///var/lib/node/wal"]
+        "#;
+        let section = toml::from_str::<NodeWithUrl>(text).expect("valid").wal;
+        assert_eq!(
+            section.store_urls,
+            vec!["s3://zone-a/nodes", "s3://zone-b/", "file:///var/lib/node"]
+        );
+        assert_eq!(section.store_url, "s3://zone-a/nodes");
+        assert_eq!(section.config.prefix, "wal");
+        for (text, says) in [
+            (
+                "[wal]\nurls = [\"memory:///a\", \"memory:///b\"]\n",
+                "2 stores",
+            ),
+            (
+                "[wal]\nurls = [\"memory:///x/a\", \"memory:///y/a\", \"memory:///z/b\"]\n",
+                "ends in b, not a",
+            ),
+            (
+                "[wal]\nurl = \"memory:///a\"\nurls = [\"memory:///a\"]\n",
+                "not both",
+            ),
+        ] {
+            let e = toml::from_str::<NodeWithUrl>(text).expect_err(text);
+            assert!(e.to_string().contains(says), "{text}: {e}");
+        }
     }
 
     /// The README's example section reads as it says.

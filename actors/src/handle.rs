@@ -96,6 +96,20 @@ pub async fn spawn_wal_with(
     spawn_wal_io(io, config, restarts, clock, parent).await
 }
 
+/// [`spawn_wal`] over several stores (3 or 5): one log, each object durable once a
+/// quorum of the stores holds it (DESIGN.md "One log over several stores"). Every store
+/// holds the WAL under `config.prefix`.
+#[doc(hidden)]
+pub async fn spawn_wal_over(
+    stores: Vec<Arc<dyn ObjectStore>>,
+    config: Config,
+    restarts: RestartPolicy,
+) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
+    config.validate()?;
+    let io = WalIo::for_stores(stores, &config)?;
+    spawn_wal_io(io, config, restarts, Arc::new(BootClock), None).await
+}
+
 /// [`spawn_wal_with`] through `io` (over several stores: `WalIo::for_stores`). Not public
 /// API yet: quorum writes stay out of it until the exploration over several stores
 /// checks them.

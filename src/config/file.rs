@@ -20,6 +20,7 @@ use crate::error::Result;
 struct Fields {
     prefix: Option<String>,
     url: Option<String>,
+    urls: Option<Vec<String>>,
     #[serde(default, with = "humantime_serde")]
     min_object_interval: Option<Duration>,
     max_batch_bytes: Option<ByteSize>,
@@ -84,9 +85,9 @@ impl Fields {
 impl<'de> Deserialize<'de> for Config {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let mut fields = Fields::deserialize(d)?;
-        if fields.url.is_some() {
+        if fields.url.is_some() || fields.urls.is_some() {
             return Err(de::Error::custom(
-                "`url` names a store, which a Config does not hold: give `prefix`, or read the section as a WalSection",
+                "`url` and `urls` name stores, which a Config does not hold: give `prefix`, or read the section as a WalSection",
             ));
         }
         let prefix = fields
@@ -98,7 +99,9 @@ impl<'de> Deserialize<'de> for Config {
 }
 
 /// A node's `[wal]` section: where the WAL lives, as one URL (`url =
-/// "s3://bucket/path/prefix"`), and the knobs of [`Config`] beside it.
+/// "s3://bucket/path/prefix"`) or, for one log over several stores, one URL per store
+/// (`urls = [...]`, 3 or 5, each ending in the same prefix), and the knobs of [`Config`]
+/// beside it.
 ///
 /// ```toml
 /// [wal]
@@ -111,8 +114,10 @@ impl<'de> Deserialize<'de> for Config {
 #[non_exhaustive]
 pub struct WalSection {
     /// The store's URL with the prefix taken off, what
-    /// [`store_from_url`](crate::store_from_url) builds.
+    /// [`store_from_url`](crate::store_from_url) builds (the first store's, with `urls`).
     pub store_url: String,
+    /// Every store's URL with the prefix taken off: one with `url`, several with `urls`.
+    pub store_urls: Vec<String>,
     /// The configuration, validated, its prefix the URL's last path component.
     pub config: Config,
 }
@@ -122,10 +127,18 @@ impl WalSection {
     pub fn store(&self) -> Result<Arc<dyn ObjectStore>> {
         crate::transport::store_from_url(&self.store_url)
     }
+
+    /// Builds every store [`store_urls`](Self::store_urls) names.
+    pub fn stores(&self) -> Result<Vec<Arc<dyn ObjectStore>>> {
+        self.store_urls
+            .iter()
+            .map(|u| crate::transport::store_from_url(u))
+            .collect()
+    }
 }
 
-/// Reads `url` and the knobs; a `prefix` is refused (the URL names it). Validated: see
-/// the [`config`](crate::config) module docs.
+/// Reads `url` (or `urls`) and the knobs; a `prefix` is refused (the URL names it).
+/// Validated: see the [`config`](crate::config) module docs.
 impl<'de> Deserialize<'de> for WalSection {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let mut fields = Fields::deserialize(d)?;
@@ -134,14 +147,43 @@ impl<'de> Deserialize<'de> for WalSection {
                 "`prefix`: a [wal] section names its prefix as the last path component of `url`; give one, not both",
             ));
         }
-        let url = fields
-            .url
-            .take()
-            .ok_or_else(|| de::Error::missing_field("url"))?;
-        let (store_url, prefix) =
-            crate::transport::split_store_url(&url).map_err(de::Error::custom)?;
+        let urls = match (fields.url.take(), fields.urls.take()) {
+            (Some(url), None) => vec![url],
+            (None, Some(urls)) if urls.len() >= 3 && urls.len() % 2 == 1 => urls,
+            (None, Some(urls)) => {
+                return Err(de::Error::custom(format!(
+                    "`urls`: {} stores; one log over several stores takes an odd number, at least 3 (one store: `url`)",
+                    urls.len()
+                )))
+            }
+            (Some(_), Some(_)) => {
+                return Err(de::Error::custom("give `url` or `urls`, not both"))
+            }
+            (None, None) => return Err(de::Error::missing_field("url")),
+        };
+        let mut store_urls = Vec::with_capacity(urls.len());
+        let mut prefix: Option<String> = None;
+        for url in &urls {
+            let (store_url, p) =
+                crate::transport::split_store_url(url).map_err(de::Error::custom)?;
+            match &prefix {
+                Some(first) if *first != p => {
+                    return Err(de::Error::custom(format!(
+                        "`urls`: every store holds the WAL under the same prefix; {url} ends in {p}, not {first}"
+                    )))
+                }
+                _ => prefix = Some(p),
+            }
+            store_urls.push(store_url);
+        }
+        let prefix = prefix.ok_or_else(|| de::Error::missing_field("url"))?;
         let config = fields.into_config(prefix).map_err(de::Error::custom)?;
-        Ok(WalSection { store_url, config })
+        let store_url = store_urls.first().cloned().unwrap_or_default();
+        Ok(WalSection {
+            store_url,
+            store_urls,
+            config,
+        })
     }
 }
 
