@@ -42,6 +42,7 @@ use object_store_wal::objects::WalIo;
 use object_store_wal::quorum::ValueId;
 use object_store_wal::store_from_url;
 use object_store_wal::{format, Config, Error, ErrorKind, ObjectStoreLogStore};
+use object_store_wal::{GivenUp, RecoveryMode};
 use serde_json::{json, Value};
 
 /// Inspect a write-ahead log kept in objects under a prefix of an object store.
@@ -62,6 +63,11 @@ struct Cli {
     /// subcommand.
     #[arg(long, global = true)]
     prefix: Option<String>,
+    /// Recovery mode: `strict` (the default: an unreadable object the chain may need
+    /// fails the command, naming it) or `point-in-time` (go on without it and report
+    /// what that gives up; with `append`, the writer opens that way, for good).
+    #[arg(long, global = true, value_parser = parse_mode)]
+    recovery_mode: Option<RecoveryMode>,
     #[command(subcommand)]
     command: Command,
 }
@@ -204,7 +210,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         .iter()
         .map(|url| open_store(url, writes))
         .collect::<Result<Vec<_>, _>>()?;
-    let config = Config::new(prefix);
+    let mut config = Config::new(prefix);
+    if let Some(mode) = cli.recovery_mode {
+        config = config.with_recovery_mode(mode);
+    }
     match cli.command {
         Command::Chain => chain(store, config).await,
         Command::Dump { region, from } => dump(store, config, region, from).await,
@@ -218,6 +227,40 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Verify { progress_every } => verify(store, config, progress_every).await,
         Command::Stats { json, deep } => stats(store, config, json, deep).await,
+    }
+}
+
+fn parse_mode(s: &str) -> Result<RecoveryMode, String> {
+    match s {
+        "strict" => Ok(RecoveryMode::Strict),
+        "point-in-time" => Ok(RecoveryMode::PointInTime),
+        other => Err(format!("{other}: strict or point-in-time")),
+    }
+}
+
+/// Opens read-only for inspection. Under strict recovery an unreadable object the chain
+/// may need blocks it: the prefix is then opened point-in-time to show everything that
+/// can be read, the blocking object is named, and the command ends with exit code 1
+/// once it has printed (the returned error).
+async fn open_inspect(
+    store: Vec<Arc<dyn ObjectStore>>,
+    config: Config,
+) -> Result<(ObjectStoreLogStore, Option<Error>), Failure> {
+    let io = WalIo::for_stores(store, &config)?;
+    match ObjectStoreLogStore::open_read_only_io(io.clone(), config.clone()).await {
+        Ok(wal) => Ok((wal, None)),
+        Err(e @ (Error::CorruptObject { .. } | Error::SequenceMismatch { .. }))
+            if config.recovery_mode == RecoveryMode::Strict =>
+        {
+            eprintln!(
+                "walctl: recovery is blocked: {e}; showing what point-in-time recovery would \
+                 keep (see the README's runbook for a damaged object)"
+            );
+            let inspect = config.with_recovery_mode(RecoveryMode::PointInTime);
+            let wal = ObjectStoreLogStore::open_read_only_io(io, inspect).await?;
+            Ok((wal, Some(e)))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -242,8 +285,8 @@ fn open_store(url: &str, writes: bool) -> Result<Arc<dyn ObjectStore>, Failure> 
 }
 
 async fn chain(store: Vec<Arc<dyn ObjectStore>>, config: Config) -> Result<(), Failure> {
-    let io = WalIo::for_stores(store, &config)?;
-    let wal = ObjectStoreLogStore::open_read_only_io(io.clone(), config.clone()).await?;
+    let io = WalIo::for_stores(store.clone(), &config)?;
+    let (wal, blocked) = open_inspect(store, config).await?;
     let report = wal.report();
     for o in &report.objects {
         emit(&[
@@ -263,7 +306,19 @@ async fn chain(store: Vec<Arc<dyn ObjectStore>>, config: Config) -> Result<(), F
         emit(&[("foreign", json!(key))])?;
     }
     report_damage(report)?;
-    copies(&io).await
+    copies(&io).await?;
+    blocked_by(blocked)
+}
+
+/// Ends an inspection that strict recovery could not do: exit code 1.
+fn blocked_by(blocked: Option<Error>) -> Result<(), Failure> {
+    match blocked {
+        Some(e) => {
+            eprintln!("walctl: recovery is blocked by: {e}");
+            Err(Failure::Reported)
+        }
+        None => Ok(()),
+    }
 }
 
 /// Over several stores: one line per key with its copy in each store (`null`: no copy;
@@ -331,6 +386,36 @@ fn report_damage(report: &object_store_wal::RecoveryReport) -> Result<(), Failur
             ("error", json!(d.error.to_string())),
         ])?;
     }
+    for u in &report.given_up_damaged {
+        eprintln!(
+            "walctl: object {} cannot be read; point-in-time recovery goes on without it: {}",
+            u.sequence, u.error
+        );
+        emit(&[
+            ("damaged_object", json!(u.sequence)),
+            ("blocks_strict_recovery", json!(true)),
+            ("error", json!(u.error.to_string())),
+            (
+                "entry_ids_given_up",
+                json!([
+                    GivenUp::entry_ids(u.sequence).start,
+                    GivenUp::entry_ids(u.sequence).end - 1
+                ]),
+            ),
+        ])?;
+    }
+    for g in &report.given_up {
+        let regions: Vec<Value> = g
+            .regions
+            .iter()
+            .map(|(region, first, last)| json!({"region": region, "first_id": first, "last_id": last}))
+            .collect();
+        emit(&[
+            ("given_up", json!(g.header.sequence)),
+            ("epoch", json!(g.header.epoch)),
+            ("regions", Value::Array(regions)),
+        ])?;
+    }
     for u in &report.unread_below_floor {
         eprintln!(
             "walctl: note: object {} below the floor cannot be read: {}",
@@ -350,8 +435,7 @@ async fn dump(
     region: u64,
     from: u64,
 ) -> Result<(), Failure> {
-    let wal =
-        ObjectStoreLogStore::open_read_only_io(WalIo::for_stores(store, &config)?, config).await?;
+    let (wal, blocked) = open_inspect(store, config).await?;
     let mut entries = wal.read(region, from);
     let mut printed = 0u64;
     while let Some(entry) = entries.try_next().await? {
@@ -366,7 +450,7 @@ async fn dump(
         // Nothing on stdout is also what a closed pipe gives: say it on stderr.
         eprintln!("walctl: region {region} has no entries with an id at or above {from}");
     }
-    Ok(())
+    blocked_by(blocked)
 }
 
 async fn append(
@@ -606,8 +690,7 @@ async fn stats(
         config.whole_read_threshold = object_store_wal::config::MAX_BYTES;
     }
     let threshold = config.whole_read_threshold;
-    let wal =
-        ObjectStoreLogStore::open_read_only_io(WalIo::for_stores(store, &config)?, config).await?;
+    let (wal, blocked) = open_inspect(store, config).await?;
     let report = wal.report();
     let (regions, chain_entries) = {
         let catalog = wal.catalog();
@@ -710,5 +793,5 @@ async fn stats(
         }
         out.flush()?;
     }
-    Ok(())
+    blocked_by(blocked)
 }

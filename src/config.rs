@@ -60,6 +60,35 @@ pub enum CorruptSegmentPolicy {
     Skip,
 }
 
+/// What recovery does with an object the chain may need (at or above the floor of the
+/// chain it would choose) that cannot be read: damaged, or truncated. In a file:
+/// `"strict"` or `"point-in-time"`, after RocksDB's `WALRecoveryMode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "kebab-case")
+)]
+#[non_exhaustive]
+pub enum RecoveryMode {
+    /// The default: the open fails with [`Error::CorruptObject`] (or the store's error)
+    /// naming the object, and nothing is dropped. The error is not retryable: an
+    /// operator looks (`walctl chain`, `walctl verify`) and chooses.
+    #[default]
+    Strict,
+    /// Recovery goes on without the objects it cannot read: the chain is the best one
+    /// among the readable objects, which ends before the damage, and a writer's opening
+    /// object goes above everything present (the damaged objects included), fencing as
+    /// always. What that gave up is reported, exactly:
+    /// [`RecoveryReport::given_up_damaged`](crate::RecoveryReport::given_up_damaged)
+    /// (the unreadable objects: every id of their sequences) and
+    /// [`RecoveryReport::given_up`](crate::RecoveryReport::given_up) (readable objects
+    /// left off the chain because their links run through one of them, with the entry
+    /// ids they held). Acknowledged entries may be among them: an operator's explicit
+    /// choice, for a node that must come back when the damaged object cannot be repaired.
+    PointInTime,
+}
+
 /// The largest duration any field takes: a year (a retention-minded node may keep
 /// objects for weeks through `reclaim_grace`).
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
@@ -208,6 +237,9 @@ pub struct Config {
     /// the location, instead of starting an empty WAL with nothing to replay. Read-only
     /// opens never create.
     pub create_if_missing: bool,
+    /// What recovery does with an unreadable object the chain may need
+    /// ([`RecoveryMode`]): strict by default.
+    pub recovery_mode: RecoveryMode,
 }
 
 /// When a request that has not answered is hedged: sent again, identical, with the first
@@ -288,6 +320,7 @@ impl Config {
             replay_concurrency: 32,
             replay_budget_bytes: 64 * 1024 * 1024,
             create_if_missing: false,
+            recovery_mode: RecoveryMode::Strict,
         }
     }
 
@@ -330,6 +363,8 @@ impl Config {
         with_replay_budget_bytes(replay_budget_bytes: u64);
         /// With `create_if_missing`: whether an open as the writer may start a new WAL.
         with_create_if_missing(create_if_missing: bool);
+        /// With what recovery does with an unreadable object the chain may need.
+        with_recovery_mode(recovery_mode: RecoveryMode);
     }
 
     /// Checks every field; the error names the first bad one.

@@ -192,11 +192,11 @@ pub use batch::{AppendParts, AppendReceipt, RegionIds};
 pub use clock::{BootClock, CreateClock};
 #[cfg(feature = "serde")]
 pub use config::WalSection;
-pub use config::{Config, CorruptSegmentPolicy, HedgeAfter, RetryPolicy};
+pub use config::{Config, CorruptSegmentPolicy, HedgeAfter, RecoveryMode, RetryPolicy};
 pub use epoch::WritePosition;
 pub use error::{BackpressureLimit, Durability, EpochEndReason, Error, ErrorKind, Result};
 pub use format::{entry_id, FormatError, Header, Link};
-pub use open::{DamagedSegment, ObjectInfo, RecoveryReport, UnreadObject};
+pub use open::{DamagedSegment, GivenUp, ObjectInfo, RecoveryReport, UnreadObject};
 pub use read::Entry;
 pub use sequential::{FlushReceipt, ObjectStoreLogStore};
 pub use transport::{split_store_url, store_and_prefix_from_url, store_from_url};

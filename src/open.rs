@@ -36,7 +36,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::catalog::{choose_chain, plan_opening_above, Catalog};
 use crate::clock::{BootClock, CreateClock};
-use crate::config::Config;
+use crate::config::{Config, RecoveryMode};
 use crate::epoch::WritePosition;
 use crate::error::{Error, Result};
 use crate::format::{encode_object, EncodedObject, FormatError, Header, Link};
@@ -111,6 +111,32 @@ pub struct RecoveryReport {
     pub damaged_segments: Vec<DamagedSegment>,
     /// Listed objects below the chain's floor that could not be read; not in `objects`.
     pub unread_below_floor: Vec<UnreadObject>,
+    /// Under [`RecoveryMode::PointInTime`] only: objects at or above the floor that
+    /// could not be read and that recovery went on without (under the default mode they
+    /// fail it). Every entry id of their sequences is given up: see
+    /// [`GivenUp::entry_ids`].
+    pub given_up_damaged: Vec<UnreadObject>,
+    /// Under [`RecoveryMode::PointInTime`] only: readable objects left off the chain
+    /// because their links run through an object in
+    /// [`given_up_damaged`](Self::given_up_damaged), with the entries they held.
+    pub given_up: Vec<GivenUp>,
+}
+
+/// A readable object that point-in-time recovery left off the chain because its links
+/// run through an unreadable object: the entries it held are not replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GivenUp {
+    /// Its header.
+    pub header: Header,
+    /// Per region, the first and last entry id it held.
+    pub regions: Vec<(u64, u64, u64)>,
+}
+
+impl GivenUp {
+    /// Every entry id an unreadable object at `sequence` may have held.
+    pub fn entry_ids(sequence: u64) -> std::ops::Range<u64> {
+        crate::format::entry_id(sequence, 0)..crate::format::entry_id(sequence + 1, 0)
+    }
 }
 
 /// Recovery's result: the catalog of the chain and the report.
@@ -125,10 +151,15 @@ pub struct Recovered {
 /// Steps 1 and 2 of the open: list, read every object's header, footer and trailer
 /// (bounded concurrency, never a segment), choose the chain and index it.
 pub async fn recover(io: &WalIo, concurrency: usize) -> Result<Recovered> {
+    recover_in(io, concurrency, RecoveryMode::Strict).await
+}
+
+/// [`recover`] under `mode` ([`RecoveryMode`]).
+pub async fn recover_in(io: &WalIo, concurrency: usize, mode: RecoveryMode) -> Result<Recovered> {
     if !io.replicas().is_empty() {
-        return recover_replicas(io, concurrency, &mut Vec::new(), false).await;
+        return recover_replicas(io, concurrency, &mut Vec::new(), false, mode).await;
     }
-    recover_cached(io, concurrency, &mut BTreeMap::new()).await
+    recover_cached(io, concurrency, &mut BTreeMap::new(), mode).await
 }
 
 /// [`recover`], reusing the summaries in `cache` of objects listed again with the same
@@ -139,6 +170,7 @@ pub async fn recover_cached(
     io: &WalIo,
     concurrency: usize,
     cache: &mut BTreeMap<u64, SummaryRead>,
+    mode: RecoveryMode,
 ) -> Result<Recovered> {
     let listing = io.list().await?;
     for key in &listing.foreign {
@@ -176,7 +208,14 @@ pub async fn recover_cached(
         }
     }
     let max_sequence = listing.objects.last().map_or(0, |o| o.sequence);
-    match assemble(io, &by_sequence, failed, max_sequence, listing.foreign) {
+    match assemble(
+        io,
+        &by_sequence,
+        failed,
+        max_sequence,
+        listing.foreign,
+        mode,
+    ) {
         Ok(recovered) => {
             // What this listing showed, for an open that starts over.
             *cache = by_sequence;
@@ -198,6 +237,7 @@ fn assemble(
     mut failed: BTreeMap<u64, Error>,
     max_sequence: u64,
     foreign: Vec<String>,
+    mode: RecoveryMode,
 ) -> Result<Recovered> {
     let headers: BTreeMap<u64, Header> = by_sequence
         .iter()
@@ -210,6 +250,17 @@ fn assemble(
     // that cannot be read may be on the chain or end a better one.
     let floor = chain_end.map_or(0, |h| h.floor);
     let mut needed = failed.split_off(&floor);
+    let mut given_up_damaged = Vec::new();
+    let mut given_up = Vec::new();
+    if mode == RecoveryMode::PointInTime && !needed.is_empty() {
+        // Going on without them: report exactly what that gives up.
+        given_up = given_up_through(by_sequence, &needed, &chain);
+        for (sequence, error) in std::mem::take(&mut needed) {
+            warn!(key = %io.key(sequence), error = %error,
+                "point-in-time recovery goes on without an object it cannot read");
+            given_up_damaged.push(UnreadObject { sequence, error });
+        }
+    }
     // The highest is named: a chain is followed down from its end, so that is where
     // following it stops (a damaged chain object also makes the objects above it
     // incomplete, lowering the floor below older unreadable objects).
@@ -273,8 +324,51 @@ fn assemble(
         objects,
         damaged_segments,
         unread_below_floor,
+        given_up_damaged,
+        given_up,
     };
     Ok(Recovered { catalog, report })
+}
+
+/// The readable objects off `chain` whose links run, through readable objects, to one
+/// of the `damaged` sequences: what going on without those gives up.
+fn given_up_through(
+    by_sequence: &BTreeMap<u64, SummaryRead>,
+    damaged: &BTreeMap<u64, Error>,
+    chain: &[u64],
+) -> Vec<GivenUp> {
+    let on_chain: HashSet<u64> = chain.iter().copied().collect();
+    // Ascending: an object's link target is lower, so it is decided first.
+    let mut through: HashSet<u64> = HashSet::new();
+    let mut given_up = Vec::new();
+    for (sequence, read) in by_sequence {
+        let header = &read.summary.header;
+        let link = header.link.sequence;
+        let runs_through = !header.link.is_none()
+            && (damaged.contains_key(&link)
+                || (through.contains(&link)
+                    && by_sequence
+                        .get(&link)
+                        .is_some_and(|l| l.summary.header.epoch == header.link.epoch)));
+        if !runs_through || on_chain.contains(sequence) {
+            continue;
+        }
+        through.insert(*sequence);
+        if header.claim {
+            continue;
+        }
+        given_up.push(GivenUp {
+            header: *header,
+            regions: read
+                .summary
+                .footer
+                .records
+                .iter()
+                .map(|r| (r.region, r.first_entry_id, r.last_entry_id))
+                .collect(),
+        });
+    }
+    given_up
 }
 
 /// Per-store summaries kept across the attempts of an open over several stores.
@@ -356,6 +450,7 @@ pub async fn recover_replicas(
     concurrency: usize,
     cache: &mut ReplicaCache,
     complete: bool,
+    mode: RecoveryMode,
 ) -> Result<Recovered> {
     let replicas = io.replicas();
     let n = replicas.len();
@@ -543,7 +638,7 @@ pub async fn recover_replicas(
     }
     let by_sequence = decided(&keys, &per_store);
     failed.retain(|sequence, _| !by_sequence.contains_key(sequence));
-    let recovered = assemble(io, &by_sequence, failed, max_sequence, foreign);
+    let recovered = assemble(io, &by_sequence, failed, max_sequence, foreign, mode);
     // What each store showed, for an open that starts over.
     for (slot, summaries) in cache.iter_mut().zip(per_store) {
         *slot = summaries;
@@ -749,10 +844,18 @@ pub async fn open_instance_above(
         let step = async {
             // The plan rests on this listing: see the age check before the opening.
             let listed_at = clock.now();
+            let mode = config.recovery_mode;
             let recovered = if replicated {
-                recover_replicas(io, config.recovery_concurrency, &mut replica_cache, true).await
+                recover_replicas(
+                    io,
+                    config.recovery_concurrency,
+                    &mut replica_cache,
+                    true,
+                    mode,
+                )
+                .await
             } else {
-                recover_cached(io, config.recovery_concurrency, &mut cache).await
+                recover_cached(io, config.recovery_concurrency, &mut cache, mode).await
             };
             let mut recovery = match recovered {
                 Ok(recovery) => recovery,
@@ -766,11 +869,14 @@ pub async fn open_instance_above(
                 }
                 Err(e) => return Err(e),
             };
+            // Unreadable objects that point-in-time recovery went on without still hold
+            // their keys: never claimed, never reused.
             let present: Vec<u64> = recovery
                 .report
                 .objects
                 .iter()
                 .map(|o| o.header.sequence)
+                .chain(recovery.report.given_up_damaged.iter().map(|u| u.sequence))
                 .collect();
             // Nothing to recover: a new WAL only when the caller said so.
             if recovery.report.max_sequence == 0 && !config.create_if_missing {

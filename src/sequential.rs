@@ -30,7 +30,7 @@ use crate::config::Config;
 use crate::epoch::WritePosition;
 use crate::error::{Error, Result};
 use crate::objects::WalIo;
-use crate::open::{open_instance, recover, Opened, RecoveryReport};
+use crate::open::{open_instance, recover_in, Opened, RecoveryReport};
 use crate::persist::persist_within;
 use crate::protocol::{Action, Limits, Now, SharedChain, WhenFull, WriteProtocol};
 use crate::read::{follow_read_only, read_region, replay_regions, Entry, ReplayLimits};
@@ -165,7 +165,7 @@ impl ObjectStoreLogStore {
     #[doc(hidden)]
     pub async fn open_read_only_io(io: WalIo, config: Config) -> Result<Self> {
         config.validate()?;
-        let recovery = recover(&io, config.recovery_concurrency)
+        let recovery = recover_in(&io, config.recovery_concurrency, config.recovery_mode)
             .instrument(info_span!("recover", prefix = %io.prefix()))
             .await?;
         Ok(ObjectStoreLogStore {

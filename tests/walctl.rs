@@ -579,7 +579,8 @@ fn damaged_segments_are_named_and_stay_local() {
         run.stderr
     );
 
-    // A damaged header makes the object unusable: recovery fails naming it.
+    // A damaged header makes the object unusable: strict recovery fails naming it, and
+    // inspection shows what it can read, names it and exits 1.
     let path = key_file(dir, s3);
     let mut bytes = std::fs::read(&path).expect("read object");
     bytes[3] ^= 0x01;
@@ -587,7 +588,7 @@ fn damaged_segments_are_named_and_stay_local() {
     let tip = key(s3);
     for args in [
         &["chain"][..],
-        &["stats"][..],
+        &["stats", "--json"][..],
         &["dump", "--region", "8"][..],
     ] {
         let run = walctl(dir, args);
@@ -704,4 +705,70 @@ fn over_three_stores_chain_shows_copies_and_verify_checks_each() {
         .lines
         .iter()
         .any(|l| l["store"] == 1 && l["seq"] == seq && l["ok"] == false));
+}
+
+/// A damaged object the chain needs: inspection shows what it can read, names the
+/// blocking object and what point-in-time recovery would give up, and exits 1; with
+/// `--recovery-mode point-in-time` a dump reads up to the damage and exits 0.
+#[test]
+fn inspection_names_the_object_that_blocks_recovery() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = url_of(dir.path());
+    for hex in ["aa", "bb", "cc"] {
+        walctl_at(
+            &url,
+            "p",
+            &["append", "--create-if-missing", "--region", "1", hex],
+        )
+        .ok();
+    }
+    // Each append opened an epoch: 1 opening, 2 "aa", 3 opening, 4 "bb", 5 opening, 6 "cc".
+    let key = dir.path().join("p").join(format!("{:020}.wal", 4));
+    let mut bytes = std::fs::read(&key).expect("read");
+    bytes[20] ^= 0xff;
+    std::fs::write(&key, bytes).expect("write");
+
+    let chain = walctl_at(&url, "p", &["chain"]);
+    assert_eq!(chain.code, Some(1), "{}", chain.stderr);
+    assert!(
+        chain.stderr.contains("recovery is blocked by"),
+        "{}",
+        chain.stderr
+    );
+    let blocking: Vec<&Value> = chain
+        .lines
+        .iter()
+        .filter(|l| l.get("damaged_object").is_some())
+        .collect();
+    assert_eq!(blocking.len(), 1);
+    assert_eq!(blocking[0]["damaged_object"], 4);
+    assert_eq!(blocking[0]["blocks_strict_recovery"], true);
+    let given_up: Vec<u64> = chain
+        .lines
+        .iter()
+        .filter_map(|l| l.get("given_up").and_then(Value::as_u64))
+        .collect();
+    assert_eq!(given_up, vec![5, 6]);
+    // Everything readable is still listed.
+    let listed: Vec<u64> = chain
+        .lines
+        .iter()
+        .filter(|l| l.get("epoch").is_some() && l.get("given_up").is_none())
+        .filter_map(|l| l["seq"].as_u64())
+        .collect();
+    assert_eq!(listed, vec![1, 2, 3, 5, 6]);
+
+    let strict = walctl_at(&url, "p", &["dump", "--region", "1"]);
+    assert_eq!(strict.code, Some(1), "{}", strict.stderr);
+    let dumped = walctl_at(
+        &url,
+        "p",
+        &["--recovery-mode", "point-in-time", "dump", "--region", "1"],
+    )
+    .ok();
+    let payloads: Vec<&str> = dumped
+        .iter()
+        .filter_map(|l| l["payload_hex"].as_str())
+        .collect();
+    assert_eq!(payloads, vec!["aa"]);
 }

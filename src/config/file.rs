@@ -10,7 +10,7 @@ use object_store::ObjectStore;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use super::{Config, CorruptSegmentPolicy, HedgeAfter, RetryPolicy};
+use super::{Config, CorruptSegmentPolicy, HedgeAfter, RecoveryMode, RetryPolicy};
 use crate::error::Result;
 
 /// Every field of a `[wal]` section, none required: the prefix comes as `prefix` (a
@@ -43,6 +43,7 @@ struct Fields {
     replay_concurrency: Option<usize>,
     replay_budget_bytes: Option<ByteSize>,
     create_if_missing: Option<bool>,
+    recovery_mode: Option<RecoveryMode>,
 }
 
 impl Fields {
@@ -73,6 +74,7 @@ impl Fields {
             replay_concurrency: self.replay_concurrency.unwrap_or(d.replay_concurrency),
             replay_budget_bytes: size(self.replay_budget_bytes, d.replay_budget_bytes),
             create_if_missing: self.create_if_missing.unwrap_or(d.create_if_missing),
+            recovery_mode: self.recovery_mode.unwrap_or(d.recovery_mode),
             prefix: d.prefix,
         };
         config.validate()?;
