@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use futures::stream::{self, FuturesUnordered, StreamExt};
+use futures::FutureExt;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::catalog::{choose_chain, plan_opening_above, Catalog};
@@ -42,7 +43,8 @@ use crate::error::{Error, Result};
 use crate::format::{encode_object, EncodedObject, FormatError, Header, Link};
 use crate::objects::{CreateAttempt, CreateKind, ListedObject, Listing, SummaryRead, WalIo};
 use crate::protocol::create_too_slow;
-use crate::quorum::{key_state, quorum, unlisted_after, KeyState, Listed, ValueId};
+use crate::quorum::{key_state, quorum, KeyState, Listed, ValueId};
+use crate::replicated::{gather, Gathered};
 
 /// One object as recovery saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -375,49 +377,24 @@ fn given_up_through(
 pub type ReplicaCache = Vec<BTreeMap<u64, SummaryRead>>;
 
 /// Lists every store: `None` for a store that failed, or had not answered soon enough
-/// once a quorum had ([`unlisted_after`]: *unlisted*). Fails when fewer than a quorum listed.
+/// once a quorum had ([`gather`]: *unlisted*). Fails when fewer than a quorum listed.
 async fn list_replicas(
     io: &WalIo,
     replicas: &[WalIo],
 ) -> Result<(Vec<Option<Listing>>, Vec<usize>)> {
     let n = replicas.len();
     let q = quorum(n);
-    let mut pending: FuturesUnordered<_> = replicas
+    let pending: FuturesUnordered<_> = replicas
         .iter()
         .enumerate()
-        .map(|(i, r)| async move { (i, r.list().await) })
+        .map(|(i, r)| async move { (i, r.list().await) }.boxed())
         .collect();
-    let mut listings: Vec<Option<Listing>> = vec![None; n];
-    // The stores listed, fastest first.
-    let mut order: Vec<usize> = Vec::with_capacity(n);
-    let mut listed = 0;
-    let mut last = String::from("no store answered");
-    let mut deadline: Option<tokio::time::Instant> = None;
-    let started = tokio::time::Instant::now();
-    loop {
-        let next = match deadline {
-            None => pending.next().await,
-            Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
-                Ok(next) => next,
-                Err(_) => break,
-            },
-        };
-        let Some((i, answer)) = next else { break };
-        match answer {
-            Ok(listing) => {
-                if let Some(slot) = listings.get_mut(i) {
-                    *slot = Some(listing);
-                    order.push(i);
-                    listed += 1;
-                }
-                if listed == q && deadline.is_none() {
-                    let wait = unlisted_after(started.elapsed(), io.request_timeout());
-                    deadline = Some(tokio::time::Instant::now() + wait);
-                }
-            }
-            Err(e) => last = format!("store {i}: {e}"),
-        }
-    }
+    let Gathered {
+        answers: listings,
+        order,
+        last,
+    } = gather(pending, n, io.request_timeout()).await;
+    let listed = order.len();
     for (i, l) in listings.iter().enumerate() {
         if l.is_none() {
             warn!(store = i, "a store is unlisted at this open: {last}");

@@ -119,6 +119,60 @@ const READ_PATIENCE_FLOOR: Duration = Duration::from_millis(20);
 /// it is skipped for new creates (a store that hangs, before its timeouts tell).
 const OUTSTANDING_CREATES_PER_IN_FLIGHT: u32 = 4;
 
+/// The answers of N stores to one request, gathered as they come.
+pub struct Gathered<T> {
+    /// Per store: its answer, or `None` (it failed, or was left out).
+    pub answers: Vec<Option<T>>,
+    /// The stores that answered, in the order they did.
+    pub order: Vec<usize>,
+    /// The last error a store gave, or why none answered.
+    pub last: String,
+}
+
+/// Gathers `pending` (one request per store, by index, out of `n`) until every store
+/// answered or, once `quorum(n)` have answered, [`unlisted_after`] more has passed:
+/// a store left out then is *unlisted* (DESIGN.md "One log over several stores", step 1).
+pub async fn gather<T>(
+    mut pending: FuturesUnordered<BoxFuture<'_, (usize, Result<T>)>>,
+    n: usize,
+    request_timeout: Duration,
+) -> Gathered<T> {
+    let q = quorum(n);
+    let mut answers: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    let mut order = Vec::with_capacity(n);
+    let mut last = String::from("no store answered");
+    let mut deadline: Option<Instant> = None;
+    let started = Instant::now();
+    loop {
+        let next = match deadline {
+            None => pending.next().await,
+            Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            },
+        };
+        let Some((i, answer)) = next else { break };
+        match answer {
+            Ok(answer) => {
+                if let Some(slot) = answers.get_mut(i) {
+                    *slot = Some(answer);
+                    order.push(i);
+                }
+                if order.len() == q && deadline.is_none() {
+                    let wait = unlisted_after(started.elapsed(), request_timeout);
+                    deadline = Some(Instant::now() + wait);
+                }
+            }
+            Err(e) => last = format!("store {i}: {e}"),
+        }
+    }
+    Gathered {
+        answers,
+        order,
+        last,
+    }
+}
+
 /// One store's listing: its index and its keys with their sizes.
 type StoreListing = (usize, Result<Vec<(Path, u64)>>);
 
@@ -471,9 +525,9 @@ impl ReplicatedTransport {
         visit: ListVisitor<'_>,
     ) -> Result<()> {
         let q = self.quorum();
-        let mut pending: FuturesUnordered<BoxFuture<'static, StoreListing>> =
-            FuturesUnordered::new();
-        let mut last = String::from("no store answered");
+        let pending: FuturesUnordered<BoxFuture<'static, StoreListing>> = FuturesUnordered::new();
+        // Why a store was not asked, unless a store's own error says more.
+        let mut last = String::new();
         for (i, store) in self.stores.iter().enumerate() {
             if !self.health.admit(i) {
                 last = format!("store {i} is down");
@@ -493,34 +547,16 @@ impl ReplicatedTransport {
                 .boxed(),
             );
         }
+        let gathered = gather(pending, self.stores.len(), self.timeout).await;
+        let listed = gathered.order.len();
+        if !gathered.order.is_empty() || last.is_empty() {
+            last = gathered.last;
+        }
         let mut union: BTreeMap<Path, u64> = BTreeMap::new();
-        let mut listed = 0;
-        let mut deadline: Option<Instant> = None;
-        let started = Instant::now();
-        loop {
-            let next = match deadline {
-                None => pending.next().await,
-                Some(at) => match tokio::time::timeout_at(at, pending.next()).await {
-                    Ok(next) => next,
-                    Err(_) => break,
-                },
-            };
-            let Some((i, answer)) = next else { break };
-            match answer {
-                Ok(keys) => {
-                    listed += 1;
-                    for (key, size) in keys {
-                        let known = union.entry(key).or_insert(size);
-                        *known = (*known).max(size);
-                    }
-                    if listed == q && deadline.is_none() {
-                        // A store that has not answered within the request timeout once
-                        // a quorum has is left out (DESIGN.md: "unlisted").
-                        let wait = unlisted_after(started.elapsed(), self.timeout);
-                        deadline = Some(Instant::now() + wait);
-                    }
-                }
-                Err(e) => last = format!("store {i}: {e}"),
+        for keys in gathered.answers.into_iter().flatten() {
+            for (key, size) in keys {
+                let known = union.entry(key).or_insert(size);
+                *known = (*known).max(size);
             }
         }
         if listed < q {
