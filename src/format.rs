@@ -1,4 +1,4 @@
-//! The bytes of one WAL object, version 1 (`shared/FORMAT.md` is normative).
+//! The bytes of one WAL object, version 1 (`docs/FORMAT.md` is normative).
 //!
 //! ```text
 //! header (56) | segment (region 1) | ... | segment (region N) | footer | trailer (32)

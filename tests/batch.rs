@@ -1,4 +1,4 @@
-//! The batch that feeds the object format (`shared/FORMAT.md`): its admission rules
+//! The batch that feeds the object format (`docs/FORMAT.md`): its admission rules
 //! (empty appends, entry and object size limits, 2^20 entries of a region, appends
 //! across regions that land whole, a full batch that returns the parts untouched) and a
 //! property that full batches split into objects within their limits, each region's ids

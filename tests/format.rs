@@ -1,4 +1,4 @@
-//! The object format (`shared/FORMAT.md`, normative); the batch that feeds it is in
+//! The object format (`docs/FORMAT.md`, normative); the batch that feeds it is in
 //! `tests/batch.rs`.
 //!
 //! - The three FORMAT.md test vectors, byte for byte, encoded and decoded by every decoder.
