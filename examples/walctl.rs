@@ -39,7 +39,7 @@ use clap::{Parser, Subcommand};
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use object_store_wal::objects::WalIo;
-use object_store_wal::quorum::ValueId;
+use object_store_wal::quorum::{decided_value, ValueId};
 use object_store_wal::store_from_url;
 use object_store_wal::{format, Config, Error, ErrorKind, ObjectStoreLogStore};
 use object_store_wal::{GivenUp, RecoveryMode};
@@ -338,31 +338,38 @@ async fn copies(io: &WalIo) -> Result<(), Failure> {
         .collect();
     sequences.sort_unstable();
     sequences.dedup();
-    let q = replicas.len() / 2 + 1;
     for sequence in sequences {
         let mut copies = Vec::with_capacity(replicas.len());
-        let mut values = Vec::new();
+        let mut values = Vec::with_capacity(replicas.len());
         for (r, listing) in replicas.iter().zip(&per_store) {
-            let Some(listed) = listing.objects.iter().find(|o| o.sequence == sequence) else {
+            // Listings are sorted by sequence.
+            let found = listing
+                .objects
+                .binary_search_by_key(&sequence, |o| o.sequence)
+                .ok()
+                .and_then(|at| listing.objects.get(at));
+            let Some(listed) = found else {
                 copies.push(Value::Null);
+                values.push(None);
                 continue;
             };
             match r.read_summary(listed).await {
                 Ok(read) => {
                     let value = ValueId::of(&read.summary);
-                    values.push(value);
+                    values.push(Some(value));
                     copies.push(json!({
                         "epoch": value.epoch,
                         "claim": value.claim,
                         "object_crc": format!("{:08x}", value.object_crc),
                     }));
                 }
-                Err(e) => copies.push(json!(e.to_string())),
+                Err(e) => {
+                    values.push(None);
+                    copies.push(json!(e.to_string()));
+                }
             }
         }
-        let decided = values
-            .iter()
-            .find(|v| values.iter().filter(|w| w == v).count() >= q);
+        let decided = decided_value(&values);
         emit(&[
             ("seq", json!(sequence)),
             ("copies", Value::Array(copies)),

@@ -517,6 +517,7 @@ pub async fn recover_replicas(
     // read, or unreadable).
     let mut keys: BTreeMap<u64, Vec<Listed>> = BTreeMap::new();
     for (sequence, stores) in &listed_at {
+        let agreed_here = agreed(sequence, &per_store);
         let shown = (0..n)
             .map(|i| {
                 let listing = listings.get(i).and_then(Option::as_ref);
@@ -529,7 +530,7 @@ pub async fn recover_replicas(
                         Listed::Unlisted
                     }
                     // Listed, not read because the first stores agreed: not needed.
-                    (Some(_), Some(_), None) if agreed(sequence, &per_store) => Listed::Unlisted,
+                    (Some(_), Some(_), None) if agreed_here => Listed::Unlisted,
                     // Reclaimed since the listing: no copy there.
                     (Some(_), Some(_), None) => Listed::Absent,
                 }
@@ -545,18 +546,15 @@ pub async fn recover_replicas(
                 .cloned()
         })
     };
-    let decided = |keys: &BTreeMap<u64, Vec<Listed>>, per_store: &ReplicaCache| {
-        let mut by_sequence: BTreeMap<u64, SummaryRead> = BTreeMap::new();
-        for (sequence, stores) in keys {
-            if let KeyState::Decided(v) = key_state(stores, false) {
-                if let Some(read) = summary_of(per_store, *sequence, &v) {
-                    by_sequence.insert(*sequence, read);
-                }
+    // The decided values; completion below adds to them.
+    let mut by_sequence: BTreeMap<u64, SummaryRead> = BTreeMap::new();
+    for (sequence, stores) in &keys {
+        if let KeyState::Decided(v) = key_state(stores, false) {
+            if let Some(read) = summary_of(&per_store, *sequence, &v) {
+                by_sequence.insert(*sequence, read);
             }
         }
-        by_sequence
-    };
-    let by_sequence = decided(&keys, &per_store);
+    }
     let headers: BTreeMap<u64, Header> = by_sequence
         .iter()
         .map(|(s, o)| (*s, o.summary.header))
@@ -597,6 +595,7 @@ pub async fn recover_replicas(
                             s.insert(*sequence, read.clone());
                         }
                     }
+                    by_sequence.insert(*sequence, read);
                 }
             }
             KeyState::Complete { .. } => {
@@ -613,7 +612,6 @@ pub async fn recover_replicas(
             "completed values that an unlisted store may hold"
         );
     }
-    let by_sequence = decided(&keys, &per_store);
     failed.retain(|sequence, _| !by_sequence.contains_key(sequence));
     let recovered = assemble(io, &by_sequence, failed, max_sequence, foreign, mode);
     // What each store showed, for an open that starts over.

@@ -366,6 +366,17 @@ pub fn key_state(stores: &[Listed], below_floor: bool) -> KeyState {
     }
 }
 
+/// The value a quorum of `copies` (one entry per store: the value it holds, if known)
+/// agrees on, if any: the decided value at the key.
+pub fn decided_value(copies: &[Option<ValueId>]) -> Option<ValueId> {
+    let q = quorum(copies.len());
+    copies
+        .iter()
+        .flatten()
+        .find(|v| copies.iter().flatten().filter(|c| c == v).count() >= q)
+        .copied()
+}
+
 /// Whether a hole above the chain end is settled: no value other than a claim can be
 /// decided there any more. For each non-claim value V at the key, at least `N - Q + 1`
 /// stores hold a copy that is not V (claims of any epoch count). `copies` has one entry
@@ -476,6 +487,15 @@ mod tests {
             *b ^= 1;
         }
         assert!(ValueId::of_copy(&damaged).is_err());
+    }
+
+    #[test]
+    fn a_value_is_decided_where_a_quorum_holds_it() {
+        let (a, b) = (Some(value(3, false)), Some(value(4, true)));
+        assert_eq!(decided_value(&[a, b, a]), a);
+        assert_eq!(decided_value(&[a, b, None]), None);
+        assert_eq!(decided_value(&[None, b, b, None, b]), b);
+        assert_eq!(decided_value(&[a, b, None, b, a]), None);
     }
 
     #[test]

@@ -45,8 +45,8 @@ use tokio::time::Instant;
 use crate::config::HedgeAfter;
 use crate::error::{Durability, Error, Result};
 use crate::quorum::{
-    hole_settled, opening_won, quorum, unlisted_after, write_verdict, CopyAnswer, StoreHealth,
-    ValueId, WriteVerdict,
+    decided_value, hole_settled, opening_won, quorum, unlisted_after, write_verdict, CopyAnswer,
+    StoreHealth, ValueId, WriteVerdict,
 };
 use crate::transport::{
     CreateAttempt, CreateKind, ListVisitor, Request, RequestStats, Transport, Verify,
@@ -235,11 +235,6 @@ impl ReplicatedTransport {
         quorum(self.stores.len())
     }
 
-    /// Whether store `i` is taken for down (its creates are skipped until a probe).
-    pub fn is_down(&self, i: usize) -> bool {
-        self.health.with(i, |h, _| h.is_down()).unwrap_or(false)
-    }
-
     fn no_quorum(&self, op: &'static str, key: &Path, answered: usize, last: String) -> Error {
         Error::NoQuorum {
             op,
@@ -365,10 +360,7 @@ impl ReplicatedTransport {
                 }
                 CreateKind::Claim => {
                     // A late create made another value decided: the open starts over.
-                    let decided = copies.iter().flatten().find(|v| {
-                        !v.claim && copies.iter().flatten().filter(|c| c == v).count() >= q
-                    });
-                    if decided.is_some() {
+                    if decided_value(&copies).is_some_and(|v| !v.claim) {
                         break found();
                     }
                     if hole_settled(&copies) {
@@ -377,11 +369,7 @@ impl ReplicatedTransport {
                 }
             }
         };
-        if !pending.is_empty() {
-            // The slower stores' creates go on: each ends at its store's request timeout
-            // or when the transport closes; only their stores' health hears the answers.
-            tokio::spawn(async move { while pending.next().await.is_some() {} });
-        }
+        finish_in_background(pending);
         verdict
     }
 
@@ -602,14 +590,20 @@ impl ReplicatedTransport {
                 None => break,
             }
         }
-        if !deletes.is_empty() {
-            tokio::spawn(async move { while deletes.next().await.is_some() {} });
-        }
+        finish_in_background(deletes);
         match first_error {
             Some(e) if deleted < q => Err(e),
             _ if deleted < q => Err(self.no_quorum("delete", key, deleted, "stores down".into())),
             _ => Ok(()),
         }
+    }
+}
+
+/// Lets the slower stores' requests go on after the answer: each ends at its store's
+/// request timeout or when the transport closes; only their stores' health hears them.
+fn finish_in_background<T: Send + 'static>(mut pending: FuturesUnordered<BoxFuture<'static, T>>) {
+    if !pending.is_empty() {
+        tokio::spawn(async move { while pending.next().await.is_some() {} });
     }
 }
 

@@ -61,6 +61,16 @@ impl Stores {
         WalIo::for_stores(stores, config).expect("three stores")
     }
 
+    /// The WAL over the three stores, as its writer, with [`config`].
+    async fn open(&self) -> object_store_wal::Result<ObjectStoreLogStore> {
+        ObjectStoreLogStore::open_io(self.io(&config()), config()).await
+    }
+
+    /// The WAL over the three stores, read-only, with [`config`].
+    async fn open_read_only(&self) -> object_store_wal::Result<ObjectStoreLogStore> {
+        ObjectStoreLogStore::open_read_only_io(self.io(&config()), config()).await
+    }
+
     /// Which stores hold a copy at `sequence`.
     async fn holders(&self, sequence: u64) -> Vec<usize> {
         let key = object_key(&Path::from(PREFIX), sequence);
@@ -106,9 +116,7 @@ fn sorted(mut entries: Vec<(u64, u64, Bytes)>) -> Vec<(u64, u64, Bytes)> {
 async fn an_append_is_acknowledged_at_the_quorum_and_a_down_store_holds_none_of_it() {
     let stores = Stores::new();
     stores.set_down(2, true);
-    let mut wal = ObjectStoreLogStore::open_io(stores.io(&config()), config())
-        .await
-        .expect("opens with two of three stores");
+    let mut wal = stores.open().await.expect("opens with two of three stores");
     let mut acked = Vec::new();
     for n in 0..5 {
         let receipt = wal.append_and_flush(parts(n)).await.expect("append");
@@ -121,9 +129,7 @@ async fn an_append_is_acknowledged_at_the_quorum_and_a_down_store_holds_none_of_
     }
     // All three up: a reader sees exactly what was acknowledged.
     stores.set_down(2, false);
-    let reader = ObjectStoreLogStore::open_read_only_io(stores.io(&config()), config())
-        .await
-        .expect("read-only open");
+    let reader = stores.open_read_only().await.expect("read-only open");
     let replayed = replay_all(&reader).await;
     let replayed = replayed
         .into_iter()
@@ -135,9 +141,7 @@ async fn an_append_is_acknowledged_at_the_quorum_and_a_down_store_holds_none_of_
 #[tokio::test]
 async fn nothing_is_acknowledged_below_the_quorum() {
     let stores = Stores::new();
-    let mut wal = ObjectStoreLogStore::open_io(stores.io(&config()), config())
-        .await
-        .expect("open");
+    let mut wal = stores.open().await.expect("open");
     stores.set_down(1, true);
     stores.set_down(2, true);
     let err = wal
@@ -154,9 +158,7 @@ async fn nothing_is_acknowledged_below_the_quorum() {
 async fn a_store_taken_for_down_gets_a_probe_a_second_not_a_request_per_object() {
     let stores = Stores::new();
     stores.set_down(2, true);
-    let mut wal = ObjectStoreLogStore::open_io(stores.io(&config()), config())
-        .await
-        .expect("open");
+    let mut wal = stores.open().await.expect("open");
     for n in 0..DOWN_AFTER_FAILURES as usize {
         wal.append_and_flush(parts(n)).await.expect("append");
     }
@@ -193,9 +195,7 @@ async fn a_store_taken_for_down_gets_a_probe_a_second_not_a_request_per_object()
 #[tokio::test]
 async fn an_open_with_a_store_unlisted_completes_what_it_may_hold() {
     let stores = Stores::new();
-    let mut wal = ObjectStoreLogStore::open_io(stores.io(&config()), config())
-        .await
-        .expect("open");
+    let mut wal = stores.open().await.expect("open");
     // Store 1 misses these objects: their copies are in stores 0 and 2.
     stores.set_down(1, true);
     let mut written = Vec::new();
@@ -208,14 +208,13 @@ async fn an_open_with_a_store_unlisted_completes_what_it_may_hold() {
     // Now store 2 is gone: listed, only store 0 holds them.
     stores.set_down(1, false);
     stores.set_down(2, true);
-    let err = ObjectStoreLogStore::open_read_only_io(stores.io(&config()), config())
+    let err = stores
+        .open_read_only()
         .await
         .expect_err("a read-only open does not complete");
     assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
     assert!(err.is_retryable());
-    let wal = ObjectStoreLogStore::open_io(stores.io(&config()), config())
-        .await
-        .expect("a writer completes and opens");
+    let wal = stores.open().await.expect("a writer completes and opens");
     for s in &written {
         assert_eq!(
             stores.holders(*s).await,
@@ -379,9 +378,7 @@ async fn a_store_that_never_answers_holds_neither_a_stop_nor_an_open() {
 #[tokio::test(start_paused = true)]
 async fn a_damaged_copy_is_read_past() {
     let stores = Stores::new();
-    let mut wal = ObjectStoreLogStore::open_io(stores.io(&config()), config())
-        .await
-        .expect("open");
+    let mut wal = stores.open().await.expect("open");
     let receipt = wal
         .append_and_flush(vec![(7, vec![Bytes::from_static(b"payload of seven")])])
         .await
