@@ -18,18 +18,19 @@
 //!
 //! Properties, at every state: every object acknowledged (A's, an opener's opening
 //! object once won, its data object) is on the chain a recovery over the stores would
-//! choose; no two openers win one epoch. In the liveness scenario (A done, one store
-//! unreachable), the opener opens.
+//! choose; no two openers win one epoch. In the liveness scenarios (A done and one store
+//! unreachable; a key split between two earlier values), the opener opens.
 //!
 //! Mutations (flags of the model) that must each be caught: acknowledging at Q - 1
 //! copies; an "already exists" with identical bytes counted toward the opening object's
 //! quorum; a hole taken as settled once our claim is created in one store; no completion
-//! when a store is unlisted. A fifth, `M` taken over decided values only, loses
-//! nothing at this scope: an opener whose `M` is too low puts its opening object on a
-//! key that an earlier writer or opener holds in a quorum, or collides with its twin.
-//! A loss needs an earlier opener that opened *and* wrote above a pipelined writer's
-//! objects while a later one lists torn, past three million states here; the flag
-//! stays for a larger run.
+//! when a store is unlisted; `M` taken over decided values only. The last loses nothing
+//! in these scopes (an opener whose `M` is too low puts its opening object on a key that
+//! already holds copies, and a key held by an earlier claim or object in a quorum cannot
+//! be won), but it costs the open: on a key split between two earlier values, neither
+//! decided, the opening object can never be created in a quorum, and the opener restarts
+//! onto the same key until it gives up. The split-key scenario catches it as an opener
+//! that never opens.
 //!
 //! Abstracted away: entries, footers, floors and reclamation, timing bounds, damaged
 //! copies, retries (their number only changes liveness), reads.
@@ -39,8 +40,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use object_store_wal::catalog::{choose_chain, plan_opening_above};
 use object_store_wal::format::{Header, Link};
 use object_store_wal::quorum::{
-    hole_settled, key_state, opening_won, quorum, write_verdict, CopyAnswer, KeyState, Listed,
-    ValueId, WriteVerdict,
+    decided_value, hole_settled, key_state, opening_won, quorum, write_verdict, CopyAnswer,
+    KeyState, Listed, ValueId, WriteVerdict,
 };
 
 const N: usize = 3;
@@ -480,7 +481,6 @@ impl State {
     }
 
     fn phase_done(&mut self, o: usize, m: &Mutations) {
-        let q = quorum(N);
         match self.openers[o].phase {
             Phase::Completing => self.plan_claims(o, m),
             Phase::Claiming => {
@@ -488,9 +488,7 @@ impl State {
                 for (claim, copies) in &op.claims {
                     let ids: Vec<Option<ValueId>> =
                         copies.iter().map(|c| c.map(|v| v.id())).collect();
-                    let value_decided = copies.iter().flatten().any(|v| {
-                        !v.claim && copies.iter().flatten().filter(|c| *c == v).count() >= q
-                    });
+                    let value_decided = decided_value(&ids).is_some_and(|v| !v.claim);
                     let settled = if m.settle_on_one {
                         copies.iter().flatten().any(|c| c == claim)
                     } else {
@@ -670,6 +668,34 @@ fn opener_with_a_store_down(m: Mutations) -> (usize, Result<(), String>) {
     explore(&model, start)
 }
 
+/// Key 2 split between two values, neither decided: A's object 2 landed in store 0 only
+/// (its answer lost: A ended `MayBeDurable`), and an earlier opener that saw it there
+/// (so opened at 3, epoch 4) got its claim of 2 into store 1 only before it stopped. A
+/// new opener over every store must open, above key 2 with a claim settling it.
+fn opener_above_a_split_key(m: Mutations) -> (usize, Result<(), String>) {
+    let model = Model {
+        mutations: m,
+        must_open: true,
+    };
+    let mut start = State::initial(1, vec![Opener::new(ALL)]);
+    let v = start.a.objs[0];
+    create(&mut start.stores, 0, v);
+    start.a.flights[0] = [Flight::Gone; N];
+    let earlier_claim = V {
+        seq: v.seq,
+        epoch: v.seq + 2,
+        claim: true,
+        link: (1, 2),
+    };
+    create(&mut start.stores, 1, earlier_claim);
+    start.settle_a(&m);
+    assert!(
+        start.a.ended && start.a.acked == 0,
+        "the scenario starts with A ended, nothing acknowledged"
+    );
+    explore(&model, start)
+}
+
 fn safe(name: &str, (states, result): (usize, Result<(), String>), at_least: usize) {
     eprintln!("{name}: {states} states");
     if let Err(e) = result {
@@ -760,6 +786,27 @@ fn quorum_mutation_no_completion_never_opens_with_a_store_down() {
         "no completion",
         opener_with_a_store_down(Mutations {
             no_completion: true,
+            ..Mutations::default()
+        }),
+    );
+    assert!(e.contains("never opened"), "{e}");
+}
+
+#[test]
+fn quorum_design_opens_above_a_split_key() {
+    safe(
+        "opener above a split key",
+        opener_above_a_split_key(Mutations::default()),
+        5,
+    );
+}
+
+#[test]
+fn quorum_mutation_m_over_decided_never_opens_above_a_split_key() {
+    let e = caught(
+        "M over decided",
+        opener_above_a_split_key(Mutations {
+            m_over_decided: true,
             ..Mutations::default()
         }),
     );
