@@ -376,18 +376,29 @@ fn given_up_through(
 /// Per-store summaries kept across the attempts of an open over several stores.
 pub type ReplicaCache = Vec<BTreeMap<u64, SummaryRead>>;
 
-/// Lists every store: `None` for a store that failed, or had not answered soon enough
-/// once a quorum had ([`gather`]: *unlisted*). Fails when fewer than a quorum listed.
-async fn list_replicas(
+/// Lists every store (above `after` when given): `None` for a store that failed, or had
+/// not answered soon enough once a quorum had ([`gather`]: *unlisted*). Fails when fewer
+/// than a quorum listed.
+pub(crate) async fn list_replicas(
     io: &WalIo,
     replicas: &[WalIo],
+    after: Option<u64>,
 ) -> Result<(Vec<Option<Listing>>, Vec<usize>)> {
     let n = replicas.len();
     let q = quorum(n);
     let pending: FuturesUnordered<_> = replicas
         .iter()
         .enumerate()
-        .map(|(i, r)| async move { (i, r.list().await) }.boxed())
+        .map(|(i, r)| {
+            async move {
+                let listing = match after {
+                    Some(after) => r.list_after(after).await,
+                    None => r.list().await,
+                };
+                (i, listing)
+            }
+            .boxed()
+        })
         .collect();
     let Gathered {
         answers: listings,
@@ -432,7 +443,7 @@ pub async fn recover_replicas(
     let replicas = io.replicas();
     let n = replicas.len();
     cache.resize_with(n, BTreeMap::new);
-    let (listings, order) = list_replicas(io, &replicas).await?;
+    let (listings, order) = list_replicas(io, &replicas, None).await?;
     let q = quorum(n);
     // Which stores list each key, with the listed size.
     let mut listed_at: BTreeMap<u64, Vec<Option<ListedObject>>> = BTreeMap::new();

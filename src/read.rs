@@ -32,8 +32,9 @@ use crate::catalog::{choose_chain, next_on_chain, Catalog, SegmentLocation};
 use crate::config::{Config, CorruptSegmentPolicy};
 use crate::error::{Error, Result};
 use crate::format::{self, Header, Link, ObjectSummary};
-use crate::objects::{read_again_once, WalIo};
-use crate::open::recover;
+use crate::objects::{read_again_once, ListedObject, WalIo};
+use crate::open::{list_replicas, recover};
+use crate::quorum::{quorum, ValueId};
 
 /// One replayed entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -708,20 +709,25 @@ impl PolledGrowth {
     /// when the owner's floor has passed this follower, by the chain a fresh read-only
     /// open would choose now.
     async fn extend(&mut self) -> Result<()> {
-        let listing = self.io.list_after(self.last.sequence).await?;
-        for listed in listing.objects {
-            if let std::collections::btree_map::Entry::Vacant(slot) =
-                self.pending.entry(listed.sequence)
-            {
-                match self.io.read_summary(&listed).await {
-                    Ok(read) => {
-                        slot.insert(read.summary);
+        let replicas = self.io.replicas();
+        if replicas.is_empty() {
+            let listing = self.io.list_after(self.last.sequence).await?;
+            for listed in listing.objects {
+                if let std::collections::btree_map::Entry::Vacant(slot) =
+                    self.pending.entry(listed.sequence)
+                {
+                    match self.io.read_summary(&listed).await {
+                        Ok(read) => {
+                            slot.insert(read.summary);
+                        }
+                        // Deleted since the listing: below the owner's floor.
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) => return Err(e),
                     }
-                    // Deleted since the listing: below the owner's floor.
-                    Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(e),
                 }
             }
+        } else {
+            self.take_decided(&replicas).await?;
         }
         let headers: BTreeMap<u64, Header> =
             self.pending.iter().map(|(s, o)| (*s, o.header)).collect();
@@ -772,6 +778,64 @@ impl PolledGrowth {
         }
         // What lies at or below the chain end can never extend it.
         self.pending = self.pending.split_off(&(self.last.sequence + 1));
+        Ok(())
+    }
+}
+
+impl PolledGrowth {
+    /// Over several stores, only decided objects may be delivered (a copy in fewer than
+    /// Q stores may be a writer's create that was never acknowledged and that a later
+    /// open claims over): each store is listed (a store that has not answered soon after
+    /// a quorum did is left out, as at an open), and a key listed in Q stores is kept
+    /// once Q of its copies' summaries are the same value. Costs one summary read per
+    /// listed copy (N per object instead of one, read at once); a key with fewer copies
+    /// is looked at again at the next poll.
+    async fn take_decided(&mut self, replicas: &[WalIo]) -> Result<()> {
+        let q = quorum(replicas.len());
+        let after = self.last.sequence;
+        let (listings, _) = list_replicas(&self.io, replicas, Some(after)).await?;
+        let mut copies: BTreeMap<u64, Vec<(usize, ListedObject)>> = BTreeMap::new();
+        for (store, listing) in listings.into_iter().enumerate() {
+            for listed in listing.into_iter().flat_map(|l| l.objects) {
+                if !self.pending.contains_key(&listed.sequence) {
+                    copies
+                        .entry(listed.sequence)
+                        .or_default()
+                        .push((store, listed));
+                }
+            }
+        }
+        for (sequence, listed) in copies.into_iter().filter(|(_, c)| c.len() >= q) {
+            let reads = futures::future::join_all(listed.iter().map(|(store, listed)| {
+                let replica = replicas.get(*store);
+                async move {
+                    match replica {
+                        Some(replica) => replica.read_summary(listed).await.map(Some),
+                        None => Ok(None),
+                    }
+                }
+            }))
+            .await;
+            let mut values: Vec<(ValueId, ObjectSummary, usize)> = Vec::new();
+            for read in reads {
+                match read {
+                    Ok(Some(read)) => {
+                        let id = ValueId::of(&read.summary);
+                        match values.iter_mut().find(|(v, _, _)| *v == id) {
+                            Some((_, _, count)) => *count += 1,
+                            None => values.push((id, read.summary, 1)),
+                        }
+                    }
+                    Ok(None) => {}
+                    // Deleted since the listing: below the owner's floor.
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if let Some((_, summary, _)) = values.into_iter().find(|(_, _, count)| *count >= q) {
+                self.pending.insert(sequence, summary);
+            }
+        }
         Ok(())
     }
 }

@@ -6,6 +6,8 @@
 //! - A store taken for down gets no request per object, only a probe a second; a store
 //!   that never answers holds neither an open nor a stop.
 //! - A damaged copy is read past: the reader gets the entries from another copy.
+//! - A read-only follower delivers only decided objects: a writer's copy in one store,
+//!   never acknowledged, is passed over for what the next writer acknowledges.
 //! - An open with a store unlisted completes what may be decided through it, and a
 //!   replay then returns every acknowledged entry.
 //! - The quorum rules at the seam: an opening object that meets an identical twin is not
@@ -423,4 +425,43 @@ async fn a_damaged_copy_is_read_past() {
             .load(std::sync::atomic::Ordering::Relaxed)
             >= 1
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_delivers_only_decided_objects() {
+    let stores = Stores::new();
+    let mut wal = stores.open().await.expect("open");
+    let first = wal
+        .append_and_flush(vec![(0, vec![Bytes::from_static(b"acknowledged")])])
+        .await
+        .expect("append");
+    // Object `first + 1` reaches store 0 only: never acknowledged, never decided.
+    stores.set_down(1, true);
+    stores.set_down(2, true);
+    wal.append_and_flush(vec![(0, vec![Bytes::from_static(b"never acknowledged")])])
+        .await
+        .expect_err("one copy of three");
+    drop(wal);
+    stores.set_down(1, false);
+    stores.set_down(2, false);
+    assert_eq!(stores.holders(first.sequence + 1).await, vec![0]);
+
+    let reader = stores.open_read_only().await.expect("read-only open");
+    let poll = Duration::from_millis(10);
+    let mut follow = reader.follow(0, 0, poll);
+    let entry = follow.try_next().await.expect("follow").expect("an entry");
+    assert_eq!(entry.payload, Bytes::from_static(b"acknowledged"));
+    // Time is paused: the follower polls several times while the undecided copy is the
+    // only object above the chain, its request answered at once.
+    tokio::time::sleep(poll * 5).await;
+
+    // The next writer claims that key and opens above it; its entry is the next one.
+    let mut wal = stores.open().await.expect("reopen");
+    let next = wal
+        .append_and_flush(vec![(0, vec![Bytes::from_static(b"after the reopen")])])
+        .await
+        .expect("append");
+    let entry = follow.try_next().await.expect("follow").expect("an entry");
+    assert_eq!(entry.payload, Bytes::from_static(b"after the reopen"));
+    assert_eq!(entry.id >> 20, next.sequence);
 }
