@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use futures::StreamExt;
 use object_store_wal::store_from_url;
-use object_store_wal::{Config, ObjectStoreLogStore};
+use object_store_wal::{Config, ObjectStoreLogStore, WalStores};
 
 #[derive(Parser, Debug)]
 #[command(about = "SIGKILL the node at random moments; check every acknowledged id survives")]
@@ -198,12 +198,13 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     }
 
     let (acks, flushed) = parse_ack_log(&ack_log)?;
-    let stores = urls
-        .iter()
-        .map(|u| store_from_url(u))
-        .collect::<Result<Vec<_>, _>>()?;
+    let stores = WalStores::quorum(
+        urls.iter()
+            .map(|u| store_from_url(u))
+            .collect::<Result<Vec<_>, _>>()?,
+    )?;
     let config = Config::new(prefix.clone());
-    let wal = ObjectStoreLogStore::open_read_only_over(stores, config).await?;
+    let wal = ObjectStoreLogStore::open_read_only(stores, config).await?;
     let (mut missing, mut duplicated, mut wrong_payload, mut replayed) = (0u64, 0u64, 0u64, 0u64);
     let mut flushed_not_replayed = 0u64;
     // One bulk replay of every region: each object is fetched once (a read per region

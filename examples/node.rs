@@ -39,19 +39,16 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Parser;
-use object_store::ObjectStore;
-use object_store_wal::{entry_id, store_from_url, AppendReceipt, Config, Error};
-use object_store_wal_actors::{
-    spawn_wal, spawn_wal_over, PendingReceipt, RestartPolicy, WalHandle,
-};
+use object_store_wal::{entry_id, store_from_url, AppendReceipt, Config, Error, WalStores};
+use object_store_wal_actors::{spawn_wal, PendingReceipt, RestartPolicy, WalHandle};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 #[derive(Parser, Debug)]
 #[command(about = "Simulated database node: append, crash, recover, check")]
 struct Args {
     /// Store URL; default: file://<cwd>/wal-data. Given several times (3 or 5), one log
-    /// over that many stores, a quorum of copies (DESIGN.md "One log over several
-    /// stores"; not public API yet).
+    /// over that many stores, a quorum of copies (docs/DESIGN.md "One log over several
+    /// stores").
     #[arg(long)]
     url: Vec<String>,
     /// WAL prefix.
@@ -453,17 +450,6 @@ impl AckLog {
     }
 }
 
-/// The WAL on one store, or over several (hidden API until quorum writes are public).
-async fn spawn_on(
-    stores: &[Arc<dyn ObjectStore>],
-    config: Config,
-) -> Result<(WalHandle, tokio::task::JoinHandle<()>), Box<dyn std::error::Error>> {
-    if let [store] = stores {
-        return Ok(spawn_wal(store.clone(), config, RestartPolicy::default()).await?);
-    }
-    Ok(spawn_wal_over(stores.to_vec(), config, RestartPolicy::default()).await?)
-}
-
 fn config(args: &Args) -> Config {
     // The node starts its own WAL on first run: a new prefix is expected here.
     let mut c = Config::new(args.prefix.clone()).with_create_if_missing(true);
@@ -503,15 +489,16 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         urls => urls.to_vec(),
     };
     let url = urls.join(" ");
-    let stores = urls
-        .iter()
-        .map(|u| store_from_url(u))
-        .collect::<Result<Vec<_>, _>>()?;
+    let stores = WalStores::quorum(
+        urls.iter()
+            .map(|u| store_from_url(u))
+            .collect::<Result<Vec<_>, _>>()?,
+    )?;
     if let Some(addr) = args.metrics_addr {
         serve_metrics(addr)?;
         eprintln!("node: metrics on http://{addr}/metrics");
     }
-    let (wal, _) = spawn_on(&stores, config(&args)).await?;
+    let (wal, _) = spawn_wal(stores.clone(), config(&args), RestartPolicy::default()).await?;
     // Wait for recovery; this run's entries all follow its opening object.
     wal.ready().await?;
     let first_epoch = wal.stats().await?.epoch;
@@ -589,7 +576,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     eprintln!("node: aborted the WAL mid-write; recovering");
 
     let recovery_started = Instant::now();
-    let (wal2, _) = spawn_on(&stores, config(&args)).await?;
+    let (wal2, _) = spawn_wal(stores.clone(), config(&args), RestartPolicy::default()).await?;
     wal2.ready().await?;
     let recovery_ms = recovery_started.elapsed().as_secs_f64() * 1000.0;
 

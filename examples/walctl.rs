@@ -20,7 +20,7 @@
 //! prefix a live node owns.
 //!
 //! `--url` given several times (3 or 5) names one log over that many stores (a quorum of
-//! copies; not public API yet): `chain` adds one line per key with its copy in each
+//! copies): `chain` adds one line per key with its copy in each
 //! store and whether a quorum holds it (`decided`), and `verify` checks every copy in
 //! every store, each line naming its `store`.
 //!
@@ -54,8 +54,7 @@ use serde_json::{json, Value};
 struct Cli {
     /// Store URL: file:///absolute/dir, memory://, or s3://, gs://, az:// when the crate
     /// is built with the aws, gcp or azure feature. Before or after the subcommand.
-    /// Given several times (3 or 5): one log over that many stores (not public API
-    /// yet); `chain` then shows every key's copy in each store, and `verify` checks
+    /// Given several times (3 or 5): one log over that many stores; `chain` then shows every key's copy in each store, and `verify` checks
     /// every copy.
     #[arg(long, global = true)]
     url: Vec<String>,

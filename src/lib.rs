@@ -143,9 +143,8 @@
 //!   `quorum` holds the rules of one log over several stores (a create's N answers, an
 //!   open's verdict per key, settled holes, a dead store's skipping); `replicated`
 //!   applies them as a `Transport` over N stores, and the open's recovery over N stores
-//!   (listing each, completing, deciding) is in `open`. Both stay out of the public API
-//!   (hidden constructors: `WalIo::for_stores`, `ObjectStoreLogStore::open_io`) until
-//!   the exhaustive exploration over three stores checks them.
+//!   (listing each, completing, deciding) is in `open`. A caller chooses one store or
+//!   several with [`WalStores`].
 //! - **The write protocol** (`protocol`): one epoch's rules as a state machine without
 //!   I/O (events in: admitted, create answered, time, stop; actions out: start a create,
 //!   acknowledge, fail, publish a floor, the epoch ended), as quinn-proto is under quinn.
@@ -183,6 +182,7 @@ pub mod read;
 pub mod replicated;
 #[doc(hidden)]
 pub mod sequential;
+mod stores;
 #[cfg(feature = "testing")]
 pub mod testing;
 #[doc(hidden)]
@@ -199,6 +199,7 @@ pub use format::{entry_id, FormatError, Header, Link};
 pub use open::{DamagedSegment, GivenUp, ObjectInfo, RecoveryReport, UnreadObject};
 pub use read::Entry;
 pub use sequential::{FlushReceipt, ObjectStoreLogStore};
+pub use stores::WalStores;
 pub use transport::{split_store_url, store_and_prefix_from_url, store_from_url};
 
 /// The README's Rust blocks, compiled (and the ones that need no store, run) by

@@ -170,9 +170,7 @@ impl WalIo {
 
     /// The WAL under `config.prefix` over several stores (one log, a quorum of copies:
     /// [`crate::replicated`]), each with the configuration's timeout and hedging; one
-    /// store is [`for_config`](Self::for_config). Not public API yet: quorum writes stay
-    /// out of it until the exploration over several stores checks them.
-    #[doc(hidden)]
+    /// store is [`for_config`](Self::for_config). Callers use [`crate::WalStores`].
     pub fn for_stores(stores: Vec<Arc<dyn ObjectStore>>, config: &Config) -> Result<Self> {
         let mut stores = stores;
         if stores.len() == 1 {

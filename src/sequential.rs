@@ -20,7 +20,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use futures::stream::BoxStream;
-use object_store::ObjectStore;
 use tracing::{info_span, warn, Instrument};
 
 use crate::batch::{AppendParts, AppendReceipt};
@@ -34,6 +33,7 @@ use crate::open::{open_instance, recover_in, Opened, RecoveryReport};
 use crate::persist::persist_within;
 use crate::protocol::{Action, Limits, Now, SharedChain, WhenFull, WriteProtocol};
 use crate::read::{follow_read_only, read_region, replay_regions, Entry, ReplayLimits};
+use crate::stores::WalStores;
 
 /// The receipt of one flushed object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,37 +96,15 @@ pub struct ObjectStoreLogStore {
 
 impl ObjectStoreLogStore {
     /// Opens the prefix as its writer: recovers the chain, claims holes, writes the
-    /// opening object (fencing every earlier instance) and starts a new epoch.
-    pub async fn open(store: Arc<dyn ObjectStore>, config: Config) -> Result<Self> {
+    /// opening object (fencing every earlier instance) and starts a new epoch. `stores`
+    /// is one store, or several that hold one log ([`WalStores::quorum`]).
+    pub async fn open(stores: impl Into<WalStores>, config: Config) -> Result<Self> {
         config.validate()?;
-        let io = WalIo::for_config(store, &config)?;
+        let io = stores.into().into_io(&config)?;
         Self::open_io(io, config).await
     }
 
-    /// [`open`](Self::open) over several stores (3 or 5): one log, each object durable
-    /// once a quorum of the stores holds it (DESIGN.md "One log over several stores").
-    /// Every store holds the WAL under `config.prefix`.
-    #[doc(hidden)]
-    pub async fn open_over(stores: Vec<Arc<dyn ObjectStore>>, config: Config) -> Result<Self> {
-        config.validate()?;
-        let io = WalIo::for_stores(stores, &config)?;
-        Self::open_io(io, config).await
-    }
-
-    /// [`open_read_only`](Self::open_read_only) over several stores (3 or 5): the chain
-    /// over the values a quorum holds.
-    #[doc(hidden)]
-    pub async fn open_read_only_over(
-        stores: Vec<Arc<dyn ObjectStore>>,
-        config: Config,
-    ) -> Result<Self> {
-        config.validate()?;
-        let io = WalIo::for_stores(stores, &config)?;
-        Self::open_read_only_io(io, config).await
-    }
-
-    /// [`open`](Self::open) through `io` (over several stores: [`WalIo::for_stores`]).
-    /// Not public API yet.
+    /// [`open`](Self::open) through `io` (tests and tools that wrap the store access).
     #[doc(hidden)]
     pub async fn open_io(io: WalIo, config: Config) -> Result<Self> {
         config.validate()?;
@@ -155,13 +133,15 @@ impl ObjectStoreLogStore {
     }
 
     /// Opens the prefix for reading only: recovery (steps 1 and 2), no write, no fencing.
-    pub async fn open_read_only(store: Arc<dyn ObjectStore>, config: Config) -> Result<Self> {
+    /// Over several stores ([`WalStores::quorum`]), the chain over the values a quorum
+    /// holds.
+    pub async fn open_read_only(stores: impl Into<WalStores>, config: Config) -> Result<Self> {
         config.validate()?;
-        let io = WalIo::for_config(store, &config)?;
+        let io = stores.into().into_io(&config)?;
         Self::open_read_only_io(io, config).await
     }
 
-    /// [`open_read_only`](Self::open_read_only) through `io`. Not public API yet.
+    /// [`open_read_only`](Self::open_read_only) through `io` (tests and tools).
     #[doc(hidden)]
     pub async fn open_read_only_io(io: WalIo, config: Config) -> Result<Self> {
         config.validate()?;

@@ -430,6 +430,20 @@ mod file {
             let e = toml::from_str::<NodeWithUrl>(text).expect_err(text);
             assert!(e.to_string().contains(says), "{text}: {e}");
         }
+        // Three memory stores hold one log at a quorum of two; one url is one store.
+        let text = "[wal]\nurls = [\"memory:///x/a\", \"memory:///y/a\", \"memory:///z/a\"]\n";
+        let stores = toml::from_str::<NodeWithUrl>(text)
+            .expect("valid")
+            .wal
+            .stores()
+            .expect("three stores");
+        assert_eq!((stores.len(), stores.quorum_size()), (3, 2));
+        let one = toml::from_str::<NodeWithUrl>("[wal]\nurl = \"memory:///a\"\n")
+            .expect("valid")
+            .wal
+            .stores()
+            .expect("one store");
+        assert_eq!((one.len(), one.quorum_size()), (1, 1));
     }
 
     /// The README's example section reads as it says.

@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use object_store::ObjectStore;
 use object_store_wal::objects::WalIo;
 use object_store_wal::{
     AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Error, Result,
+    WalStores,
 };
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
@@ -40,7 +40,9 @@ pub enum SpawnError {
 }
 
 /// Spawns the WAL (its supervisor, which starts recovery, the writer and readers).
-/// Returns at once; appends and reads wait until recovery is done.
+/// Returns at once; appends and reads wait until recovery is done. `stores` is one
+/// store, or several that hold one log ([`WalStores::quorum`]: each object durable once
+/// a majority of them holds it).
 ///
 /// ```
 /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
@@ -64,55 +66,40 @@ pub enum SpawnError {
 /// # }).unwrap();
 /// ```
 pub async fn spawn_wal(
-    store: Arc<dyn ObjectStore>,
+    stores: impl Into<WalStores>,
     config: Config,
     restarts: RestartPolicy,
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
-    spawn_wal_with(store, config, restarts, Arc::new(BootClock), None).await
+    spawn_wal_with(stores, config, restarts, Arc::new(BootClock), None).await
 }
 
 /// Spawns the WAL linked under `parent`, which sees it fail when it escalates (fenced,
 /// damaged data, restarts exhausted).
 pub async fn spawn_wal_linked(
-    store: Arc<dyn ObjectStore>,
+    stores: impl Into<WalStores>,
     config: Config,
     restarts: RestartPolicy,
     parent: ActorCell,
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
-    spawn_wal_with(store, config, restarts, Arc::new(BootClock), Some(parent)).await
+    spawn_wal_with(stores, config, restarts, Arc::new(BootClock), Some(parent)).await
 }
 
 /// Spawns the WAL with every option: the clock creates are measured on (`BootClock` by
 /// default; tests drive one by hand) and an optional parent supervisor.
 pub async fn spawn_wal_with(
-    store: Arc<dyn ObjectStore>,
+    stores: impl Into<WalStores>,
     config: Config,
     restarts: RestartPolicy,
     clock: Arc<dyn CreateClock>,
     parent: Option<ActorCell>,
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
     config.validate()?;
-    let io = WalIo::for_config(store, &config)?;
+    let io = stores.into().into_io(&config)?;
     spawn_wal_io(io, config, restarts, clock, parent).await
 }
 
-/// [`spawn_wal`] over several stores (3 or 5): one log, each object durable once a
-/// quorum of the stores holds it (DESIGN.md "One log over several stores"). Every store
-/// holds the WAL under `config.prefix`.
-#[doc(hidden)]
-pub async fn spawn_wal_over(
-    stores: Vec<Arc<dyn ObjectStore>>,
-    config: Config,
-    restarts: RestartPolicy,
-) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
-    config.validate()?;
-    let io = WalIo::for_stores(stores, &config)?;
-    spawn_wal_io(io, config, restarts, Arc::new(BootClock), None).await
-}
-
-/// [`spawn_wal_with`] through `io` (over several stores: `WalIo::for_stores`). Not public
-/// API yet: quorum writes stay out of it until the exploration over several stores
-/// checks them.
+/// [`spawn_wal_with`] through `io` (tests, tools and the benchmark, which wrap the store
+/// access).
 #[doc(hidden)]
 pub async fn spawn_wal_io(
     io: WalIo,

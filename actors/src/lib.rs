@@ -72,10 +72,10 @@ mod writer;
 
 pub use admission::{Admitted, PendingReceipt};
 pub use entries::{EntryReceiver, EntryStream, ReadEnded};
-pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
 #[doc(hidden)]
-pub use handle::{spawn_wal_io, spawn_wal_over};
+pub use handle::spawn_wal_io;
+pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
 pub use messages::{AppendRequest, WalMsg};
-pub use object_store_wal::{Durability, Error};
+pub use object_store_wal::{Durability, Error, WalStores};
 pub use stats::WalStats;
 pub use supervisor::{RestartPolicy, MAX_QUEUED_REQUESTS, MAX_READERS};

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use super::{Config, CorruptSegmentPolicy, HedgeAfter, RecoveryMode, RetryPolicy};
 use crate::error::Result;
+use crate::stores::WalStores;
 
 /// Every field of a `[wal]` section, none required: the prefix comes as `prefix` (a
 /// `Config`) or as the end of `url` (a `WalSection`).
@@ -130,12 +131,15 @@ impl WalSection {
         crate::transport::store_from_url(&self.store_url)
     }
 
-    /// Builds every store [`store_urls`](Self::store_urls) names.
-    pub fn stores(&self) -> Result<Vec<Arc<dyn ObjectStore>>> {
-        self.store_urls
+    /// Builds every store [`store_urls`](Self::store_urls) names: one, or several that
+    /// hold one log.
+    pub fn stores(&self) -> Result<WalStores> {
+        let stores = self
+            .store_urls
             .iter()
             .map(|u| crate::transport::store_from_url(u))
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        WalStores::quorum(stores)
     }
 }
 
