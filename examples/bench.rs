@@ -389,6 +389,11 @@ struct Common {
     /// replay (instead of a write run).
     #[arg(long)]
     objects: Option<u64>,
+    /// Opens `recover` makes one after another over the chain it built (each writes its
+    /// opening object): the first is reported as `recovery_ms`, all of them as the
+    /// `open_ms_*` percentiles.
+    #[arg(long, default_value_t = 1)]
+    opens: u32,
     /// Entries per object built for `replay --objects` (default: one per region).
     #[arg(long)]
     entries_per_object: Option<usize>,
@@ -1652,6 +1657,13 @@ async fn recover(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn st
     let wal = ObjectStoreLogStore::open_io(s.io(&cfg)?, cfg.clone()).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let counts = s.counting.counts();
+    let mut opens = new_histogram()?;
+    opens.record(started.elapsed().as_micros().max(1) as u64)?;
+    for _ in 1..c.opens {
+        let started = Instant::now();
+        ObjectStoreLogStore::open_io(s.io(&cfg)?, cfg.clone()).await?;
+        opens.record(started.elapsed().as_micros().max(1) as u64)?;
+    }
     let gets = counts.gets.load(Ordering::Relaxed);
     let listed = wal.report().objects.len() as u64;
     let ideal = listed as f64 * c.get_latency_ms as f64 / cfg.recovery_concurrency as f64;
@@ -1669,7 +1681,21 @@ async fn recover(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn st
         "gets_per_object": round2(gets as f64 / listed.max(1) as f64),
         "lists": counts.lists.load(Ordering::Relaxed),
         "puts": counts.puts.load(Ordering::Relaxed),
+        "hedged": wal.io().request_stats().hedged.load(Ordering::Relaxed),
+        "timeouts": wal.io().request_stats().timeouts.load(Ordering::Relaxed),
+        "opens": c.opens,
+        "open_ms_p50": ms(&opens, 0.5),
+        "open_ms_p99": ms(&opens, 0.99),
+        "open_ms_max": round2(opens.max() as f64 / 1000.0),
+        "request_timeout_ms": round2(ms_of(cfg.request_timeout)),
     });
+    let tail = |t: &Option<Tail>| t.map(|t| format!("{}:{}", t.fraction, t.extra_ms));
+    if let Some(t) = tail(&c.put_tail) {
+        line["put_tail"] = json!(t);
+    }
+    if let Some(t) = tail(&c.get_tail) {
+        line["get_tail"] = json!(t);
+    }
     replica_fields(c, s, &mut line);
     Ok(line)
 }

@@ -193,7 +193,10 @@ pub async fn recover_cached(
             let io = io.clone();
             async move { (listed.sequence, io.read_summary(&listed).await) }
         })
-        .buffered(concurrency.max(1))
+        // Unordered: with `buffered`, one slow read held back every answer behind it and
+        // so the whole window (measured: a 5 % GET tail of 1 s made a 10,000-object
+        // recovery 8 times slower, hedged or not).
+        .buffer_unordered(concurrency.max(1))
         .collect()
         .await;
     // Objects that could not be read, ascending: whether that fails recovery depends on
