@@ -7,6 +7,14 @@
 //! adaptive delay follows the store: a quarter above a high percentile (the 90th by
 //! default) of the recent latencies of the same kind of request, so only the slow tail
 //! is hedged, whatever the store's usual latency. Pure: no I/O; memory is a fixed window.
+//!
+//! The same window bounds a small request's attempt ([`HedgeDelay::attempt_timeout`]):
+//! eight times the recent 99th percentile, at least [`ATTEMPT_FLOOR`], at most
+//! `request_timeout`. A request that hangs is given up after about a second on a
+//! store that answers in milliseconds, not after `request_timeout` (30 s by default).
+//! An attempt that times out counts as a latency of the whole bound, so a store that
+//! turns slower than the bound for good widens it within a few attempts instead of
+//! failing every one.
 
 use std::time::Duration;
 
@@ -20,6 +28,10 @@ pub const MIN_SAMPLES: usize = 16;
 pub const COLD_DELAY: Duration = Duration::from_millis(500);
 /// Latencies between two recomputations of the adaptive delay.
 const RECOMPUTE_EVERY: u64 = 16;
+/// The shortest attempt bound that follows latencies.
+pub const ATTEMPT_FLOOR: Duration = Duration::from_secs(1);
+/// The attempt bound is this many times the recent 99th percentile.
+pub const ATTEMPT_FACTOR: u32 = 8;
 
 /// The recent latencies of one kind of request and the hedge delay they imply.
 #[derive(Debug, Clone)]
@@ -29,6 +41,8 @@ pub struct HedgeDelay {
     window: Vec<u32>,
     recorded: u64,
     current: Option<Duration>,
+    /// The recent 99th percentile, once [`MIN_SAMPLES`] latencies are known.
+    p99: Option<Duration>,
 }
 
 impl HedgeDelay {
@@ -44,6 +58,7 @@ impl HedgeDelay {
             window: Vec::with_capacity(WINDOW),
             recorded: 0,
             current,
+            p99: None,
         }
     }
 
@@ -54,9 +69,37 @@ impl HedgeDelay {
 
     /// Records the latency of a request that answered.
     pub fn record(&mut self, latency: Duration) {
-        let HedgeAfter::Adaptive { percentile, floor } = self.policy else {
-            return;
-        };
+        self.push(latency);
+        if self.window.len() >= MIN_SAMPLES && self.recorded % RECOMPUTE_EVERY == 0 {
+            self.recompute();
+        }
+    }
+
+    /// Records an attempt that timed out after `bound`: a latency of at least that much.
+    /// Recomputed at once (timeouts are rare, and a store slower than the bound must
+    /// widen it before the next attempt, not sixteen later).
+    pub fn timed_out(&mut self, bound: Duration) {
+        self.push(bound);
+        if self.window.len() >= MIN_SAMPLES {
+            self.recompute();
+        }
+    }
+
+    /// How long one attempt of a small request may take before it counts as unanswered:
+    /// [`ATTEMPT_FACTOR`] times the recent 99th percentile, at least [`ATTEMPT_FLOOR`],
+    /// at most `ceiling` (`request_timeout`), which is also the bound until
+    /// [`MIN_SAMPLES`] latencies are known.
+    pub fn attempt_timeout(&self, ceiling: Duration) -> Duration {
+        match self.p99 {
+            None => ceiling,
+            Some(p99) => p99
+                .saturating_mul(ATTEMPT_FACTOR)
+                .max(ATTEMPT_FLOOR)
+                .min(ceiling),
+        }
+    }
+
+    fn push(&mut self, latency: Duration) {
         let micros = u32::try_from(latency.as_micros()).unwrap_or(u32::MAX);
         let slot = (self.recorded % WINDOW as u64) as usize;
         match self.window.get_mut(slot) {
@@ -64,13 +107,20 @@ impl HedgeDelay {
             None => self.window.push(micros),
         }
         self.recorded += 1;
-        if self.window.len() >= MIN_SAMPLES && self.recorded % RECOMPUTE_EVERY == 0 {
-            let mut sorted = self.window.clone();
+    }
+
+    fn recompute(&mut self) {
+        let mut sorted = self.window.clone();
+        let at = |sorted: &mut Vec<u32>, percentile: u8| {
             let rank = (sorted.len() - 1) * usize::from(percentile.min(99)) / 100;
             let (_, at, _) = sorted.select_nth_unstable(rank);
-            let p = Duration::from_micros(u64::from(*at));
+            Duration::from_micros(u64::from(*at))
+        };
+        if let HedgeAfter::Adaptive { percentile, floor } = self.policy {
+            let p = at(&mut sorted, percentile);
             self.current = Some(floor.max(p.saturating_mul(5) / 4));
         }
+        self.p99 = Some(at(&mut sorted, 99));
     }
 }
 
@@ -111,5 +161,48 @@ mod tests {
         }
         assert_eq!(off.delay(), None);
         assert_eq!(fixed.delay(), Some(Duration::from_millis(7)));
+    }
+
+    #[test]
+    fn an_attempt_is_bounded_by_recent_latencies_and_widens_when_it_times_out() {
+        let ceiling = Duration::from_secs(30);
+        let mut d = adaptive();
+        assert_eq!(d.attempt_timeout(ceiling), ceiling, "cold: the ceiling");
+        for _ in 0..WINDOW {
+            d.record(Duration::from_millis(20));
+        }
+        assert_eq!(d.attempt_timeout(ceiling), ATTEMPT_FLOOR, "20 ms x 8 < 1 s");
+        // A store slower than the bound for good: after a few timeouts the bound is
+        // eight times the old one, and grows to the ceiling.
+        let mut bound = d.attempt_timeout(ceiling);
+        let mut timeouts = 0;
+        while bound < Duration::from_secs(3) {
+            d.timed_out(bound);
+            timeouts += 1;
+            bound = d.attempt_timeout(ceiling);
+        }
+        assert_eq!(bound, Duration::from_secs(8));
+        assert_eq!(
+            timeouts, 4,
+            "the 99th percentile of 256 moves at the fourth"
+        );
+        for _ in 0..4 {
+            d.timed_out(d.attempt_timeout(ceiling));
+        }
+        assert_eq!(d.attempt_timeout(ceiling), ceiling);
+        // A heavy tail is not cut: 5 % at 1 s bounds an attempt at 8 s.
+        let mut tail = adaptive();
+        for i in 0..WINDOW {
+            let ms = if i % 20 == 0 { 1000 } else { 10 };
+            tail.record(Duration::from_millis(ms));
+        }
+        assert_eq!(tail.attempt_timeout(ceiling), Duration::from_secs(8));
+        // Fixed and off hedging still bound attempts by the latencies.
+        let mut off = HedgeDelay::new(HedgeAfter::Off);
+        for _ in 0..WINDOW {
+            off.record(Duration::from_millis(200));
+        }
+        assert_eq!(off.attempt_timeout(ceiling), Duration::from_millis(1600));
+        assert_eq!(off.delay(), None);
     }
 }

@@ -16,6 +16,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{GetOptions, GetResult, ObjectStore, ObjectStoreExt};
 use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
+use object_store_wal::hedge::{ATTEMPT_FLOOR, MIN_SAMPLES};
 use object_store_wal::metrics::Metrics;
 use object_store_wal::objects::{object_key, CreateAttempt, CreateKind, WalIo};
 use object_store_wal::persist::{persist, PersistOutcome};
@@ -131,10 +132,94 @@ async fn a_create_that_keeps_hanging_ends_unknown() {
     assert_eq!(io.request_stats().timeouts.load(Ordering::Relaxed), 2);
 }
 
+/// Hooks that delay every create by `delay_ms` (0: none).
+#[derive(Debug, Default)]
+struct SlowCreates {
+    delay_ms: AtomicU64,
+}
+
+#[async_trait]
+impl Hooks for SlowCreates {
+    const NAME: &'static str = "SlowCreates";
+
+    async fn put_opts(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        let ms = self.delay_ms.load(Ordering::Relaxed);
+        if ms > 0 {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        inner.put_opts(location, payload, opts).await
+    }
+}
+
+/// Creates `n` objects from `first` on, each answered: latencies the bound follows.
+async fn warm_up(io: &WalIo, first: u64, n: u64) {
+    for sequence in first..first + n {
+        let created = io.create(&object(sequence), CreateKind::Claim).await;
+        assert!(matches!(created, CreateAttempt::Created), "{created:?}");
+    }
+}
+
+/// On a store that answers in milliseconds, a create that hangs is given up after the
+/// attempt bound (about a second), not after `request_timeout`.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_hanging_create_is_given_up_after_the_attempt_bound_not_the_request_timeout() {
+    let faults = FaultStore::new(Arc::new(InMemory::new()));
+    let io = WalIo::new(faults.clone(), PREFIX, 1 << 20)
+        .expect("io")
+        .with_requests(HedgeAfter::Off, Duration::from_secs(60));
+    warm_up(&io, 2, MIN_SAMPLES as u64).await;
+    let _hang = faults.hold_next_creates_of(&key(100), 1);
+    match io.create(&object(100), CreateKind::Claim).await {
+        CreateAttempt::Unknown(Error::RequestTimeout {
+            op: "create",
+            after,
+            ..
+        }) => assert_eq!(after, ATTEMPT_FLOOR),
+        other => panic!("expected a create given up at the attempt bound, got {other:?}"),
+    }
+}
+
+/// A store that turns slower than the bound for good is not failed for good: each
+/// attempt that times out widens the bound, and after a few the creates answer.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_store_that_turns_slow_widens_the_bound_until_creates_answer() {
+    let base: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let slow = Wrapper::wrap(base, SlowCreates::default());
+    let io = WalIo::new(slow.clone(), PREFIX, 1 << 20)
+        .expect("io")
+        .with_requests(HedgeAfter::Off, Duration::from_secs(60));
+    warm_up(&io, 2, 256).await;
+    slow.hooks().delay_ms.store(3_000, Ordering::Relaxed);
+    let mut timed_out = Vec::new();
+    let mut answered = None;
+    for sequence in 1_000..1_010 {
+        match io.create(&object(sequence), CreateKind::Claim).await {
+            CreateAttempt::Created => {
+                answered = Some(sequence);
+                break;
+            }
+            CreateAttempt::Unknown(Error::RequestTimeout { after, .. }) => timed_out.push(after),
+            other => panic!("{other:?}"),
+        }
+    }
+    // The 99th percentile of the last 256 latencies moves at the fourth timeout: then
+    // an attempt may take 8 s, and the 3 s store answers.
+    assert_eq!(timed_out, vec![ATTEMPT_FLOOR; 4]);
+    assert_eq!(answered, Some(1_004));
+}
+
 /// Hooks whose first GET never answers; later GETs go through.
 #[derive(Debug, Default)]
 struct FirstGetHangs {
     gets: AtomicU64,
+    /// GETs that hang, counting from the first (0 is read as 1).
+    hanging: u64,
 }
 
 #[async_trait]
@@ -147,7 +232,7 @@ impl Hooks for FirstGetHangs {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
-        if self.gets.fetch_add(1, Ordering::Relaxed) == 0 {
+        if self.gets.fetch_add(1, Ordering::Relaxed) < self.hanging.max(1) {
             std::future::pending::<()>().await;
         }
         inner.get_opts(location, options).await
@@ -173,6 +258,34 @@ async fn a_hedged_read_answers_while_the_first_hangs() {
     assert_eq!(stats.hedged.load(Ordering::Relaxed), 1);
     assert_eq!(stats.hedge_wins.load(Ordering::Relaxed), 1);
     assert_eq!(hanging.hooks().gets.load(Ordering::Relaxed), 2);
+}
+
+/// A read whose twin hangs too is sent a third time: with one twin, a read whose twin
+/// drew the tail waited the whole tail (and an open of thousands of reads met one).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_read_whose_twin_hangs_too_is_sent_again() {
+    let base: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let hooks = FirstGetHangs {
+        hanging: 2,
+        ..FirstGetHangs::default()
+    };
+    let hanging = Wrapper::wrap(base.clone(), hooks);
+    let io = WalIo::new(hanging.clone(), PREFIX, 1 << 20)
+        .expect("io")
+        .with_requests(
+            HedgeAfter::Fixed(Duration::from_millis(20)),
+            Duration::from_secs(60),
+        );
+    let object = object(2);
+    let created = persist(&io, &object, &retry(1)).await;
+    assert!(matches!(created, PersistOutcome::Durable { .. }));
+    let read = io.read_whole(2).await.expect("the third attempt answers");
+    assert!(object.same_bytes(&read));
+    let stats = io.request_stats();
+    assert_eq!(stats.hedged.load(Ordering::Relaxed), 2);
+    assert_eq!(stats.hedge_wins.load(Ordering::Relaxed), 1);
+    assert_eq!(hanging.hooks().gets.load(Ordering::Relaxed), 3);
+    assert_eq!(stats.timeouts.load(Ordering::Relaxed), 0);
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
