@@ -223,10 +223,10 @@ pub struct Config {
     /// The longest any single request may take; one that has not answered by then is an
     /// unknown outcome (a create) or a failed read, and follows the usual rules. A
     /// listing, many pages long, is bounded by its progress instead: each key must come
-    /// within this of the one before. Once the store's latencies are known, a small
-    /// request's attempt (a create up to 1 MiB, a GET until its answer starts) is given
-    /// up sooner: after 8 times the recent 99th percentile, at least 1 s, at most this
-    /// (see [`crate::hedge`]).
+    /// within this of the one before. Once the store's latencies are known, a data
+    /// create up to 1 MiB is given up sooner (an unknown outcome, retried with the same
+    /// bytes): after 8 times the recent 99th percentile, at least 1 s, at most this (see
+    /// [`crate::hedge`]).
     pub request_timeout: Duration,
     /// Objects a replay of many regions fetches at once.
     pub replay_concurrency: usize,

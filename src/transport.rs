@@ -10,9 +10,9 @@
 //!
 //! What a [`StoreTransport`] adds to the bare store, for every request:
 //! - No request waits forever: each has `request_timeout`, past which a create's outcome
-//!   is unknown and a read failed; a small request's attempt has a bound that follows
-//!   the store's recent latencies ([`crate::hedge`], about a second on a fast store),
-//!   a GET's until its answer starts, so one whose body is arriving is not cut.
+//!   is unknown and a read failed; a small data create's attempt has a bound that
+//!   follows the store's recent latencies ([`crate::hedge`], about a second on a fast
+//!   store), and a GET that hangs is answered by its twins.
 //! - A create of a data object and every GET that has not answered within the hedge
 //!   delay ([`crate::hedge`]) is sent again beside the first (a GET once more after
 //!   another delay, [`MAX_READ_ATTEMPTS`]); the first definite answer decides
@@ -644,28 +644,15 @@ impl StoreTransport {
         let timed_out = Err(self.timeout_error("get", &key));
         let stopped = Err(Self::stopped(Durability::NotWritten));
         let store = self.store.clone();
-        let requests = self.requests.clone();
         let attempt = move || -> Attempt<Result<Bytes>> {
             let (store, key, range) = (store.clone(), key.clone(), range.clone());
-            let requests = requests.clone();
             Box::pin(async move {
                 let get = |e| Error::store("get", &key, e);
                 let opts = GetOptions {
                     range: range.map(GetRange::Bounded),
                     ..Default::default()
                 };
-                // The answer must start within the attempt bound; its body then has the
-                // request timeout (a read that is progressing is not ended for being
-                // slower than usual).
-                let first_byte = requests.attempt_timeout(Kind::Get);
-                let answer =
-                    match tokio::time::timeout(first_byte, store.get_opts(&key, opts)).await {
-                        Ok(answer) => answer.map_err(get)?,
-                        Err(_) => {
-                            requests.timed_out(Kind::Get, first_byte);
-                            return Err(timeout_error("get", &key, first_byte));
-                        }
-                    };
+                let answer = store.get_opts(&key, opts).await.map_err(get)?;
                 answer.bytes().await.map_err(get)
             })
         };
@@ -695,9 +682,11 @@ impl Transport for StoreTransport {
         let len: u64 = body.iter().map(|c| c.len() as u64).sum();
         let small = len <= HEDGE_MAX_BYTES;
         let definite = |a: &CreateAttempt| !matches!(a, CreateAttempt::Unknown(_));
-        // A small create's attempt follows the store's latency; a large one's time is
-        // mostly transfer, and it keeps the request timeout.
-        let bound = if small {
+        // A small data create's attempt follows the store's latency (given up, it is an
+        // unknown outcome that `persist` retries with the same bytes); a large one's time
+        // is mostly transfer, and a claim's or an opening object's unknown outcome costs
+        // the open a restart: they keep the request timeout.
+        let bound = if small && hedge {
             self.requests.attempt_timeout(Kind::Create)
         } else {
             self.requests.timeout
@@ -733,10 +722,51 @@ impl Transport for StoreTransport {
             // one that stalls is).
             let timeout = self.requests.timeout;
             let listing = async {
-                let mut keys = match offset {
+                let open = || match offset {
                     Some(offset) => self.store.list_with_offset(Some(prefix), offset),
                     None => self.store.list(Some(prefix)),
                 };
+                let mut keys = open();
+                // The first page is hedged like a GET: a second listing beside the
+                // first once the hedge delay passes without a key, the first to answer
+                // kept. Later pages are not: some stores list in no order, so a listing
+                // cannot be resumed after the last key it gave.
+                let first = match self.requests.delay(Kind::Get) {
+                    None => tokio::time::timeout(timeout, keys.next()).await,
+                    Some(delay) => match tokio::time::timeout(delay, keys.next()).await {
+                        Ok(first) => Ok(first),
+                        Err(_) => {
+                            self.requests.stats.hedged.fetch_add(1, Ordering::Relaxed);
+                            // The one of the two not kept.
+                            self.metrics.request(Op::List, Outcome::Hedged);
+                            let mut twin = open();
+                            let rest = timeout.saturating_sub(delay);
+                            let raced = tokio::time::timeout(rest, async {
+                                tokio::select! {
+                                    first = keys.next() => (false, first),
+                                    first = twin.next() => (true, first),
+                                }
+                            })
+                            .await;
+                            raced.map(|(twin_first, first)| {
+                                if twin_first {
+                                    self.requests
+                                        .stats
+                                        .hedge_wins
+                                        .fetch_add(1, Ordering::Relaxed);
+                                    keys = twin;
+                                }
+                                first
+                            })
+                        }
+                    },
+                };
+                match first {
+                    Err(stalled) => return Err(stalled),
+                    Ok(None) => return Ok(Ok(())),
+                    Ok(Some(Err(e))) => return Ok(Err(e)),
+                    Ok(Some(Ok(meta))) => visit(&meta.location, meta.size),
+                }
                 loop {
                     match tokio::time::timeout(timeout, keys.next()).await {
                         Err(stalled) => return Err(stalled),

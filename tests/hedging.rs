@@ -160,13 +160,14 @@ impl Hooks for SlowCreates {
 /// Creates `n` objects from `first` on, each answered: latencies the bound follows.
 async fn warm_up(io: &WalIo, first: u64, n: u64) {
     for sequence in first..first + n {
-        let created = io.create(&object(sequence), CreateKind::Claim).await;
+        let created = io.create(&object(sequence), CreateKind::Data).await;
         assert!(matches!(created, CreateAttempt::Created), "{created:?}");
     }
 }
 
-/// On a store that answers in milliseconds, a create that hangs is given up after the
-/// attempt bound (about a second), not after `request_timeout`.
+/// On a store that answers in milliseconds, a data create that hangs is given up after
+/// the attempt bound (about a second), not after `request_timeout`; a claim, whose
+/// unknown outcome restarts an open, keeps `request_timeout`.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_hanging_create_is_given_up_after_the_attempt_bound_not_the_request_timeout() {
     let faults = FaultStore::new(Arc::new(InMemory::new()));
@@ -175,13 +176,22 @@ async fn a_hanging_create_is_given_up_after_the_attempt_bound_not_the_request_ti
         .with_requests(HedgeAfter::Off, Duration::from_secs(60));
     warm_up(&io, 2, MIN_SAMPLES as u64).await;
     let _hang = faults.hold_next_creates_of(&key(100), 1);
-    match io.create(&object(100), CreateKind::Claim).await {
+    match io.create(&object(100), CreateKind::Data).await {
         CreateAttempt::Unknown(Error::RequestTimeout {
             op: "create",
             after,
             ..
         }) => assert_eq!(after, ATTEMPT_FLOOR),
         other => panic!("expected a create given up at the attempt bound, got {other:?}"),
+    }
+    let _hang = faults.hold_next_creates_of(&key(101), 1);
+    match io.create(&object(101), CreateKind::Claim).await {
+        CreateAttempt::Unknown(Error::RequestTimeout {
+            op: "create",
+            after,
+            ..
+        }) => assert_eq!(after, Duration::from_secs(60)),
+        other => panic!("expected a claim given up at the request timeout, got {other:?}"),
     }
 }
 
@@ -199,7 +209,7 @@ async fn a_store_that_turns_slow_widens_the_bound_until_creates_answer() {
     let mut timed_out = Vec::new();
     let mut answered = None;
     for sequence in 1_000..1_010 {
-        match io.create(&object(sequence), CreateKind::Claim).await {
+        match io.create(&object(sequence), CreateKind::Data).await {
             CreateAttempt::Created => {
                 answered = Some(sequence);
                 break;
@@ -307,6 +317,28 @@ async fn a_read_that_never_answers_fails_at_its_timeout() {
     // The next read is not held: it answers.
     let read = io.read_whole(2).await.expect("read");
     assert!(object.same_bytes(&read));
+}
+
+/// A recovery reads again a summary whose read timed out: one failed read among
+/// thousands would otherwise fail the open.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_recovery_reads_again_a_summary_whose_read_timed_out() {
+    let base: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let hanging = Wrapper::wrap(base.clone(), FirstGetHangs::default());
+    let io = WalIo::new(hanging.clone(), PREFIX, 1 << 20)
+        .expect("io")
+        .with_requests(HedgeAfter::Off, Duration::from_millis(40));
+    let object = object(2);
+    assert!(matches!(
+        persist(&io, &object, &retry(1)).await,
+        PersistOutcome::Durable { .. }
+    ));
+    let recovered = object_store_wal::open::recover(&io, 4)
+        .await
+        .expect("the second read answers");
+    assert_eq!(recovered.report.objects.len(), 1);
+    assert_eq!(hanging.hooks().gets.load(Ordering::Relaxed), 2);
+    assert_eq!(io.request_stats().timeouts.load(Ordering::Relaxed), 1);
 }
 
 /// Collects the keys a listing yields.
@@ -436,6 +468,56 @@ async fn a_listing_is_bounded_by_its_progress_not_its_length() {
             (stall, other) => panic!("stall {stall}: {other:?}"),
         }
     }
+}
+
+/// Hooks whose first LIST never gives a key; later ones list at once.
+#[derive(Debug, Default)]
+struct FirstListHangs {
+    lists: AtomicU64,
+}
+
+#[async_trait]
+impl Hooks for FirstListHangs {
+    const NAME: &'static str = "FirstListHangs";
+
+    fn list(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        prefix: Option<&Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        use futures::StreamExt;
+        if self.lists.fetch_add(1, Ordering::Relaxed) == 0 {
+            return futures::stream::pending().boxed();
+        }
+        inner.list(prefix)
+    }
+}
+
+/// A listing's first page is hedged: when no key came within the hedge delay, a second
+/// listing beside the first gives them (an open is not held for the request timeout by
+/// one slow LIST).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_listing_whose_first_page_hangs_is_answered_by_its_twin() {
+    let base: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    for sequence in 1..=3 {
+        let bytes = bytes::Bytes::from_static(b"listed");
+        base.put(&key(sequence), bytes.into()).await.expect("put");
+    }
+    let hanging = Wrapper::wrap(base, FirstListHangs::default());
+    let io = WalIo::new(hanging.clone(), PREFIX, 1 << 20)
+        .expect("io")
+        .with_requests(
+            HedgeAfter::Fixed(Duration::from_millis(20)),
+            Duration::from_secs(60),
+        );
+    let listing = io.list().await.expect("the twin lists");
+    let sequences: Vec<u64> = listing.objects.iter().map(|o| o.sequence).collect();
+    assert_eq!(sequences, vec![1, 2, 3]);
+    assert_eq!(hanging.hooks().lists.load(Ordering::Relaxed), 2);
+    let stats = io.request_stats();
+    assert_eq!(stats.hedged.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.hedge_wins.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.timeouts.load(Ordering::Relaxed), 0);
 }
 
 /// The seam a layer over several stores plugs into: a [`Transport`] that reads the object
