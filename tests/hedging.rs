@@ -249,11 +249,17 @@ impl Hooks for FirstGetHangs {
     }
 }
 
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn a_hedged_read_answers_while_the_first_hangs() {
+/// Reads an object whose first `hanging` GETs never answer, with a hedge delay of 20 ms
+/// and a 60 s request timeout: a twin answers, each hedge delay one more, with no
+/// timeout.
+async fn read_past_hanging_gets(hanging: u64) {
     let base: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let hanging = Wrapper::wrap(base.clone(), FirstGetHangs::default());
-    let io = WalIo::new(hanging.clone(), PREFIX, 1 << 20)
+    let hooks = FirstGetHangs {
+        hanging,
+        ..FirstGetHangs::default()
+    };
+    let store = Wrapper::wrap(base.clone(), hooks);
+    let io = WalIo::new(store.clone(), PREFIX, 1 << 20)
         .expect("io")
         .with_requests(
             HedgeAfter::Fixed(Duration::from_millis(20)),
@@ -262,40 +268,25 @@ async fn a_hedged_read_answers_while_the_first_hangs() {
     let object = object(2);
     let created = persist(&io, &object, &retry(1)).await;
     assert!(matches!(created, PersistOutcome::Durable { .. }));
-    let read = io.read_whole(2).await.expect("the hedged read answers");
+    let read = io.read_whole(2).await.expect("a twin answers");
     assert!(object.same_bytes(&read));
     let stats = io.request_stats();
-    assert_eq!(stats.hedged.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.hedged.load(Ordering::Relaxed), hanging);
     assert_eq!(stats.hedge_wins.load(Ordering::Relaxed), 1);
-    assert_eq!(hanging.hooks().gets.load(Ordering::Relaxed), 2);
+    assert_eq!(store.hooks().gets.load(Ordering::Relaxed), hanging + 1);
+    assert_eq!(stats.timeouts.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_hedged_read_answers_while_the_first_hangs() {
+    read_past_hanging_gets(1).await;
 }
 
 /// A read whose twin hangs too is sent a third time: with one twin, a read whose twin
 /// drew the tail waited the whole tail (and an open of thousands of reads met one).
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_read_whose_twin_hangs_too_is_sent_again() {
-    let base: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let hooks = FirstGetHangs {
-        hanging: 2,
-        ..FirstGetHangs::default()
-    };
-    let hanging = Wrapper::wrap(base.clone(), hooks);
-    let io = WalIo::new(hanging.clone(), PREFIX, 1 << 20)
-        .expect("io")
-        .with_requests(
-            HedgeAfter::Fixed(Duration::from_millis(20)),
-            Duration::from_secs(60),
-        );
-    let object = object(2);
-    let created = persist(&io, &object, &retry(1)).await;
-    assert!(matches!(created, PersistOutcome::Durable { .. }));
-    let read = io.read_whole(2).await.expect("the third attempt answers");
-    assert!(object.same_bytes(&read));
-    let stats = io.request_stats();
-    assert_eq!(stats.hedged.load(Ordering::Relaxed), 2);
-    assert_eq!(stats.hedge_wins.load(Ordering::Relaxed), 1);
-    assert_eq!(hanging.hooks().gets.load(Ordering::Relaxed), 3);
-    assert_eq!(stats.timeouts.load(Ordering::Relaxed), 0);
+    read_past_hanging_gets(2).await;
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -413,11 +404,13 @@ async fn a_closed_view_sends_nothing() {
 }
 
 /// Lists the wrapped store's keys one by one, each after `per_key`, and then, if
-/// `stall`, never ends.
-#[derive(Debug)]
+/// `stall`, never ends; if `first_hangs`, the first listing never gives a key.
+#[derive(Debug, Default)]
 struct SlowListing {
     per_key: Duration,
     stall: bool,
+    first_hangs: bool,
+    lists: AtomicU64,
 }
 
 #[async_trait]
@@ -430,6 +423,9 @@ impl Hooks for SlowListing {
         prefix: Option<&Path>,
     ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
         use futures::StreamExt;
+        if self.lists.fetch_add(1, Ordering::Relaxed) == 0 && self.first_hangs {
+            return futures::stream::pending().boxed();
+        }
         let per_key = self.per_key;
         let keys = inner.list(prefix).then(move |meta| async move {
             tokio::time::sleep(per_key).await;
@@ -458,7 +454,14 @@ async fn a_listing_is_bounded_by_its_progress_not_its_length() {
     let timeout = Duration::from_millis(100);
     for stall in [false, true] {
         let per_key = Duration::from_millis(60); // 5 keys: 300 ms in all
-        let slow = Wrapper::wrap(store.clone(), SlowListing { per_key, stall });
+        let slow = Wrapper::wrap(
+            store.clone(),
+            SlowListing {
+                per_key,
+                stall,
+                ..SlowListing::default()
+            },
+        );
         let io = WalIo::new(slow, PREFIX, 1 << 20)
             .expect("io")
             .with_requests(HedgeAfter::Off, timeout);
@@ -467,29 +470,6 @@ async fn a_listing_is_bounded_by_its_progress_not_its_length() {
             (true, Err(Error::RequestTimeout { op: "list", .. })) => {}
             (stall, other) => panic!("stall {stall}: {other:?}"),
         }
-    }
-}
-
-/// Hooks whose first LIST never gives a key; later ones list at once.
-#[derive(Debug, Default)]
-struct FirstListHangs {
-    lists: AtomicU64,
-}
-
-#[async_trait]
-impl Hooks for FirstListHangs {
-    const NAME: &'static str = "FirstListHangs";
-
-    fn list(
-        &self,
-        inner: &Arc<dyn ObjectStore>,
-        prefix: Option<&Path>,
-    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
-        use futures::StreamExt;
-        if self.lists.fetch_add(1, Ordering::Relaxed) == 0 {
-            return futures::stream::pending().boxed();
-        }
-        inner.list(prefix)
     }
 }
 
@@ -503,7 +483,13 @@ async fn a_listing_whose_first_page_hangs_is_answered_by_its_twin() {
         let bytes = bytes::Bytes::from_static(b"listed");
         base.put(&key(sequence), bytes.into()).await.expect("put");
     }
-    let hanging = Wrapper::wrap(base, FirstListHangs::default());
+    let hanging = Wrapper::wrap(
+        base,
+        SlowListing {
+            first_hangs: true,
+            ..SlowListing::default()
+        },
+    );
     let io = WalIo::new(hanging.clone(), PREFIX, 1 << 20)
         .expect("io")
         .with_requests(
