@@ -103,10 +103,10 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 use futures::stream::{self, StreamExt};
 use hdrhistogram::Histogram;
 use object_store::ObjectStore;
-use object_store_wal::batch::Batch;
-use object_store_wal::objects::WalIo;
-use object_store_wal::open::open_instance;
-use object_store_wal::persist::{persist, PersistOutcome};
+use object_store_wal::internal::batch::Batch;
+use object_store_wal::internal::objects::WalIo;
+use object_store_wal::internal::open::open_instance;
+use object_store_wal::internal::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{
     with_latency_profile, CountingStore, Counts, DownHooks, Hooks, LatencyCounts, LatencyProfile,
     LatencyStore, SplitMix64, Wrapper,

@@ -236,7 +236,7 @@ pub struct Config {
     pub replay_budget_bytes: u64,
     /// Whether an open as the writer may start a new WAL where the prefix holds no WAL
     /// object. Off by default (RocksDB's `create_if_missing`): a typo in a URL or prefix
-    /// then fails the open with [`Error::WalMissing`](crate::Error::WalMissing) naming
+    /// then fails the open with [`Error::WalMissing`] naming
     /// the location, instead of starting an empty WAL with nothing to replay. Read-only
     /// opens never create.
     pub create_if_missing: bool,

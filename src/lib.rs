@@ -119,10 +119,11 @@
 //!
 //! What a node uses is re-exported here at the root: [`ObjectStoreLogStore`] (the
 //! sequential front end; the actor runtime in `object-store-wal-actors` is the other),
-//! [`Config`], [`Error`] with its [`Durability`], [`Entry`], the receipts, and
-//! [`store_from_url`]. [`format`](mod@format) restates the normative byte layout. The other modules
-//! are the steps both front ends are built from; they are public only so the actor
-//! crate can reach them, hidden from the documentation, and carry no stability promise.
+//! [`Config`], [`WalStores`], [`Error`] with its [`Durability`], [`Entry`], the
+//! receipts, and [`store_from_url`]. [`format`](mod@format) restates the normative byte
+//! layout. The steps both front ends are built from live in one hidden module,
+//! `internal`: public only so the actor crate, the tools and the tests can reach them,
+//! with no stability promise.
 //!
 //! The lifecycle, module by module: [`config`] is validated first; `open` recovers the
 //! chain into a `catalog` and fences earlier instances; an `epoch` seals `batch`es into
@@ -152,41 +153,21 @@
 //!   time here, and the actor runtime's writer in `object-store-wal-actors` (mailbox,
 //!   timers, upload tasks).
 
-#[doc(hidden)]
-pub mod batch;
-#[doc(hidden)]
-pub mod catalog;
-#[doc(hidden)]
-pub mod clock;
 pub mod config;
-#[doc(hidden)]
-pub mod epoch;
 pub mod error;
 pub mod format;
 #[doc(hidden)]
-pub mod hedge;
+pub mod internal;
 pub mod metrics;
-#[doc(hidden)]
-pub mod objects;
-#[doc(hidden)]
-pub mod open;
-#[doc(hidden)]
-pub mod persist;
-#[doc(hidden)]
-pub mod protocol;
-#[doc(hidden)]
-pub mod quorum;
-#[doc(hidden)]
-pub mod read;
-#[doc(hidden)]
-pub mod replicated;
-#[doc(hidden)]
-pub mod sequential;
 mod stores;
 #[cfg(feature = "testing")]
 pub mod testing;
-#[doc(hidden)]
-pub mod transport;
+
+// Inside the crate, the internal modules keep their short paths.
+pub(crate) use internal::{
+    batch, catalog, clock, epoch, hedge, objects, open, persist, protocol, quorum, read,
+    replicated, sequential, transport,
+};
 
 pub use batch::{AppendParts, AppendReceipt, RegionIds};
 pub use clock::{BootClock, CreateClock};

@@ -8,11 +8,11 @@
 use std::collections::BTreeSet;
 
 use bytes::Bytes;
-use object_store_wal::batch::{
-    object_len, AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted,
-};
 use object_store_wal::format::{
     decode_object, entry_id, entry_sequence, FormatError, Link, EMPTY_OBJECT_LEN,
+};
+use object_store_wal::internal::batch::{
+    object_len, AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted,
 };
 use object_store_wal::Error;
 use proptest::prelude::*;

@@ -3,8 +3,8 @@
 //! the writer's catalog, a recovered one and a follower's alike, since all of them grow
 //! only through `Catalog::insert`. `Retention` forgets watermarks that hide nothing.
 
-use object_store_wal::catalog::{Catalog, Retention, STALE_SLACK};
 use object_store_wal::format::{entry_id, entry_sequence, Header, Link, SegmentRecord};
+use object_store_wal::internal::catalog::{Catalog, Retention, STALE_SLACK};
 use object_store_wal::Error;
 
 fn header(sequence: u64, floor: u64) -> Header {

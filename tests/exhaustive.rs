@@ -51,8 +51,8 @@ use std::fmt::Write as _;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
-use object_store_wal::catalog::{choose_chain, plan_opening};
 use object_store_wal::format::{Header, Link};
+use object_store_wal::internal::catalog::{choose_chain, plan_opening};
 
 /// Sequences are 1..NSEQ; the scenarios stay well below.
 const NSEQ: usize = 16;

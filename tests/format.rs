@@ -13,13 +13,13 @@
 //!   that are in fact a valid object (checked against an independent reading of the spec).
 
 use bytes::Bytes;
-use object_store_wal::batch::Batch;
 use object_store_wal::format::{
     check_object as check_whole, check_object_crc, decode_footer, decode_header, decode_object,
     decode_object_summary, decode_segment, decode_summary, decode_trailer, encode_object, entry_id,
     entry_position, entry_sequence, DecodedObject, Footer, FormatError, Header, Link,
     ObjectSummary, SegmentDamage, SegmentRecord, Trailer, EMPTY_OBJECT_LEN, MAX_SEQUENCE,
 };
+use object_store_wal::internal::batch::Batch;
 use object_store_wal::testing::{
     repair_footer_crc, repair_header_crc, repair_object_crc, repair_segment_crc,
 };

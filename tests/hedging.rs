@@ -16,12 +16,14 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{GetOptions, GetResult, ObjectStore, ObjectStoreExt};
 use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
-use object_store_wal::hedge::{ATTEMPT_FLOOR, MIN_SAMPLES};
+use object_store_wal::internal::hedge::{ATTEMPT_FLOOR, MIN_SAMPLES};
+use object_store_wal::internal::objects::{object_key, CreateAttempt, CreateKind, WalIo};
+use object_store_wal::internal::persist::{persist, PersistOutcome};
+use object_store_wal::internal::transport::{
+    ListVisitor, Request, RequestStats, StoreTransport, Transport,
+};
 use object_store_wal::metrics::Metrics;
-use object_store_wal::objects::{object_key, CreateAttempt, CreateKind, WalIo};
-use object_store_wal::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{CountingStore, FaultStore, Hooks, Wrapper};
-use object_store_wal::transport::{ListVisitor, Request, RequestStats, StoreTransport, Transport};
 use object_store_wal::{Error, HedgeAfter, RetryPolicy};
 
 const PREFIX: &str = "wal";
@@ -324,7 +326,7 @@ async fn a_recovery_reads_again_a_summary_whose_read_timed_out() {
         persist(&io, &object, &retry(1)).await,
         PersistOutcome::Durable { .. }
     ));
-    let recovered = object_store_wal::open::recover(&io, 4)
+    let recovered = object_store_wal::internal::open::recover(&io, 4)
         .await
         .expect("the second read answers");
     assert_eq!(recovered.report.objects.len(), 1);

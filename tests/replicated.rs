@@ -23,13 +23,13 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{self, encode_object, EncodedObject, Header, Link};
+use object_store_wal::internal::objects::{object_key, CreateAttempt, CreateKind, WalIo};
+use object_store_wal::internal::quorum::{DOWN_AFTER_FAILURES, PROBE_INTERVAL};
+use object_store_wal::internal::read::Entry;
+use object_store_wal::internal::replicated::ReplicatedTransport;
+use object_store_wal::internal::transport::{StoreTransport, Transport};
 use object_store_wal::metrics::Metrics;
-use object_store_wal::objects::{object_key, CreateAttempt, CreateKind, WalIo};
-use object_store_wal::quorum::{DOWN_AFTER_FAILURES, PROBE_INTERVAL};
-use object_store_wal::read::Entry;
-use object_store_wal::replicated::ReplicatedTransport;
 use object_store_wal::testing::{DownHooks, DownStore};
-use object_store_wal::transport::{StoreTransport, Transport};
 use object_store_wal::{Config, Error, ErrorKind, HedgeAfter, ObjectStoreLogStore, RetryPolicy};
 
 const PREFIX: &str = "wal";
@@ -326,11 +326,12 @@ async fn a_value_that_can_never_be_decided_answers_the_outcome_table() {
     put(&memory[1], &higher).await;
     put(&memory[2], &higher).await;
     let ours = object(4, 5, false);
-    let outcome = object_store_wal::persist::persist(&io, &ours, &RetryPolicy::default()).await;
+    let outcome =
+        object_store_wal::internal::persist::persist(&io, &ours, &RetryPolicy::default()).await;
     assert!(
         matches!(
             outcome,
-            object_store_wal::persist::PersistOutcome::Fenced { fenced_by: 9 }
+            object_store_wal::internal::persist::PersistOutcome::Fenced { fenced_by: 9 }
         ),
         "{outcome:?}"
     );

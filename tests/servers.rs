@@ -26,9 +26,11 @@ use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
-use object_store_wal::objects::{object_key, CreateAttempt, CreateKind, WalIo, TAIL_READ_BYTES};
-use object_store_wal::persist::{persist, PersistOutcome};
-use object_store_wal::read::{replay_regions, ReplayLimits};
+use object_store_wal::internal::objects::{
+    object_key, CreateAttempt, CreateKind, WalIo, TAIL_READ_BYTES,
+};
+use object_store_wal::internal::persist::{persist, PersistOutcome};
+use object_store_wal::internal::read::{replay_regions, ReplayLimits};
 use object_store_wal::testing::CountingStore;
 use object_store_wal::{entry_id, AppendParts, Config, ObjectStoreLogStore, RetryPolicy};
 

@@ -59,7 +59,7 @@ use std::time::{Duration, Instant as WallInstant};
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
-use object_store_wal::objects::{object_key, WalIo};
+use object_store_wal::internal::objects::{object_key, WalIo};
 use object_store_wal::testing::{
     DownHooks, DownStore, FaultCounts, FaultRates, FaultStore, SplitMix64,
 };

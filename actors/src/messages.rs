@@ -5,8 +5,8 @@
 //! reply is a `Result` with the core's [`Error`], whose
 //! [`durability`](Error::durability) says whether a failed append may still be replayed.
 
-use object_store_wal::open::Opened;
-use object_store_wal::persist::PersistOutcome;
+use object_store_wal::internal::open::Opened;
+use object_store_wal::internal::persist::PersistOutcome;
 use object_store_wal::{AppendParts, AppendReceipt, Error, Result};
 use ractor::RpcReplyPort;
 

@@ -26,10 +26,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use object_store_wal::catalog::{Catalog, Retention};
-use object_store_wal::objects::WalIo;
-use object_store_wal::open::Opened;
-use object_store_wal::read::{replay_regions, ReplayLimits};
+use object_store_wal::internal::catalog::{Catalog, Retention};
+use object_store_wal::internal::objects::WalIo;
+use object_store_wal::internal::open::Opened;
+use object_store_wal::internal::read::{replay_regions, ReplayLimits};
 use object_store_wal::{BackpressureLimit, Config, CreateClock, Durability, Error};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::time::Instant;

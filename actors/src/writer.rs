@@ -1,5 +1,5 @@
 //! The writer actor: the mailbox, timers and upload tasks around the core's write
-//! protocol ([`object_store_wal::protocol`]), which holds the open batch, the sequence
+//! protocol ([`object_store_wal::internal::protocol`]), which holds the open batch, the sequence
 //! counter and every rule of writing an epoch (sealing, starting creates, acknowledging
 //! in sequence order, failing, ending the epoch, publishing floors). The actor feeds it
 //! events and carries out its actions:
@@ -32,12 +32,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use object_store_wal::batch::SealedObject;
-use object_store_wal::catalog::{Catalog, Retention};
-use object_store_wal::epoch::WritePosition;
-use object_store_wal::objects::WalIo;
-use object_store_wal::persist::{persist_within, PersistOutcome};
-use object_store_wal::protocol::{
+use object_store_wal::internal::batch::SealedObject;
+use object_store_wal::internal::catalog::{Catalog, Retention};
+use object_store_wal::internal::epoch::WritePosition;
+use object_store_wal::internal::objects::WalIo;
+use object_store_wal::internal::persist::{persist_within, PersistOutcome};
+use object_store_wal::internal::protocol::{
     payload_bytes, Action, Admitted, Limits, Now, SharedChain, WhenFull, WriteProtocol,
 };
 use object_store_wal::{AppendReceipt, BackpressureLimit, Config, CreateClock, Durability, Error};
