@@ -30,7 +30,9 @@ use object_store_wal::internal::replicated::ReplicatedTransport;
 use object_store_wal::internal::transport::{StoreTransport, Transport};
 use object_store_wal::metrics::Metrics;
 use object_store_wal::testing::{DownHooks, DownStore};
-use object_store_wal::{Config, Error, ErrorKind, HedgeAfter, ObjectStoreLogStore, RetryPolicy};
+use object_store_wal::{
+    Config, Error, ErrorKind, HedgeAfter, ObjectStoreLogStore, RetryPolicy, WalStores,
+};
 
 const PREFIX: &str = "wal";
 const TIMEOUT: Duration = Duration::from_millis(200);
@@ -465,4 +467,40 @@ async fn a_follower_delivers_only_decided_objects() {
     let entry = follow.try_next().await.expect("follow").expect("an entry");
     assert_eq!(entry.payload, Bytes::from_static(b"after the reopen"));
     assert_eq!(entry.id >> 20, next.sequence);
+}
+
+/// A key split between two values, neither decided (an earlier writer's object in one
+/// store, an earlier opener's claim in another), must not stop an open: `M` counts every
+/// copy, so the open claims the key and opens above it. The split value is never
+/// replayed.
+#[tokio::test]
+async fn an_open_claims_a_split_key_and_opens_above_it() {
+    let memory: Vec<Arc<InMemory>> = (0..3).map(|_| Arc::new(InMemory::new())).collect();
+    let opening = Header {
+        link: Link {
+            sequence: 0,
+            epoch: 0,
+        },
+        ..header(1, 2, false)
+    };
+    let opening = encode_object(&opening, std::iter::empty()).expect("encodes");
+    for m in &memory {
+        put(m, &opening).await;
+    }
+    put(&memory[0], &object(2, 2, false)).await;
+    put(&memory[1], &object(2, 4, true)).await;
+    let stores = memory
+        .iter()
+        .map(|m| m.clone() as Arc<dyn ObjectStore>)
+        .collect::<Vec<_>>();
+    let mut wal = ObjectStoreLogStore::open(WalStores::quorum(stores).expect("three"), config())
+        .await
+        .expect("opens above the split key");
+    let position = wal.epoch().expect("a writer");
+    assert_eq!((position.epoch, position.next_sequence), (4, 4));
+    let receipt = wal.append_and_flush(parts(0)).await.expect("append");
+    assert_eq!(receipt.sequence, 4);
+    let replayed = replay_all(&wal).await;
+    assert_eq!(replayed.len(), 1);
+    assert_eq!(replayed[0].payload, Bytes::from("entry 0"));
 }
