@@ -539,6 +539,11 @@ fn parse_hedge(s: &str) -> Result<HedgeAfter, String> {
     }
 }
 
+/// A tail as `--put-tail` / `--get-tail` spell it.
+fn tail_label(t: &Option<Tail>) -> Option<String> {
+    t.map(|t| format!("{}:{}", t.fraction, t.extra_ms))
+}
+
 fn ms_of(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -1479,12 +1484,11 @@ fn replica_fields(c: &Common, s: &Stores, line: &mut serde_json::Value) {
 }
 
 fn latency_fields(c: &Common, drawn: &LatencyCounts, line: &mut serde_json::Value) {
-    let tail = |t: &Option<Tail>| t.map(|t| format!("{}:{}", t.fraction, t.extra_ms));
-    if let Some(t) = tail(&c.put_tail) {
+    if let Some(t) = tail_label(&c.put_tail) {
         line["put_tail"] = json!(t);
         line["put_tails_drawn"] = json!(drawn.put_tails);
     }
-    if let Some(t) = tail(&c.get_tail) {
+    if let Some(t) = tail_label(&c.get_tail) {
         line["get_tail"] = json!(t);
         line["get_tails_drawn"] = json!(drawn.get_tails);
     }
@@ -1658,7 +1662,7 @@ async fn recover(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn st
     let elapsed = started.elapsed().as_secs_f64();
     let counts = s.counting.counts();
     let mut opens = new_histogram()?;
-    opens.record(started.elapsed().as_micros().max(1) as u64)?;
+    opens.record(((elapsed * 1e6) as u64).max(1))?;
     for _ in 1..c.opens {
         let started = Instant::now();
         ObjectStoreLogStore::open_io(s.io(&cfg)?, cfg.clone()).await?;
@@ -1689,11 +1693,10 @@ async fn recover(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn st
         "open_ms_max": round2(opens.max() as f64 / 1000.0),
         "request_timeout_ms": round2(ms_of(cfg.request_timeout)),
     });
-    let tail = |t: &Option<Tail>| t.map(|t| format!("{}:{}", t.fraction, t.extra_ms));
-    if let Some(t) = tail(&c.put_tail) {
+    if let Some(t) = tail_label(&c.put_tail) {
         line["put_tail"] = json!(t);
     }
-    if let Some(t) = tail(&c.get_tail) {
+    if let Some(t) = tail_label(&c.get_tail) {
         line["get_tail"] = json!(t);
     }
     replica_fields(c, s, &mut line);

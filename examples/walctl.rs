@@ -54,8 +54,8 @@ use serde_json::{json, Value};
 struct Cli {
     /// Store URL: file:///absolute/dir, memory://, or s3://, gs://, az:// when the crate
     /// is built with the aws, gcp or azure feature. Before or after the subcommand.
-    /// Given several times (3 or 5): one log over that many stores; `chain` then shows every key's copy in each store, and `verify` checks
-    /// every copy.
+    /// Given several times (3 or 5): one log over that many stores; `chain` then shows
+    /// every key's copy in each store, and `verify` checks every copy.
     #[arg(long, global = true)]
     url: Vec<String>,
     /// The WAL prefix inside the store (relative, no trailing '/'). Before or after the

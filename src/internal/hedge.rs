@@ -12,14 +12,13 @@
 //! ([`HedgeDelay::attempt_timeout`]): eight times the recent 99th percentile, at least
 //! [`ATTEMPT_FLOOR`], at most `request_timeout`. A create that hangs is given up (an
 //! unknown outcome, retried with the same bytes) after about a second on a store that
-//! answers in milliseconds, not after `request_timeout` (30 s by default). The slower
-//! twin of a hedged create runs to its end and is recorded, so the window sees the
-//! tail. Reads keep `request_timeout`: a cancelled twin's latency is never known, so
-//! the window would miss the tail a read bound must leave room for; twins answer a
-//! read that hangs instead.
-//! An attempt that times out counts as a latency of the whole bound, so a store that
-//! turns slower than the bound for good widens it within a few attempts instead of
-//! failing every one.
+//! answers in milliseconds, not after `request_timeout` (30 s by default). An attempt
+//! that times out counts as a latency of the whole bound, so a store that turns slower
+//! than the bound for good widens it within a few attempts instead of failing every
+//! one. The slower twin of a hedged create runs to its end and is recorded, so the
+//! window sees the tail. Reads keep `request_timeout`: a cancelled twin's latency is
+//! never known, so the window would miss the tail a read bound must leave room for;
+//! twins answer a read that hangs instead.
 
 use std::time::Duration;
 

@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::format::{self, Header, Link, ObjectSummary};
 use crate::objects::{read_again_once, ListedObject, WalIo};
 use crate::open::{list_replicas, recover};
-use crate::quorum::{quorum, ValueId};
+use crate::quorum::{decided_value, quorum, ValueId};
 
 /// One replayed entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -816,15 +816,16 @@ impl PolledGrowth {
                 }
             }))
             .await;
-            let mut values: Vec<(ValueId, ObjectSummary, usize)> = Vec::new();
-            for read in reads {
+            // One entry per store, as the quorum rules take them.
+            let mut ids: Vec<Option<ValueId>> = vec![None; replicas.len()];
+            let mut summaries = Vec::new();
+            for ((store, _), read) in listed.iter().zip(reads) {
                 match read {
                     Ok(Some(read)) => {
-                        let id = ValueId::of(&read.summary);
-                        match values.iter_mut().find(|(v, _, _)| *v == id) {
-                            Some((_, _, count)) => *count += 1,
-                            None => values.push((id, read.summary, 1)),
+                        if let Some(slot) = ids.get_mut(*store) {
+                            *slot = Some(ValueId::of(&read.summary));
                         }
+                        summaries.push(read.summary);
                     }
                     Ok(None) => {}
                     // Deleted since the listing: below the owner's floor.
@@ -832,8 +833,10 @@ impl PolledGrowth {
                     Err(e) => return Err(e),
                 }
             }
-            if let Some((_, summary, _)) = values.into_iter().find(|(_, _, count)| *count >= q) {
-                self.pending.insert(sequence, summary);
+            if let Some(value) = decided_value(&ids) {
+                if let Some(summary) = summaries.into_iter().find(|s| ValueId::of(s) == value) {
+                    self.pending.insert(sequence, summary);
+                }
             }
         }
         Ok(())

@@ -394,7 +394,6 @@ fn create_outcome(answer: &CreateAttempt) -> Outcome {
 fn get_outcome(answer: &Result<Bytes>) -> Outcome {
     match answer {
         Ok(_) => Outcome::Ok,
-        Err(Error::RequestTimeout { .. }) => Outcome::TimedOut,
         Err(_) => Outcome::Error,
     }
 }
@@ -652,8 +651,13 @@ impl StoreTransport {
                     range: range.map(GetRange::Bounded),
                     ..Default::default()
                 };
-                let answer = store.get_opts(&key, opts).await.map_err(get)?;
-                answer.bytes().await.map_err(get)
+                store
+                    .get_opts(&key, opts)
+                    .await
+                    .map_err(get)?
+                    .bytes()
+                    .await
+                    .map_err(get)
             })
         };
         self.race(
@@ -804,10 +808,7 @@ impl Transport for StoreTransport {
     }
 
     fn with_requests(&self, hedge_after: HedgeAfter, timeout: Duration) -> Arc<dyn Transport> {
-        Arc::new(StoreTransport {
-            requests: Arc::new(Requests::new(hedge_after, timeout)),
-            ..self.clone()
-        })
+        self.with_requests_counted(hedge_after, timeout, Arc::default())
     }
 
     fn with_requests_counted(
