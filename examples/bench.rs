@@ -103,17 +103,13 @@ use clap::{Args as ClapArgs, Parser, Subcommand};
 use futures::stream::{self, StreamExt};
 use hdrhistogram::Histogram;
 use object_store::ObjectStore;
-use object_store_wal::internal::batch::Batch;
-use object_store_wal::internal::objects::WalIo;
-use object_store_wal::internal::open::open_instance;
-use object_store_wal::internal::persist::{persist, PersistOutcome};
+use object_store_wal::format::{encode_object, Header, Link};
 use object_store_wal::testing::{
     with_latency_profile, CountingStore, Counts, DownHooks, Hooks, LatencyCounts, LatencyProfile,
     LatencyStore, SplitMix64, Wrapper,
 };
-use object_store_wal::BootClock;
-use object_store_wal::{Config, Error, HedgeAfter, ObjectStoreLogStore};
-use object_store_wal_actors::{spawn_wal_io, RestartPolicy, WalHandle};
+use object_store_wal::{Config, Error, HedgeAfter, ObjectStoreLogStore, WalStores};
+use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -623,37 +619,25 @@ impl Counting {
 }
 
 impl Stores {
-    /// The WAL's view of the store(s) under `cfg`.
-    fn io(&self, cfg: &Config) -> Result<WalIo, Error> {
+    /// The store(s) as the WAL sees them: over latency and counting.
+    fn stores(&self) -> Result<WalStores, Error> {
         if self.replicas.is_empty() {
-            return WalIo::for_config(self.wal.clone(), cfg);
+            return Ok(WalStores::one(self.wal.clone()));
         }
-        WalIo::for_stores(self.replicas.iter().map(|(w, _)| w.clone()).collect(), cfg)
+        WalStores::quorum(self.replicas.iter().map(|(w, _)| w.clone()))
     }
 
-    /// A view of the base store(s), without latency or counting, to build fixtures.
-    fn fixture_io(&self, cfg: &Config) -> Result<WalIo, Error> {
+    /// The base store(s), without latency or counting, to build fixtures.
+    fn fixture_stores(&self) -> Result<WalStores, Error> {
         if self.replicas.is_empty() {
-            return WalIo::new(self.base.clone(), &cfg.prefix, cfg.whole_read_threshold);
+            return Ok(WalStores::one(self.base.clone()));
         }
-        let mut plain = cfg.clone();
-        plain.hedge_after = HedgeAfter::Off;
-        WalIo::for_stores(
-            self.replicas.iter().map(|(_, b)| b.clone()).collect(),
-            &plain,
-        )
+        WalStores::quorum(self.replicas.iter().map(|(_, b)| b.clone()))
     }
 
     /// The WAL spawned over the store(s).
     async fn spawn(&self, cfg: &Config) -> Result<WalHandle, Box<dyn std::error::Error>> {
-        let (wal, _) = spawn_wal_io(
-            self.io(cfg)?,
-            cfg.clone(),
-            RestartPolicy::default(),
-            Arc::new(BootClock),
-            None,
-        )
-        .await?;
+        let (wal, _) = spawn_wal(self.stores()?, cfg.clone(), RestartPolicy::default()).await?;
         Ok(wal)
     }
 }
@@ -1422,7 +1406,7 @@ async fn write_reporting(
         let after = wal.stats().await?;
         s.counting.reset();
         let t = Instant::now();
-        let ro = ObjectStoreLogStore::open_read_only_io(s.io(&cfg)?, cfg.clone()).await?;
+        let ro = ObjectStoreLogStore::open_read_only(s.stores()?, cfg.clone()).await?;
         line["obsolete_lag"] = json!(c.obsolete_lag);
         line["uniform_regions"] = json!(c.uniform_regions);
         line["floor"] = json!(after.floor);
@@ -1514,32 +1498,31 @@ async fn stop(wal: &WalHandle) -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
-/// The ceiling: the same volume sealed and created through the core, `max_in_flight` at
-/// once, with no actors and no waiting callers.
+/// The ceiling: the same volume in objects of this crate's format, `max_in_flight`
+/// conditional creates at once straight to the store, with no WAL (no actors, no
+/// protocol, no waiting callers): what the store and the encoding allow.
 async fn limit(
     c: &Common,
     s: &Stores,
 ) -> Result<(serde_json::Value, f64), Box<dyn std::error::Error>> {
     let cfg = config(c);
-    let io = WalIo::new(
-        s.wal.clone(),
-        &format!("{}-limit", c.prefix),
-        cfg.whole_read_threshold,
-    )?;
-    let opened = open_instance(&io, &cfg).await?;
-    let mut epoch = opened.epoch;
+    let prefix = format!("{}-limit", c.prefix);
     s.counting.reset();
     let payload = Bytes::from(vec![0xa5u8; c.entry_bytes]);
     let per = c.entries_per_append.max(1);
+    let append_bytes = (c.entry_bytes * per) as u64;
     let total = c.appends;
     let started = Instant::now();
     let deadline = started + secs(c.seconds);
     let mut appended = 0u64;
-    let mut sealed = Vec::new();
-    let mut batch = Batch::new(cfg.batch_limits());
     let mut k = 0u64;
     let mut mib = 0.0;
     let mut objects = 0u64;
+    let mut link = Link::NONE;
+    let put_create = || object_store::PutOptions {
+        mode: object_store::PutMode::Create,
+        ..Default::default()
+    };
     loop {
         let done = match total {
             Some(t) => appended >= t,
@@ -1548,31 +1531,51 @@ async fn limit(
         if done {
             break;
         }
-        // Seal `max_in_flight` objects, then create them at once.
-        while sealed.len() < cfg.max_in_flight && total.is_none_or(|t| appended < t) {
-            let region = k % c.regions.max(1);
-            k += 7919;
-            match batch.admit(vec![(region, vec![payload.clone(); per])]) {
-                Ok(_) => appended += 1,
-                Err(_) => sealed.push(epoch.seal(&mut batch)?),
+        // Encode `max_in_flight` objects, then create them at once.
+        let mut round = Vec::with_capacity(cfg.max_in_flight);
+        while round.len() < cfg.max_in_flight && total.is_none_or(|t| appended < t) {
+            let mut regions: std::collections::BTreeMap<u64, Vec<Bytes>> = Default::default();
+            let mut bytes = 0u64;
+            while bytes + append_bytes <= cfg.max_batch_bytes && total.is_none_or(|t| appended < t)
+            {
+                let region = k % c.regions.max(1);
+                k += 7919;
+                regions
+                    .entry(region)
+                    .or_default()
+                    .extend(std::iter::repeat_n(payload.clone(), per));
+                bytes += append_bytes;
+                appended += 1;
             }
+            let header = Header {
+                sequence: link.sequence + 1,
+                epoch: 1,
+                link,
+                floor: 0,
+                claim: false,
+            };
+            let object = encode_object(&header, regions.iter().map(|(r, e)| (*r, &e[..])))?;
+            link = Link {
+                sequence: header.sequence,
+                epoch: 1,
+            };
+            round.push((header.sequence, bytes, object));
         }
-        if sealed.len() < cfg.max_in_flight && !batch.is_empty() {
-            sealed.push(epoch.seal(&mut batch)?);
-        }
-        let round: Vec<_> = std::mem::take(&mut sealed);
-        let outcomes: Vec<PersistOutcome> = stream::iter(round.iter())
-            .map(|o| persist(&io, &o.encoded, &cfg.retry))
+        let creates = round.iter().map(|(sequence, _, object)| {
+            let key = object_store::path::Path::from(format!("{prefix}/{sequence:020}.wal"));
+            let body = object_store::PutPayload::from_iter(object.chunks().iter().cloned());
+            let wal = s.wal.clone();
+            async move { wal.put_opts(&key, body, put_create()).await }
+        });
+        let answers: Vec<_> = stream::iter(creates)
             .buffered(cfg.max_in_flight)
             .collect()
             .await;
-        for (o, outcome) in round.iter().zip(outcomes) {
-            if !matches!(outcome, PersistOutcome::Durable { .. }) {
-                return Err(
-                    format!("limit: object {} not durable: {outcome:?}", o.sequence()).into(),
-                );
+        for ((sequence, bytes, _), answer) in round.iter().zip(answers) {
+            if let Err(e) = answer {
+                return Err(format!("limit: object {sequence} not created: {e}").into());
             }
-            mib += o.payload_bytes as f64 / MIB;
+            mib += *bytes as f64 / MIB;
             objects += 1;
         }
     }
@@ -1597,10 +1600,10 @@ async fn limit(
     Ok((line, mib / elapsed))
 }
 
-/// Builds `objects` data objects on the base store (no latency, no counting) through
-/// the core, after an opening object: each holds `entries_per_object` entries of
-/// `entry_bytes`, the `j`-th entry of object `i` in region `(i * entries_per_object + j)
-/// % regions`. At most 64 creates at once, sealed as they go, so memory stays small.
+/// Builds `objects` data objects on the base store(s) (no latency, no counting) with
+/// the sequential front end, after its opening object: each holds `entries_per_object`
+/// entries of `entry_bytes`, the `j`-th entry of object `i` in region
+/// `(i * entries_per_object + j) % regions`. One object at a time, so memory stays small.
 async fn build_chain(
     c: &Common,
     s: &Stores,
@@ -1609,32 +1612,18 @@ async fn build_chain(
     entries_per_object: usize,
     entry_bytes: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let io = s.fixture_io(cfg)?;
-    let opened = open_instance(&io, cfg).await?;
-    let mut epoch = opened.epoch;
+    let mut plain = cfg.clone();
+    plain.hedge_after = HedgeAfter::Off;
+    let mut wal = ObjectStoreLogStore::open(s.fixture_stores()?, plain).await?;
     let payload = Bytes::from(vec![0x5au8; entry_bytes]);
     let per = entries_per_object.max(1) as u64;
     let regions = c.regions.max(1);
     let build_started = Instant::now();
-    let (io, retry) = (&io, &cfg.retry);
-    let mut creates = stream::iter(0..objects)
-        .map(|i| {
-            let mut batch = Batch::new(cfg.batch_limits());
-            for j in 0..per {
-                let _ = batch.admit(vec![((i * per + j) % regions, vec![payload.clone()])]);
-            }
-            let sealed = epoch.seal(&mut batch);
-            async move {
-                let sealed = sealed?;
-                Ok::<_, object_store_wal::Error>(persist(io, &sealed.encoded, retry).await)
-            }
-        })
-        .buffer_unordered(64);
-    while let Some(outcome) = creates.next().await {
-        let outcome = outcome?;
-        if !matches!(outcome, PersistOutcome::Durable { .. }) {
-            return Err(format!("building the prefix failed: {outcome:?}").into());
+    for i in 0..objects {
+        for j in 0..per {
+            wal.append(vec![((i * per + j) % regions, vec![payload.clone()])])?;
         }
+        wal.flush().await?;
     }
     eprintln!(
         "bench: built {objects} objects of {per} entries in {:.1}s",
@@ -1658,14 +1647,14 @@ async fn recover(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn st
     .await?;
     s.counting.reset();
     let started = Instant::now();
-    let wal = ObjectStoreLogStore::open_io(s.io(&cfg)?, cfg.clone()).await?;
+    let wal = ObjectStoreLogStore::open(s.stores()?, cfg.clone()).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let counts = s.counting.counts();
     let mut opens = new_histogram()?;
     opens.record(((elapsed * 1e6) as u64).max(1))?;
     for _ in 1..c.opens {
         let started = Instant::now();
-        ObjectStoreLogStore::open_io(s.io(&cfg)?, cfg.clone()).await?;
+        ObjectStoreLogStore::open(s.stores()?, cfg.clone()).await?;
         opens.record(started.elapsed().as_micros().max(1) as u64)?;
     }
     let gets = counts.gets.load(Ordering::Relaxed);
@@ -1685,8 +1674,8 @@ async fn recover(c: &Common, s: &Stores) -> Result<serde_json::Value, Box<dyn st
         "gets_per_object": round2(gets as f64 / listed.max(1) as f64),
         "lists": counts.lists.load(Ordering::Relaxed),
         "puts": counts.puts.load(Ordering::Relaxed),
-        "hedged": wal.io().request_stats().hedged.load(Ordering::Relaxed),
-        "timeouts": wal.io().request_stats().timeouts.load(Ordering::Relaxed),
+        "hedged": wal.request_counts().hedged,
+        "timeouts": wal.request_counts().timeouts,
         "opens": c.opens,
         "open_ms_p50": ms(&opens, 0.5),
         "open_ms_p99": ms(&opens, 0.99),

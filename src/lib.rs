@@ -120,9 +120,10 @@
 //! What a node uses is re-exported here at the root: [`ObjectStoreLogStore`] (the
 //! sequential front end; the actor runtime in `object-store-wal-actors` is the other),
 //! [`Config`], [`WalStores`], [`Error`] with its [`Durability`], [`Entry`], the
-//! receipts, and [`store_from_url`]. [`format`](mod@format) restates the normative byte
-//! layout. The steps both front ends are built from live in one hidden module,
-//! `internal`: public only so the actor crate, the tools and the tests can reach them,
+//! receipts, [`RequestCounts`], and [`store_from_url`]. [`format`](mod@format) restates
+//! the normative byte layout; [`inspect`] looks at a prefix's objects store by store for
+//! tools (`walctl` is built on it and the rest of this public API alone). The steps both front ends are built from live in one hidden module,
+//! `internal`: public only so the actor crate and the tests can reach them,
 //! with no stability promise.
 //!
 //! The lifecycle, module by module: [`config`] is validated first; `open` recovers the
@@ -156,6 +157,7 @@
 pub mod config;
 pub mod error;
 pub mod format;
+pub mod inspect;
 #[doc(hidden)]
 pub mod internal;
 pub mod metrics;
@@ -179,9 +181,9 @@ pub use error::{BackpressureLimit, Durability, EpochEndReason, Error, ErrorKind,
 pub use format::{entry_id, FormatError, Header, Link};
 pub use open::{DamagedSegment, GivenUp, ObjectInfo, RecoveryReport, UnreadObject};
 pub use read::Entry;
-pub use sequential::{FlushReceipt, ObjectStoreLogStore};
+pub use sequential::{ChainSummary, FlushReceipt, ObjectStoreLogStore};
 pub use stores::WalStores;
-pub use transport::{split_store_url, store_and_prefix_from_url, store_from_url};
+pub use transport::{split_store_url, store_and_prefix_from_url, store_from_url, RequestCounts};
 
 /// The README's Rust blocks, compiled (and the ones that need no store, run) by
 /// `cargo test --doc`, so a snippet that no longer compiles fails the tests.

@@ -34,6 +34,7 @@ use crate::persist::persist_within;
 use crate::protocol::{Action, Limits, Now, SharedChain, WhenFull, WriteProtocol};
 use crate::read::{follow_read_only, read_region, replay_regions, Entry, ReplayLimits};
 use crate::stores::WalStores;
+use crate::transport::RequestCounts;
 
 /// The receipt of one flushed object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +93,20 @@ pub struct ObjectStoreLogStore {
     report: RecoveryReport,
     writing: Option<Writing>,
     clock: Arc<dyn CreateClock>,
+}
+
+/// The live chain of an [`ObjectStoreLogStore`] at one moment
+/// ([`ObjectStoreLogStore::chain_summary`]): what recovery kept above the floor, and what
+/// this instance appended since.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ChainSummary {
+    /// Objects on the chain.
+    pub objects: u64,
+    /// Entries in them.
+    pub entries: u64,
+    /// Regions with entries on the chain.
+    pub regions: u64,
 }
 
 impl ObjectStoreLogStore {
@@ -204,6 +219,22 @@ impl ObjectStoreLogStore {
     /// What recovery found at the last open.
     pub fn report(&self) -> &RecoveryReport {
         &self.report
+    }
+
+    /// The live chain as the catalog holds it now: its objects, entries and regions.
+    pub fn chain_summary(&self) -> ChainSummary {
+        let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
+        ChainSummary {
+            objects: catalog.object_count() as u64,
+            entries: catalog.objects().map(|(_, o)| o.entries).sum(),
+            regions: catalog.region_count() as u64,
+        }
+    }
+
+    /// What happened to this WAL's requests since it was opened (hedges, timeouts,
+    /// damage found), shared by every store beneath it.
+    pub fn request_counts(&self) -> RequestCounts {
+        self.io.request_stats().counts()
     }
 
     /// The catalog, shared with reads.

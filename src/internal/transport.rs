@@ -211,6 +211,42 @@ pub struct RequestStats {
     pub damaged_copies: AtomicU64,
 }
 
+impl RequestStats {
+    /// The counts as they are now.
+    pub fn counts(&self) -> RequestCounts {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RequestCounts {
+            hedged: get(&self.hedged),
+            hedge_wins: get(&self.hedge_wins),
+            timeouts: get(&self.timeouts),
+            creates_found_landed: get(&self.creates_found_landed),
+            damaged_segments: get(&self.damaged_segments),
+            damaged_copies: get(&self.damaged_copies),
+        }
+    }
+}
+
+/// What happened to a WAL's requests since it was opened: the counts a node reads to see
+/// a slow or damaging store ([`ObjectStoreLogStore::request_counts`](crate::ObjectStoreLogStore::request_counts)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RequestCounts {
+    /// Requests sent again beside a first attempt that had not answered in time.
+    pub hedged: u64,
+    /// Hedged requests whose second attempt answered first.
+    pub hedge_wins: u64,
+    /// Request attempts that had not answered within the request timeout.
+    pub timeouts: u64,
+    /// Creates whose answer was lost and whose retry found the WAL's own bytes at the
+    /// key: durable all the same.
+    pub creates_found_landed: u64,
+    /// Damaged segments found (each finding counts).
+    pub damaged_segments: u64,
+    /// Over several stores: copies that failed their checks and were replaced by another
+    /// store's.
+    pub damaged_copies: u64,
+}
+
 /// The kinds of request whose latencies are tracked apart for hedging.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {

@@ -1,0 +1,360 @@
+//! Read-only inspection of a WAL's objects, for tools and runbooks (`walctl chain`,
+//! `walctl verify`): which objects each store holds, what value each copy names, and
+//! whether each object passes the checks of FORMAT.md's "What a reader verifies".
+//!
+//! Recovery and reads answer what the log *is* (the chain, its entries); an
+//! [`Inspector`] answers what the store *holds*, object by object and store by store,
+//! including orphans, claims and damaged copies that recovery passes over. It never
+//! writes and never fences.
+//!
+//! Listings are held whole, so an inspection's memory grows with the number of objects
+//! under the prefix (about 100 bytes per object): a tool's run, not a node's.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use std::sync::Arc;
+//! use bytes::Bytes;
+//! use object_store::memory::InMemory;
+//! use object_store_wal::inspect::{Inspector, Verdict};
+//! use object_store_wal::{Config, ObjectStoreLogStore};
+//!
+//! let store = Arc::new(InMemory::new());
+//! let config = Config::new("wal").with_create_if_missing(true);
+//! let mut wal = ObjectStoreLogStore::open(store.clone(), config.clone()).await?;
+//! wal.append_and_flush(vec![(1, vec![Bytes::from_static(b"put k v")])]).await?;
+//!
+//! let inspector = Inspector::new(store, &config)?;
+//! let listed = inspector.list().await?;
+//! assert_eq!(listed.sequences, vec![1, 2]); // the opening object, then the data
+//! for sequence in listed.sequences {
+//!     assert!(matches!(inspector.verify(sequence).await, Verdict::Ok));
+//! }
+//! # Ok::<(), object_store_wal::Error>(())
+//! # }).unwrap();
+//! ```
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::format;
+use crate::objects::WalIo;
+use crate::quorum::{decided_value, ValueId};
+use crate::stores::WalStores;
+
+/// Read-only access to a prefix's objects in one store, or in each of several
+/// ([`stores`](Inspector::stores)).
+#[derive(Debug, Clone)]
+pub struct Inspector {
+    io: WalIo,
+}
+
+/// The keys under a prefix, as one listing found them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Listed {
+    /// The sequences of WAL objects, ascending. Over several stores, the union.
+    pub sequences: Vec<u64>,
+    /// Keys under the prefix that are not WAL objects.
+    pub foreign: Vec<String>,
+}
+
+/// What [`Inspector::verify`] found of one object.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Every CRC and rule holds.
+    Ok,
+    /// Listed, then gone before its read (a reclaimer deleted it): not damage.
+    Vanished,
+    /// Its header, footer or trailer fails, it names another sequence, or its read
+    /// failed: the object is unusable.
+    Unusable(Error),
+    /// Header, footer and trailer hold; these segments fail, each an
+    /// [`Error::CorruptSegment`] (only their regions' reads fail).
+    Segments(Vec<Error>),
+    /// Every finer check holds but the object CRC fails: its own 4 bytes are damaged.
+    ObjectCrc(Error),
+}
+
+/// One store's copy of a key ([`KeyCopies`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StoreCopy {
+    /// The store has no object at the key.
+    Missing,
+    /// The store has one, but its summary cannot be read or fails its checks.
+    Unreadable(Error),
+    /// A verified copy: the value it names.
+    Held {
+        /// The header's epoch.
+        epoch: u64,
+        /// Whether it is a claim (an opener's placeholder, never replayed).
+        claim: bool,
+        /// The trailer's CRC of the whole object: equal CRCs, equal values.
+        object_crc: u32,
+    },
+}
+
+/// Every store's copy of one key, and whether a quorum of them hold one value.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct KeyCopies {
+    /// The key's sequence.
+    pub sequence: u64,
+    /// One per store, in the order the stores were given.
+    pub copies: Vec<StoreCopy>,
+    /// Whether a quorum of stores hold one value at the key (only a decided value can be
+    /// on the chain).
+    pub decided: bool,
+}
+
+impl Inspector {
+    /// Inspects `config.prefix` in `stores` (one store, or several holding one log).
+    pub fn new(stores: impl Into<WalStores>, config: &Config) -> Result<Self> {
+        config.validate()?;
+        Ok(Inspector {
+            io: stores.into().into_io(config)?,
+        })
+    }
+
+    /// One inspector per store beneath, in order, when this one spans several; empty
+    /// over one store (this inspector is that store's).
+    pub fn stores(&self) -> Vec<Inspector> {
+        self.io
+            .replicas()
+            .into_iter()
+            .map(|io| Inspector { io })
+            .collect()
+    }
+
+    /// The key of the object `sequence`.
+    pub fn key(&self, sequence: u64) -> String {
+        self.io.key(sequence).to_string()
+    }
+
+    /// Lists the prefix: its WAL objects and foreign keys.
+    pub async fn list(&self) -> Result<Listed> {
+        let listing = self.io.list().await?;
+        Ok(Listed {
+            sequences: listing.objects.iter().map(|o| o.sequence).collect(),
+            foreign: listing.foreign.iter().map(|k| k.to_string()).collect(),
+        })
+    }
+
+    /// Reads the object `sequence` whole and checks it as FORMAT.md's "What a reader
+    /// verifies" tells: header, footer and trailer first, then each segment on its own,
+    /// then the object CRC. Over several stores, the first readable copy.
+    pub async fn verify(&self, sequence: u64) -> Verdict {
+        let key = self.key(sequence);
+        let bytes = match self.io.read_whole(sequence).await {
+            Ok(bytes) => bytes,
+            Err(Error::Store { source, .. })
+                if matches!(*source, object_store::Error::NotFound { .. }) =>
+            {
+                return Verdict::Vanished
+            }
+            Err(e) => return Verdict::Unusable(e),
+        };
+        let checked = match format::check_object(&bytes) {
+            Ok(checked) => checked,
+            Err(source) => return Verdict::Unusable(Error::CorruptObject { key, source }),
+        };
+        let found = checked.summary.header.sequence;
+        if found != sequence {
+            return Verdict::Unusable(Error::SequenceMismatch {
+                key,
+                expected: sequence,
+                found,
+            });
+        }
+        if !checked.damaged.is_empty() {
+            let segments = checked
+                .damaged
+                .into_iter()
+                .map(|d| Error::CorruptSegment {
+                    key: key.clone(),
+                    region: d.region,
+                    source: d.error,
+                })
+                .collect();
+            return Verdict::Segments(segments);
+        }
+        match format::check_object_crc(&bytes, &checked.summary.trailer) {
+            Ok(()) => Verdict::Ok,
+            Err(source) => Verdict::ObjectCrc(Error::CorruptObject { key, source }),
+        }
+    }
+
+    /// Over several stores: every key any store lists, ascending, with each store's copy
+    /// and whether a quorum holds one value. Empty over one store.
+    pub async fn copies(&self) -> Result<Vec<KeyCopies>> {
+        let replicas = self.io.replicas();
+        if replicas.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut per_store = Vec::with_capacity(replicas.len());
+        for r in &replicas {
+            per_store.push(r.list().await?);
+        }
+        let mut sequences: Vec<u64> = per_store
+            .iter()
+            .flat_map(|l| l.objects.iter().map(|o| o.sequence))
+            .collect();
+        sequences.sort_unstable();
+        sequences.dedup();
+        let mut keys = Vec::with_capacity(sequences.len());
+        for sequence in sequences {
+            let mut copies = Vec::with_capacity(replicas.len());
+            let mut values = Vec::with_capacity(replicas.len());
+            for (r, listing) in replicas.iter().zip(&per_store) {
+                // Listings are sorted by sequence.
+                let found = listing
+                    .objects
+                    .binary_search_by_key(&sequence, |o| o.sequence)
+                    .ok()
+                    .and_then(|at| listing.objects.get(at));
+                let Some(listed) = found else {
+                    copies.push(StoreCopy::Missing);
+                    values.push(None);
+                    continue;
+                };
+                match r.read_summary(listed).await {
+                    Ok(read) => {
+                        let value = ValueId::of(&read.summary);
+                        values.push(Some(value));
+                        copies.push(StoreCopy::Held {
+                            epoch: value.epoch,
+                            claim: value.claim,
+                            object_crc: value.object_crc,
+                        });
+                    }
+                    Err(e) => {
+                        values.push(None);
+                        copies.push(StoreCopy::Unreadable(e));
+                    }
+                }
+            }
+            keys.push(KeyCopies {
+                sequence,
+                copies,
+                decided: decided_value(&values).is_some(),
+            });
+        }
+        Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+    use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+    use std::sync::Arc;
+
+    fn config() -> Config {
+        Config::new("wal").with_create_if_missing(true)
+    }
+
+    async fn written(store: Arc<InMemory>) -> u64 {
+        let mut wal = crate::ObjectStoreLogStore::open(store, config())
+            .await
+            .expect("open");
+        let receipt = wal
+            .append_and_flush(vec![(7, vec![Bytes::from_static(b"entry")])])
+            .await
+            .expect("append");
+        receipt.sequence
+    }
+
+    #[tokio::test]
+    async fn verify_names_a_damaged_segment_and_a_vanished_object() {
+        let store = Arc::new(InMemory::new());
+        let sequence = written(store.clone()).await;
+        let inspector = Inspector::new(store.clone(), &config()).expect("inspector");
+        assert!(matches!(inspector.verify(sequence).await, Verdict::Ok));
+
+        // Flip the last payload byte of the only segment (just before the footer).
+        let key = Path::from(inspector.key(sequence));
+        let bytes = store
+            .get(&key)
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("bytes");
+        let mut damaged = bytes.to_vec();
+        let trailer = format::decode_trailer(&bytes, bytes.len() as u64).expect("trailer");
+        let at = trailer.footer_range().start as usize - 1;
+        damaged[at] ^= 0x01;
+        store
+            .put(&key, PutPayload::from(damaged))
+            .await
+            .expect("put");
+        match inspector.verify(sequence).await {
+            Verdict::Segments(errors) => {
+                assert_eq!(errors.len(), 1);
+                assert!(
+                    matches!(errors[0], Error::CorruptSegment { region: 7, .. }),
+                    "{errors:?}"
+                );
+            }
+            other => panic!("expected a damaged segment, got {other:?}"),
+        }
+
+        store.delete(&key).await.expect("delete");
+        assert!(matches!(
+            inspector.verify(sequence).await,
+            Verdict::Vanished
+        ));
+        assert!(inspector.copies().await.expect("copies").is_empty());
+        assert!(inspector.stores().is_empty());
+    }
+
+    #[tokio::test]
+    async fn copies_over_three_stores_say_which_keys_are_decided() {
+        let stores: Vec<Arc<InMemory>> = (0..3).map(|_| Arc::new(InMemory::new())).collect();
+        // Objects written to store 0 alone; the opening object copied to store 1 (two
+        // copies of three: decided), the data object left alone (one copy: not).
+        let sequence = written(stores[0].clone()).await;
+        let opening = Path::from("wal/00000000000000000001.wal");
+        let bytes = stores[0]
+            .get(&opening)
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("bytes");
+        stores[1]
+            .put(&opening, PutPayload::from(bytes))
+            .await
+            .expect("put");
+
+        let dyns: Vec<Arc<dyn ObjectStore>> = stores
+            .iter()
+            .map(|s| s.clone() as Arc<dyn ObjectStore>)
+            .collect();
+        let wal_stores = WalStores::quorum(dyns).expect("three stores");
+        let inspector = Inspector::new(wal_stores, &config()).expect("inspector");
+        assert_eq!(inspector.key(1), opening.to_string());
+        let keys = inspector.copies().await.expect("copies");
+        let seqs: Vec<u64> = keys.iter().map(|k| k.sequence).collect();
+        assert_eq!(seqs, vec![1, sequence]);
+        let (opening, data) = (&keys[0], &keys[1]);
+        assert!(opening.decided);
+        assert!(matches!(
+            opening.copies[0],
+            StoreCopy::Held { claim: false, .. }
+        ));
+        assert!(matches!(
+            opening.copies[1],
+            StoreCopy::Held { claim: false, .. }
+        ));
+        assert!(matches!(opening.copies[2], StoreCopy::Missing));
+        assert!(!data.decided);
+        assert!(matches!(data.copies[0], StoreCopy::Held { .. }));
+        assert!(matches!(data.copies[1], StoreCopy::Missing));
+        assert!(matches!(data.copies[2], StoreCopy::Missing));
+        assert_eq!(inspector.stores().len(), 3);
+    }
+}
