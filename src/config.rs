@@ -35,7 +35,6 @@ pub use file::WalSection;
 
 use std::time::Duration;
 
-use crate::batch::BatchLimits;
 use crate::error::{Error, Result};
 use crate::format;
 
@@ -509,13 +508,5 @@ impl Config {
     /// window to stay inside it).
     pub fn link_window(&self) -> Duration {
         self.reclaim_grace.saturating_sub(self.max_create_duration)
-    }
-
-    /// The limits a batch enforces under this configuration.
-    pub fn batch_limits(&self) -> BatchLimits {
-        BatchLimits {
-            max_object_bytes: self.max_batch_bytes,
-            max_entry_bytes: self.max_entry_bytes,
-        }
     }
 }

@@ -23,8 +23,8 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use object_store_wal::format::{self, encode_object, EncodedObject, FormatError, Header, Link};
-use object_store_wal::internal::batch::{Batch, SealedObject};
-use object_store_wal::internal::epoch::WritePosition;
+use object_store_wal::internal::batch::{Batch, BatchLimits, SealedObject};
+use object_store_wal::internal::epoch::{seal_next, WritePosition};
 use object_store_wal::internal::objects::{object_key, parse_key, WalIo};
 use object_store_wal::internal::open::open_instance_above;
 use object_store_wal::internal::persist::{persist, PersistOutcome};
@@ -313,9 +313,9 @@ async fn open_ro(store: &Arc<dyn ObjectStore>) -> ObjectStoreLogStore {
 }
 
 fn seal(state: &mut WritePosition, p: &[(u64, &[&str])]) -> SealedObject {
-    let mut batch = Batch::new(config().batch_limits());
+    let mut batch = Batch::new(BatchLimits::of(&config()));
     batch.admit(parts(p)).expect("admitted");
-    state.seal(&mut batch).expect("sealed")
+    seal_next(state, &mut batch).expect("sealed")
 }
 
 fn one_attempt() -> RetryPolicy {

@@ -75,7 +75,7 @@ pub use entries::{EntryReceiver, EntryStream, ReadEnded};
 #[doc(hidden)]
 pub use handle::spawn_wal_io;
 pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
-pub use messages::{AppendRequest, WalMsg};
+pub use messages::{AppendRequest, RuntimeMsg, WalMsg};
 pub use object_store_wal::{Durability, Error, WalStores};
 pub use stats::WalStats;
 pub use supervisor::{RestartPolicy, MAX_QUEUED_REQUESTS, MAX_READERS};

@@ -134,9 +134,9 @@ pub enum WalMsg {
         /// Answered once stopped: nothing of the instance reaches the store any more.
         reply: RpcReplyPort<()>,
     },
-    /// A message of the WAL's own actors (recovery, writer, timers). It cannot be built
-    /// outside this crate, so nobody holding the actor can forge one.
-    Internal(Internal),
+    /// A message of the WAL's own actors (recovery, writer, timers). A [`RuntimeMsg`]
+    /// cannot be built outside this crate, so nobody holding the actor can forge one.
+    Runtime(RuntimeMsg),
     /// Fault injection (feature `testing`): the writer panics.
     #[cfg(feature = "testing")]
     PanicWriter,
@@ -148,11 +148,12 @@ pub enum WalMsg {
     },
 }
 
-/// A message the WAL's own actors send the supervisor; opaque outside this crate.
+/// A message the WAL's own actors (recovery, writer, timers) send its supervisor, in
+/// [`WalMsg::Runtime`]. Opaque: a node neither builds nor reads one.
 #[derive(Debug)]
-pub struct Internal(pub(crate) InternalMsg);
+pub struct RuntimeMsg(pub(crate) InternalMsg);
 
-/// The messages behind [`Internal`].
+/// The messages behind [`RuntimeMsg`].
 #[derive(Debug)]
 pub(crate) enum InternalMsg {
     /// From the recovery actor: the open finished.
@@ -170,7 +171,7 @@ pub(crate) enum InternalMsg {
 
 impl From<InternalMsg> for WalMsg {
     fn from(msg: InternalMsg) -> Self {
-        WalMsg::Internal(Internal(msg))
+        WalMsg::Runtime(RuntimeMsg(msg))
     }
 }
 

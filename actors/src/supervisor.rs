@@ -37,7 +37,7 @@ use tracing::{error, info, info_span, warn};
 
 use crate::admission::Progress;
 use crate::messages::{
-    AppendRequest, EntryReceiver, Internal, InternalMsg, ReaderMsg, WalMsg, WriterMsg,
+    AppendRequest, EntryReceiver, InternalMsg, ReaderMsg, RuntimeMsg, WalMsg, WriterMsg,
 };
 use crate::reader::{follow, forward, ReaderActor, ReaderArgs};
 use crate::reclaimer::{ReclaimerActor, ReclaimerArgs, ReclaimerMsg};
@@ -711,7 +711,7 @@ impl Actor for Supervisor {
                 let _ = reply.send(state.stats());
             }
             WalMsg::Stop { reply } => state.on_stop(&myself, reply).await,
-            WalMsg::Internal(Internal(msg)) => match msg {
+            WalMsg::Runtime(RuntimeMsg(msg)) => match msg {
                 InternalMsg::Recovered(result) => state.on_recovered(&myself, *result).await?,
                 InternalMsg::WriterEnded { epoch, error } => {
                     state.on_writer_ended(&myself, epoch, error)?

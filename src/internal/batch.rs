@@ -32,6 +32,16 @@ pub struct BatchLimits {
     pub max_entry_bytes: u64,
 }
 
+impl BatchLimits {
+    /// The limits a batch enforces under `config`.
+    pub fn of(config: &crate::config::Config) -> Self {
+        BatchLimits {
+            max_object_bytes: config.max_batch_bytes,
+            max_entry_bytes: config.max_entry_bytes,
+        }
+    }
+}
+
 /// The ids one region part of an append was given: `count` consecutive positions from
 /// `first_id` within one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,23 +30,21 @@ pub struct WritePosition {
     pub floor: u64,
 }
 
-impl WritePosition {
-    /// Seals the batch as the next object of the epoch.
-    pub fn seal(&mut self, batch: &mut Batch) -> Result<SealedObject> {
-        let sequence = self.next_sequence;
-        let sealed = batch
-            .seal(sequence, self.epoch, self.link, self.floor)
-            .map_err(|e| Error::EncodeFailed {
-                what: format!("object {sequence}"),
-                reason: e.to_string(),
-            })?;
-        self.link = Link {
-            sequence,
-            epoch: self.epoch,
-        };
-        self.next_sequence = sequence + 1;
-        Ok(sealed)
-    }
+/// Seals `batch` as the next object at `position`, and moves `position` past it.
+pub fn seal_next(position: &mut WritePosition, batch: &mut Batch) -> Result<SealedObject> {
+    let sequence = position.next_sequence;
+    let sealed = batch
+        .seal(sequence, position.epoch, position.link, position.floor)
+        .map_err(|e| Error::EncodeFailed {
+            what: format!("object {sequence}"),
+            reason: e.to_string(),
+        })?;
+    position.link = Link {
+        sequence,
+        epoch: position.epoch,
+    };
+    position.next_sequence = sequence + 1;
+    Ok(sealed)
 }
 
 /// An open epoch: where it writes next, when its last create started and, once it
@@ -109,7 +107,7 @@ impl Epoch {
     /// Seals `batch` as the next object, carrying `floor`.
     pub fn seal(&mut self, batch: &mut Batch, floor: u64) -> Result<SealedObject> {
         self.position.floor = floor;
-        self.position.seal(batch)
+        seal_next(&mut self.position, batch)
     }
 
     /// Restarts the clock from `now` (a caller that measures creates on another clock

@@ -96,7 +96,7 @@ impl Limits {
             max_in_flight: config.max_in_flight,
             min_object_interval: config.min_object_interval,
             max_batch_bytes: config.max_batch_bytes,
-            batch: config.batch_limits(),
+            batch: BatchLimits::of(config),
             link_window: config.link_window(),
             gather: (config.min_object_interval / 4).min(MAX_GATHER),
         }
