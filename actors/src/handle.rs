@@ -133,7 +133,53 @@ pub async fn spawn_wal_io(
     Ok((handle, join))
 }
 
-/// A cloneable handle on a running WAL.
+/// A cloneable handle on a running WAL: each region actor of a node keeps a clone, and
+/// every call goes to the one supervisor. Calls wait for recovery; an append returns
+/// once its object is durable, with the ids its entries got.
+///
+/// ```
+/// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+/// use std::sync::Arc;
+///
+/// use bytes::Bytes;
+/// use futures::TryStreamExt;
+/// use object_store::memory::InMemory;
+/// use object_store_wal::Config;
+/// use object_store_wal_actors::{spawn_wal, RestartPolicy};
+///
+/// let store = Arc::new(InMemory::new());
+/// let config = Config::new("node-7/wal").with_create_if_missing(true);
+/// let (wal, join) = spawn_wal(store.clone(), config.clone(), RestartPolicy::default()).await?;
+///
+/// // Two regions append through their own clones, at once; each learns its ids.
+/// let (a, b) = (wal.clone(), wal.clone());
+/// let (ra, rb) = tokio::join!(
+///     a.append(1, vec![Bytes::from_static(b"put a 1")]),
+///     b.append_many(vec![
+///         (2, vec![Bytes::from_static(b"put b 1")]),
+///         (3, vec![Bytes::from_static(b"put c 1")]), // one append, two regions: atomic
+///     ]),
+/// );
+/// let (ra, rb) = (ra?, rb?);
+/// assert_eq!(wal.last_entry_id(1).await?, Some(ra.parts[0].first_id));
+/// let first_epoch = wal.stats().await?.epoch;
+/// wal.stop().await?;
+/// join.await.expect("the WAL ended");
+///
+/// // After a restart, a replay gives every acknowledged entry back with its id.
+/// let (wal, join) = spawn_wal(store, config, RestartPolicy::default()).await?;
+/// let replayed: Vec<_> = wal.replay_stream(vec![(1, 0), (2, 0), (3, 0)]).await?.try_collect().await?;
+/// let mut ids: Vec<u64> = replayed.iter().map(|e| e.id).collect();
+/// ids.sort_unstable();
+/// let mut acknowledged = vec![ra.parts[0].first_id, rb.parts[0].first_id, rb.parts[1].first_id];
+/// acknowledged.sort_unstable();
+/// assert_eq!(ids, acknowledged);
+/// assert!(wal.stats().await?.epoch > first_epoch); // the second instance fenced the first
+/// wal.stop().await?;
+/// join.await.expect("the WAL ended");
+/// # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+/// # }).unwrap();
+/// ```
 #[derive(Debug, Clone)]
 pub struct WalHandle {
     actor: ActorRef<WalMsg>,
