@@ -40,6 +40,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use object_store_wal::inspect::{Inspector, StoreCopy, Verdict};
 use object_store_wal::store_from_url;
+use object_store_wal::transform::{Compression, StaticKeys};
 use object_store_wal::{Config, Error, ErrorKind, ObjectStoreLogStore, WalStores};
 use object_store_wal::{GivenUp, RecoveryMode};
 use serde_json::{json, Value};
@@ -66,6 +67,15 @@ struct Cli {
     /// what that gives up; with `append`, the writer opens that way, for good).
     #[arg(long, global = true, value_parser = parse_mode)]
     recovery_mode: Option<RecoveryMode>,
+    /// The keys of an encrypted WAL: `env:VAR` or `file:PATH`, one `<id>:<64 hex>` per
+    /// line (or comma-separated), the last the current key. `dump` and `verify` need them
+    /// to read encrypted segments; `append` encrypts with the current one.
+    #[arg(long, global = true, value_name = "SOURCE")]
+    keys: Option<String>,
+    /// With `append`: the compression of the appended segment (`off`, `lz4`, `zstd`,
+    /// `zstd:N`).
+    #[arg(long, global = true, value_parser = parse_compression)]
+    compression: Option<Compression>,
     #[command(subcommand)]
     command: Command,
 }
@@ -212,6 +222,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     if let Some(mode) = cli.recovery_mode {
         config = config.with_recovery_mode(mode);
     }
+    if let Some(source) = &cli.keys {
+        let keys = StaticKeys::from_source(source)
+            .map_err(|e| Failure::Usage(format!("--keys {source}: {e}")))?;
+        config = config.with_encryption_keys(Arc::new(keys));
+    }
+    if let Some(compression) = cli.compression {
+        config = config.with_compression(compression);
+    }
     match cli.command {
         Command::Chain => chain(store, config).await,
         Command::Dump { region, from } => dump(store, config, region, from).await,
@@ -226,6 +244,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Verify { progress_every } => verify(store, config, progress_every).await,
         Command::Stats { json, deep } => stats(store, config, json, deep).await,
     }
+}
+
+fn parse_compression(s: &str) -> Result<Compression, String> {
+    s.parse()
 }
 
 fn parse_mode(s: &str) -> Result<RecoveryMode, String> {

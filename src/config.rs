@@ -33,10 +33,12 @@ mod file;
 #[cfg(feature = "serde")]
 pub use file::WalSection;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::format;
+use crate::transform::{Compression, KeyProvider, Keys};
 
 /// What a read of a region does with a segment of it whose CRC or decoding fails twice
 /// ([`Error::CorruptSegment`]), alike in a read, a follow and each region of a replay.
@@ -242,6 +244,15 @@ pub struct Config {
     /// What recovery does with an unreadable object the chain may need
     /// ([`RecoveryMode`]): strict by default.
     pub recovery_mode: RecoveryMode,
+    /// The compression tried on each segment ([`crate::transform`]); off by default. A
+    /// segment that does not shrink is stored plain. Readers need no setting: each
+    /// segment names its codec.
+    pub compression: Compression,
+    /// The node's keys: with them every segment written is encrypted with the current
+    /// key, and encrypted segments are read with the key they name
+    /// ([`crate::transform`]). None by default: nothing is encrypted, and an encrypted
+    /// segment cannot be read (its reads fail, naming the key id).
+    pub encryption_keys: Option<Keys>,
 }
 
 /// When a request that has not answered is hedged: sent again, identical, with the first
@@ -323,6 +334,8 @@ impl Config {
             replay_budget_bytes: 64 * 1024 * 1024,
             create_if_missing: false,
             recovery_mode: RecoveryMode::Strict,
+            compression: Compression::Off,
+            encryption_keys: None,
         }
     }
 
@@ -367,6 +380,10 @@ impl Config {
         with_create_if_missing(create_if_missing: bool);
         /// With what recovery does with an unreadable object the chain may need.
         with_recovery_mode(recovery_mode: RecoveryMode);
+        /// With the compression tried on each segment.
+        with_compression(compression: Compression);
+        /// With the node's keys: every segment written is encrypted.
+        with_encryption_keys(encryption_keys: Arc<dyn KeyProvider>) => Some(Keys(encryption_keys));
     }
 
     /// Checks every field; the error names the first bad one.

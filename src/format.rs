@@ -1,4 +1,4 @@
-//! The bytes of one WAL object, version 1 (`docs/FORMAT.md` is normative).
+//! The bytes of one WAL object, versions 1 and 2 (`docs/FORMAT.md` is normative).
 //!
 //! ```text
 //! header (56) | segment (region 1) | ... | segment (region N) | footer | trailer (32)
@@ -12,6 +12,12 @@
 //! - The footer has one 48-byte record per segment (region, id range, offset, length,
 //!   CRC), so recovery learns everything it needs without reading a segment.
 //! - The trailer locates the footer and carries the footer CRC and the object CRC.
+//!
+//! Version 2 adds transformed segments (compressed, then encrypted: [`crate::transform`]):
+//! the footer record's bytes 44..48 name the segment's codec and cipher, and its offset,
+//! length and CRC describe the stored bytes. A writer without transforms writes version
+//! 1 byte for byte ([`encode_object`]); [`encode_object_with`] writes version 2 when any
+//! segment is transformed. Readers read both.
 //!
 //! Integers are little-endian; CRCs are CRC32 (IEEE). This module is pure: no I/O, no
 //! async. Encoding is deterministic (the identical-retry rule of the writer compares
@@ -31,12 +37,26 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use crc32fast::Hasher;
 
+use crate::transform::{open_segment, seal_segment, Compression, Opening, Sealing, NONCE_LEN};
+
 /// ASCII `GTWALOBJ`, the first 8 bytes of every object.
 pub const HEADER_MAGIC: [u8; 8] = *b"GTWALOBJ";
 /// ASCII `GTWALTRL`, the first 8 bytes of the trailer.
 pub const TRAILER_MAGIC: [u8; 8] = *b"GTWALTRL";
 /// The format version this module writes and reads.
 pub const VERSION: u16 = 1;
+/// The format version of an object with at least one transformed segment.
+pub const VERSION_2: u16 = 2;
+/// Codec 0: the segment is not compressed.
+pub const CODEC_NONE: u8 = 0;
+/// Codec 1: one zstd frame.
+pub const CODEC_ZSTD: u8 = 1;
+/// Codec 2: one LZ4 block.
+pub const CODEC_LZ4: u8 = 2;
+/// Cipher 0: the segment is not encrypted.
+pub const CIPHER_NONE: u8 = 0;
+/// Cipher 1: XChaCha20-Poly1305.
+pub const CIPHER_XCHACHA20_POLY1305: u8 = 1;
 /// Header flag bit 0: the object is a claim.
 pub const FLAG_CLAIM: u16 = 1;
 /// Length of the header.
@@ -79,6 +99,7 @@ pub const fn entry_position(id: u64) -> u64 {
 
 /// What a damaged or malformed object violates. Each variant names the rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FormatError {
     /// Fewer bytes than the part needs.
     #[error("{part} needs {needed} bytes, got {got}")]
@@ -96,9 +117,48 @@ pub enum FormatError {
         /// `header` or `trailer`.
         part: &'static str,
     },
-    /// A version other than 1.
+    /// A version other than 1 or 2.
     #[error("unsupported format version {0}")]
     UnsupportedVersion(u16),
+    /// A segment's codec or cipher is not one this reader knows (only that region's
+    /// reads fail).
+    #[error("segment of region {region}: unknown codec {codec} or cipher {cipher}")]
+    UnknownTransform {
+        /// The segment's region.
+        region: u64,
+        /// Its codec.
+        codec: u8,
+        /// Its cipher.
+        cipher: u8,
+    },
+    /// An encrypted segment's key cannot be had (no provider, or the provider has no
+    /// key with that id).
+    #[error("segment of region {region}: key {key_id} is not available: {reason}")]
+    KeyUnavailable {
+        /// The segment's region.
+        region: u64,
+        /// The key id the segment names.
+        key_id: u32,
+        /// Why.
+        reason: String,
+    },
+    /// An encrypted segment fails authentication: a wrong key, or the segment was
+    /// altered or moved to another object, region or position.
+    #[error("segment of region {region} fails authentication under key {key_id}: a wrong key, or a segment altered or moved")]
+    Authentication {
+        /// The segment's region.
+        region: u64,
+        /// The key id the segment names.
+        key_id: u32,
+    },
+    /// A compressed segment does not decompress.
+    #[error("segment of region {region} does not decompress: {reason}")]
+    Decompress {
+        /// The segment's region.
+        region: u64,
+        /// The codec's complaint.
+        reason: String,
+    },
     /// A flag bit other than the claim bit is set.
     #[error("unknown header flags {0:#06x}")]
     UnknownFlags(u16),
@@ -286,12 +346,17 @@ impl Header {
         Ok(())
     }
 
-    /// The 56 header bytes, CRC included.
+    /// The 56 header bytes of a version 1 object, CRC included.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
+        self.encode_version(VERSION)
+    }
+
+    /// The 56 header bytes with `version`, CRC included.
+    pub fn encode_version(&self, version: u16) -> [u8; HEADER_LEN] {
         let mut out = [0u8; HEADER_LEN];
         let mut w = &mut out[..];
         w.put_slice(&HEADER_MAGIC);
-        w.put_u16_le(VERSION);
+        w.put_u16_le(version);
         w.put_u16_le(if self.claim { FLAG_CLAIM } else { 0 });
         w.put_u64_le(self.sequence);
         w.put_u64_le(self.epoch);
@@ -305,7 +370,7 @@ impl Header {
 }
 
 /// One footer record: where a region's segment lies and which ids it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SegmentRecord {
     /// The region whose entries the segment holds.
     pub region: u64,
@@ -317,8 +382,12 @@ pub struct SegmentRecord {
     pub offset: u64,
     /// Length of the segment in bytes.
     pub length: u64,
-    /// CRC32 of the segment's bytes.
+    /// CRC32 of the segment's stored bytes.
     pub crc: u32,
+    /// How the stored bytes are compressed ([`CODEC_NONE`] in version 1).
+    pub codec: u8,
+    /// How the stored bytes are encrypted ([`CIPHER_NONE`] in version 1).
+    pub cipher: u8,
 }
 
 impl SegmentRecord {
@@ -332,6 +401,11 @@ impl SegmentRecord {
     /// The byte range of the segment within its object.
     pub fn range(&self) -> std::ops::Range<u64> {
         self.offset..self.offset.saturating_add(self.length)
+    }
+
+    /// Whether the stored bytes are compressed or encrypted.
+    pub fn is_transformed(&self) -> bool {
+        self.codec != CODEC_NONE || self.cipher != CIPHER_NONE
     }
 }
 
@@ -373,6 +447,8 @@ impl Trailer {
 /// and length, all verified against each other.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectSummary {
+    /// The format version, 1 or 2.
+    pub version: u16,
     /// The header.
     pub header: Header,
     /// The footer.
@@ -386,6 +462,7 @@ pub struct ObjectSummary {
 /// An encoded object: its bytes as chunks that share the callers' payload buffers.
 #[derive(Debug, Clone)]
 pub struct EncodedObject {
+    version: u16,
     header: Header,
     records: Vec<SegmentRecord>,
     chunks: Vec<Bytes>,
@@ -395,6 +472,11 @@ pub struct EncodedObject {
 }
 
 impl EncodedObject {
+    /// The format version it was encoded in: 2 when a segment is transformed.
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+
     /// The header the object was encoded with.
     pub fn header(&self) -> &Header {
         &self.header
@@ -430,6 +512,7 @@ impl EncodedObject {
         let footer_length = Footer::encoded_len(self.records.len()) as u64;
         let footer_offset = self.length - footer_length - TRAILER_LEN as u64;
         ObjectSummary {
+            version: self.version,
             header: self.header,
             footer: Footer {
                 records: self.records.clone(),
@@ -470,7 +553,8 @@ impl EncodedObject {
 }
 
 /// Encodes one object from its header and its segments, given as `(region, entries)` in
-/// strictly ascending region order, each with 1 to 2^20 entries.
+/// strictly ascending region order, each with 1 to 2^20 entries: version 1, no segment
+/// transformed.
 ///
 /// One pass over the payloads: each entry is hashed once into its segment's CRC, the
 /// segment CRCs are combined into the object CRC, and the payloads become chunks of the
@@ -479,18 +563,40 @@ pub fn encode_object<'a, I>(header: &Header, segments: I) -> Result<EncodedObjec
 where
     I: IntoIterator<Item = (u64, &'a [Bytes])>,
 {
-    header.validate()?;
-    let header_bytes = header.encode();
-    let mut object_hasher = Hasher::new();
-    object_hasher.update(&header_bytes);
+    let identity = Sealing {
+        compression: Compression::Off,
+        key: None,
+    };
+    encode_object_with(header, segments, &identity, &mut || {
+        Err(FormatError::Unencodable("no nonce without a key"))
+    })
+}
 
+/// [`encode_object`] with each segment transformed as `sealing` says (FORMAT.md
+/// "Version 2"), a fresh nonce from `nonces` per encrypted segment. With nothing to
+/// transform this is exactly [`encode_object`]; otherwise the object is version 2 when a
+/// segment ends up transformed (a segment that does not compress is stored plain).
+pub fn encode_object_with<'a, I>(
+    header: &Header,
+    segments: I,
+    sealing: &Sealing<'_>,
+    nonces: &mut dyn FnMut() -> Result<[u8; NONCE_LEN], FormatError>,
+) -> Result<EncodedObject, FormatError>
+where
+    I: IntoIterator<Item = (u64, &'a [Bytes])>,
+{
+    header.validate()?;
+    let transform = !sealing.is_identity();
     let segments = segments.into_iter();
     let mut chunks: Vec<Bytes> = Vec::with_capacity(2 + 2 * segments.size_hint().0);
-    chunks.push(Bytes::copy_from_slice(&header_bytes));
+    // The header's version is known once the segments are: its chunk is set last.
+    chunks.push(Bytes::new());
     let mut records: Vec<SegmentRecord> = Vec::with_capacity(segments.size_hint().0);
     let mut offset = HEADER_LEN as u64;
     // Length prefixes are written into one shared buffer and split off as small chunks.
     let mut prefixes = BytesMut::new();
+    // The segments' CRC state, combined in order after the header's.
+    let mut segments_hasher = Hasher::new();
 
     for (region, entries) in segments {
         if header.claim {
@@ -510,33 +616,72 @@ where
                 "a segment holds 1 to 2^20 entries",
             ));
         }
-        prefixes.reserve(entries.len() * ENTRY_PREFIX_LEN);
+        let first_entry_id = entry_id(header.sequence, 0);
         let mut segment_hasher = Hasher::new();
-        let mut length = 0u64;
-        for payload in entries {
-            let len = u32::try_from(payload.len())
-                .map_err(|_| FormatError::Unencodable("an entry is longer than u32::MAX"))?;
-            prefixes.put_u32_le(len);
-            let prefix = prefixes.split().freeze();
-            segment_hasher.update(&prefix);
-            segment_hasher.update(payload);
-            chunks.push(prefix);
-            if !payload.is_empty() {
-                chunks.push(payload.clone());
+        let (length, codec, cipher) = if transform {
+            // The version 1 segment in one buffer, then its stored form.
+            let plain_len: usize = entries.iter().map(|e| ENTRY_PREFIX_LEN + e.len()).sum();
+            let mut plain = Vec::with_capacity(plain_len);
+            for payload in entries {
+                let len = u32::try_from(payload.len())
+                    .map_err(|_| FormatError::Unencodable("an entry is longer than u32::MAX"))?;
+                plain.put_u32_le(len);
+                plain.extend_from_slice(payload);
             }
-            length += (ENTRY_PREFIX_LEN + payload.len()) as u64;
-        }
+            let nonce = match sealing.key {
+                Some(_) => nonces()?,
+                None => [0u8; NONCE_LEN],
+            };
+            let (codec, cipher, stored) =
+                seal_segment(&plain, sealing, header.epoch, region, first_entry_id, nonce)?;
+            segment_hasher.update(&stored);
+            let length = stored.len() as u64;
+            chunks.push(stored);
+            (length, codec, cipher)
+        } else {
+            prefixes.reserve(entries.len() * ENTRY_PREFIX_LEN);
+            let mut length = 0u64;
+            for payload in entries {
+                let len = u32::try_from(payload.len())
+                    .map_err(|_| FormatError::Unencodable("an entry is longer than u32::MAX"))?;
+                prefixes.put_u32_le(len);
+                let prefix = prefixes.split().freeze();
+                segment_hasher.update(&prefix);
+                segment_hasher.update(payload);
+                chunks.push(prefix);
+                if !payload.is_empty() {
+                    chunks.push(payload.clone());
+                }
+                length += (ENTRY_PREFIX_LEN + payload.len()) as u64;
+            }
+            (length, CODEC_NONE, CIPHER_NONE)
+        };
         let crc = segment_hasher.clone().finalize();
-        object_hasher.combine(&segment_hasher);
+        segments_hasher.combine(&segment_hasher);
         records.push(SegmentRecord {
             region,
-            first_entry_id: entry_id(header.sequence, 0),
+            first_entry_id,
             last_entry_id: entry_id(header.sequence, count - 1),
             offset,
             length,
             crc,
+            codec,
+            cipher,
         });
         offset += length;
+    }
+
+    let version = if records.iter().any(SegmentRecord::is_transformed) {
+        VERSION_2
+    } else {
+        VERSION
+    };
+    let header_bytes = header.encode_version(version);
+    let mut object_hasher = Hasher::new();
+    object_hasher.update(&header_bytes);
+    object_hasher.combine(&segments_hasher);
+    if let Some(first) = chunks.first_mut() {
+        *first = Bytes::copy_from_slice(&header_bytes);
     }
 
     let footer_offset = offset;
@@ -551,7 +696,9 @@ where
         tail.put_u64_le(r.offset);
         tail.put_u64_le(r.length);
         tail.put_u32_le(r.crc);
-        tail.put_u32_le(0);
+        tail.put_u8(r.codec);
+        tail.put_u8(r.cipher);
+        tail.put_u16_le(0);
     }
     let footer_crc = crc32fast::hash(&tail);
     object_hasher.update(&tail);
@@ -567,6 +714,7 @@ where
     chunks.push(tail.freeze());
 
     Ok(EncodedObject {
+        version,
         header: *header,
         records,
         chunks,
@@ -612,6 +760,10 @@ impl<'a> Cursor<'a> {
         Ok(*head)
     }
 
+    fn u8(&mut self) -> Result<u8, FormatError> {
+        self.take::<1>().map(|[b]| b)
+    }
+
     fn u16(&mut self) -> Result<u16, FormatError> {
         self.take::<2>().map(u16::from_le_bytes)
     }
@@ -637,8 +789,13 @@ fn check_crc(part: &'static str, stored: u32, bytes: &[u8]) -> Result<(), Format
     Ok(())
 }
 
-/// Decodes and verifies the header from the first 56 bytes of `bytes`.
+/// Decodes and verifies the header from the first 56 bytes of `bytes` (version 1 or 2).
 pub fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
+    decode_header_version(bytes).map(|(header, _)| header)
+}
+
+/// [`decode_header`], and the object's format version.
+pub fn decode_header_version(bytes: &[u8]) -> Result<(Header, u16), FormatError> {
     let mut c = Cursor::new(bytes, "header", HEADER_LEN)?;
     let magic = c.take::<8>()?;
     if magic != HEADER_MAGIC {
@@ -657,7 +814,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
         stored_crc,
         bytes.get(..HEADER_LEN - 4).unwrap_or_default(),
     )?;
-    if version != VERSION {
+    if version != VERSION && version != VERSION_2 {
         return Err(FormatError::UnsupportedVersion(version));
     }
     if flags & !FLAG_CLAIM != 0 {
@@ -674,7 +831,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
         claim: flags & FLAG_CLAIM != 0,
     };
     header.validate()?;
-    Ok(header)
+    Ok((header, version))
 }
 
 /// Decodes the trailer from the last 32 bytes of `bytes`, and checks that it places the
@@ -727,13 +884,26 @@ pub fn decode_trailer(bytes: &[u8], object_len: u64) -> Result<Trailer, FormatEr
     Ok(trailer)
 }
 
-/// Decodes and verifies the footer (exactly the trailer's footer range) against the
-/// header and trailer: CRC, count, reserved fields, region order, id ranges and the
-/// contiguous placement of the segments from offset 56 to the footer.
+/// Decodes and verifies the footer of a version 1 object (exactly the trailer's footer
+/// range) against the header and trailer: CRC, count, reserved fields, region order, id
+/// ranges and the contiguous placement of the segments from offset 56 to the footer.
 pub fn decode_footer(
     bytes: &[u8],
     header: &Header,
     trailer: &Trailer,
+) -> Result<Footer, FormatError> {
+    decode_footer_of_version(bytes, header, trailer, VERSION)
+}
+
+/// [`decode_footer`] for an object of format `version`: in version 1 a record's codec and
+/// cipher bytes are reserved (zero); in version 2 they name the segment's transforms. A
+/// codec or cipher this crate does not know is not an error here: only that segment's
+/// reads fail.
+pub fn decode_footer_of_version(
+    bytes: &[u8],
+    header: &Header,
+    trailer: &Trailer,
+    version: u16,
 ) -> Result<Footer, FormatError> {
     if bytes.len() as u64 != trailer.footer_length {
         return Err(FormatError::Truncated {
@@ -769,8 +939,10 @@ pub fn decode_footer(
             offset: c.u64()?,
             length: c.u64()?,
             crc: c.u32()?,
+            codec: c.u8()?,
+            cipher: c.u8()?,
         };
-        if c.u32()? != 0 {
+        if c.u16()? != 0 || (version == VERSION && record.is_transformed()) {
             return Err(FormatError::ReservedNotZero("footer record"));
         }
         if let Some(previous) = records.last().map(|r: &SegmentRecord| r.region) {
@@ -792,7 +964,11 @@ pub fn decode_footer(
                 sequence: header.sequence,
             });
         }
-        let min_length = record.entry_count() * ENTRY_PREFIX_LEN as u64;
+        // A stored (transformed) segment may be shorter than its entries' prefixes.
+        let min_length = match record.is_transformed() {
+            true => 1,
+            false => record.entry_count() * ENTRY_PREFIX_LEN as u64,
+        };
         if record.offset != expected_offset || record.length < min_length {
             return Err(FormatError::SegmentPlacement {
                 region: record.region,
@@ -823,7 +999,7 @@ pub fn decode_footer(
 /// Decodes the summary of an object from its first 56 bytes (`head`), a suffix of the
 /// object that holds at least the footer and trailer (`tail`), and the object's length.
 pub fn decode_summary(head: &[u8], tail: &[u8], length: u64) -> Result<ObjectSummary, FormatError> {
-    let header = decode_header(head)?;
+    let (header, version) = decode_header_version(head)?;
     let trailer = decode_trailer(tail, length)?;
     let tail_start = length.saturating_sub(tail.len() as u64);
     let footer_bytes = trailer
@@ -839,8 +1015,9 @@ pub fn decode_summary(head: &[u8], tail: &[u8], length: u64) -> Result<ObjectSum
             needed: trailer.footer_length + TRAILER_LEN as u64,
             got: tail.len() as u64,
         })?;
-    let footer = decode_footer(footer_bytes, &header, &trailer)?;
+    let footer = decode_footer_of_version(footer_bytes, &header, &trailer, version)?;
     Ok(ObjectSummary {
+        version,
         header,
         footer,
         trailer,
@@ -937,8 +1114,18 @@ pub struct DecodedObject {
     pub segments: Vec<(u64, Vec<Bytes>)>,
 }
 
-/// Decodes a whole object, verifying every CRC (object, header, footer, segments).
+/// Decodes a whole object, verifying every CRC (object, header, footer, segments);
+/// compressed segments are decompressed (up to [`crate::config::MAX_BYTES`] each), an
+/// encrypted one fails for want of a key ([`decode_object_with`] has keys).
 pub fn decode_object(bytes: &Bytes) -> Result<DecodedObject, FormatError> {
+    decode_object_with(bytes, &Opening::without_keys(crate::config::MAX_BYTES))
+}
+
+/// [`decode_object`], opening transformed segments with `opening`.
+pub fn decode_object_with(
+    bytes: &Bytes,
+    opening: &Opening<'_>,
+) -> Result<DecodedObject, FormatError> {
     let summary = decode_object_summary(bytes)?;
     let mut segments = Vec::with_capacity(summary.footer.records.len());
     for record in &summary.footer.records {
@@ -950,40 +1137,63 @@ pub fn decode_object(bytes: &Bytes) -> Result<DecodedObject, FormatError> {
         })?;
         segments.push((
             record.region,
-            decode_segment(bytes.slice_ref(segment), record)?,
+            decode_segment_with(
+                bytes.slice_ref(segment),
+                record,
+                summary.header.epoch,
+                opening,
+            )?,
         ));
     }
     Ok(DecodedObject { summary, segments })
 }
 
 /// Verifies one segment's CRC, then splits it into its entries (zero-copy slices of
-/// `bytes`). The count must match the record's entry id range.
+/// `bytes`). The count must match the record's entry id range. A compressed segment is
+/// decompressed (up to [`crate::config::MAX_BYTES`]); an encrypted one fails for want of
+/// a key ([`decode_segment_with`] has keys).
 pub fn decode_segment(bytes: Bytes, record: &SegmentRecord) -> Result<Vec<Bytes>, FormatError> {
-    // `walk_segment` bounds the count by the checked length before this allocates.
+    let opening = Opening::without_keys(crate::config::MAX_BYTES);
+    decode_segment_with(bytes, record, 0, &opening)
+}
+
+/// Decodes one segment: its stored bytes' length and CRC first, then (version 2) its
+/// transforms undone with `opening` (`epoch`: the object's, part of an encrypted
+/// segment's associated data), then its entries (zero-copy slices of the decoded bytes),
+/// whose count must match the record's entry id range.
+pub fn decode_segment_with(
+    bytes: Bytes,
+    record: &SegmentRecord,
+    epoch: u64,
+    opening: &Opening<'_>,
+) -> Result<Vec<Bytes>, FormatError> {
+    check_stored(&bytes, record)?;
+    let plain = open_segment(bytes, record, epoch, opening)?;
+    // `walk_entries` bounds the count by the checked length before this allocates.
     let mut entries = Vec::new();
-    walk_segment(&bytes, record, |range| {
+    walk_entries(&plain, record, |range| {
         if entries.capacity() == 0 {
             entries.reserve_exact(record.entry_count() as usize);
         }
-        entries.push(bytes.slice(range));
+        entries.push(plain.slice(range));
     })?;
     Ok(entries)
 }
 
-/// Verifies one segment as [`decode_segment`] does (length, CRC, entries that fill it
-/// exactly and match the record's count), without decoding it.
+/// Verifies one segment without decoding it: its stored length and CRC, and for an
+/// untransformed segment its entries (they fill it exactly and match the record's
+/// count). A transformed segment's entries are checked when it is decoded
+/// ([`decode_segment`]), which needs its key.
 pub fn check_segment(bytes: &[u8], record: &SegmentRecord) -> Result<(), FormatError> {
-    walk_segment(bytes, record, |_| {})
+    check_stored(bytes, record)?;
+    if record.is_transformed() {
+        return Ok(());
+    }
+    walk_entries(bytes, record, |_| {})
 }
 
-/// Checks a segment's length and CRC, then walks its entries, handing each payload's
-/// range to `each`; fails if they do not fill it exactly or their count differs from the
-/// record's id range. `each` is called only once the count is known to fit the segment.
-fn walk_segment(
-    bytes: &[u8],
-    record: &SegmentRecord,
-    mut each: impl FnMut(std::ops::Range<usize>),
-) -> Result<(), FormatError> {
+/// Checks a segment's stored length and CRC.
+fn check_stored(bytes: &[u8], record: &SegmentRecord) -> Result<(), FormatError> {
     if bytes.len() as u64 != record.length {
         return Err(FormatError::Truncated {
             part: "segment",
@@ -991,13 +1201,23 @@ fn walk_segment(
             got: bytes.len() as u64,
         });
     }
-    check_crc("segment", record.crc, bytes)?;
+    check_crc("segment", record.crc, bytes)
+}
+
+/// Walks a version 1 segment's entries, handing each payload's range to `each`; fails
+/// if they do not fill it exactly or their count differs from the record's id range.
+/// `each` is called only once the count is known to fit the segment.
+fn walk_entries(
+    bytes: &[u8],
+    record: &SegmentRecord,
+    mut each: impl FnMut(std::ops::Range<usize>),
+) -> Result<(), FormatError> {
     let count = record.entry_count();
     let body = |reason| FormatError::SegmentBody {
         region: record.region,
         reason,
     };
-    if count > MAX_SEGMENT_ENTRIES || count * ENTRY_PREFIX_LEN as u64 > record.length {
+    if count > MAX_SEGMENT_ENTRIES || count * ENTRY_PREFIX_LEN as u64 > bytes.len() as u64 {
         return Err(body("more entries than the segment can hold"));
     }
     let mut seen = 0u64;

@@ -141,8 +141,9 @@ impl Inspector {
     }
 
     /// Reads the object `sequence` whole and checks it as FORMAT.md's "What a reader
-    /// verifies" tells: header, footer and trailer first, then each segment on its own,
-    /// then the object CRC. Over several stores, the first readable copy.
+    /// verifies" tells: header, footer and trailer first, then each segment on its own
+    /// (a transformed one opened with the configuration's keys), then the object CRC.
+    /// Over several stores, the first readable copy.
     pub async fn verify(&self, sequence: u64) -> Verdict {
         let key = self.key(sequence);
         let bytes = match self.io.read_whole(sequence).await {
@@ -166,14 +167,37 @@ impl Inspector {
                 found,
             });
         }
-        if !checked.damaged.is_empty() {
-            let segments = checked
-                .damaged
+        // A transformed segment whose stored CRC holds is opened too: decrypted and
+        // decompressed with the configuration's keys, its entries checked.
+        let header = checked.summary.header;
+        let mut damaged: Vec<(u64, format::FormatError)> = checked
+            .damaged
+            .into_iter()
+            .map(|d| (d.region, d.error))
+            .collect();
+        for record in checked.summary.footer.records.iter() {
+            if !record.is_transformed() || damaged.iter().any(|(r, _)| *r == record.region) {
+                continue;
+            }
+            let segment = bytes.slice(
+                usize::try_from(record.offset)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len())
+                    ..usize::try_from(record.range().end)
+                        .unwrap_or(usize::MAX)
+                        .min(bytes.len()),
+            );
+            if let Err(error) = self.io.decode_segment(segment, record, header.epoch) {
+                damaged.push((record.region, error));
+            }
+        }
+        if !damaged.is_empty() {
+            let segments = damaged
                 .into_iter()
-                .map(|d| Error::CorruptSegment {
+                .map(|(region, source)| Error::CorruptSegment {
                     key: key.clone(),
-                    region: d.region,
-                    source: d.error,
+                    region,
+                    source,
                 })
                 .collect();
             return Verdict::Segments(segments);

@@ -105,6 +105,15 @@
 //!   not reading them at all). A listed object at or above the floor that cannot be read
 //!   still fails recovery, naming its key (a vanished one makes a writer's open start
 //!   over from a fresh listing).
+//! - Segment transforms (FORMAT.md version 2, [`transform`]): compression is off by
+//!   default (`Config::compression`), encryption needs the node's
+//!   [`transform::KeyProvider`] (`Config::encryption_keys`). A WAL with neither writes
+//!   version 1 byte for byte. Recovery never needs a key. A segment that cannot be opened
+//!   (no key, a wrong key, failed authentication, a bad compressed body) is a damaged
+//!   segment of its region, as [`Error::CorruptSegment`] naming key, region and why.
+//!   Recovery's whole-object check and [`format::check_segment`] check a transformed
+//!   segment's stored CRC only (its contents need its key and a decompression); a read
+//!   checks the rest, and `walctl verify --keys` checks everything.
 //! - A read, a replay or a follow whose next object was deleted (not found) after its
 //!   catalog dropped it below a floor passes over it with a warning: its entries are
 //!   obsolete, and the read goes on above the floor. A read-only follower first brings
@@ -164,6 +173,7 @@ pub mod metrics;
 mod stores;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod transform;
 
 // Inside the crate, the internal modules keep their short paths.
 pub(crate) use internal::{

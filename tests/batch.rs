@@ -12,7 +12,7 @@ use object_store_wal::format::{
     decode_object, entry_id, entry_sequence, FormatError, Link, EMPTY_OBJECT_LEN,
 };
 use object_store_wal::internal::batch::{
-    object_len, AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted,
+    object_len, AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted, SegmentCodec,
 };
 use object_store_wal::Error;
 use proptest::prelude::*;
@@ -324,11 +324,15 @@ fn batch_seal_with_invalid_header_keeps_the_batch() {
     let mut batch = Batch::new(unlimited());
     assert!(matches!(batch.admit(vec![(1, vec![bs("a")])]), Ok(0)));
     assert_eq!(
-        batch.seal(0, 1, Link::NONE, 0).unwrap_err(),
+        batch
+            .seal(0, 1, Link::NONE, 0, &SegmentCodec::identity())
+            .unwrap_err(),
         FormatError::SequenceOutOfRange(0)
     );
     assert_eq!(batch.append_count(), 1);
-    let sealed = batch.seal(1, 1, Link::NONE, 0).unwrap();
+    let sealed = batch
+        .seal(1, 1, Link::NONE, 0, &SegmentCodec::identity())
+        .unwrap();
     assert_eq!(sealed.receipts[0].parts[0].first_id, entry_id(1, 0));
     assert_eq!(
         decode_object(&sealed.encoded.to_bytes()).unwrap().segments,

@@ -40,6 +40,8 @@ fn records(sequence: u64, regions: &[u64], entries: u64) -> Vec<SegmentRecord> {
             offset: 56 + 100 * i as u64,
             length: 100,
             crc: 0,
+            codec: 0,
+            cipher: 0,
         })
         .collect()
 }

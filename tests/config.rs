@@ -9,6 +9,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::ObjectStore;
+use object_store_wal::transform::Compression;
 use object_store_wal::{
     split_store_url, store_and_prefix_from_url, Config, CorruptSegmentPolicy, Error, HedgeAfter,
     ObjectStoreLogStore, RetryPolicy,
@@ -35,6 +36,7 @@ fn every_field_changed() -> Config {
     c.replay_concurrency = 8;
     c.replay_budget_bytes = 256 << 20;
     c.create_if_missing = true;
+    c.compression = Compression::Zstd { level: 5 };
     c
 }
 
@@ -66,7 +68,8 @@ fn chained_setters_set_every_field() {
         .with_request_timeout(Duration::from_secs(10))
         .with_replay_concurrency(8)
         .with_replay_budget_bytes(256 << 20)
-        .with_create_if_missing(true);
+        .with_create_if_missing(true)
+        .with_compression(Compression::Zstd { level: 5 });
     assert_eq!(chained, expected);
     chained.validate().expect("a valid config");
 }
@@ -225,8 +228,39 @@ mod file {
             replay_concurrency = 8
             replay_budget_bytes = 268435456
             create_if_missing = true
+            compression = "zstd:5"
         "#;
         assert_eq!(wal(text).expect("a valid section"), every_field_changed());
+    }
+
+    #[test]
+    fn compression_and_keys_are_read_and_bad_ones_named() {
+        let lz4 =
+            wal("listen = \"x\"\n[wal]\nprefix = \"wal\"\ncompression = \"lz4\"\n").expect("valid");
+        assert_eq!(lz4.compression, Compression::Lz4);
+        let err = wal("listen = \"x\"\n[wal]\nprefix = \"wal\"\ncompression = \"gzip\"\n")
+            .expect_err("unknown codec");
+        assert!(err.contains("\"gzip\": expected"), "{err}");
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("keys");
+        std::fs::write(
+            &file,
+            "7:0101010101010101010101010101010101010101010101010101010101010101\n",
+        )
+        .expect("write");
+        let text = format!(
+            "listen = \"x\"\n[wal]\nprefix = \"wal\"\nencryption_keys = \"file:{}\"\n",
+            file.display()
+        );
+        let keys = wal(&text).expect("valid").encryption_keys.expect("keys");
+        assert_eq!(keys.0.current().expect("current").id(), 7);
+        let missing = "listen = \"x\"\n[wal]\nprefix = \"wal\"\nencryption_keys = \"file:/nonexistent/keys\"\n";
+        let err = wal(missing).expect_err("no such file");
+        assert!(
+            err.contains("encryption_keys") && err.contains("/nonexistent/keys"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -428,6 +428,7 @@ fn vector_empty_object() {
     assert_eq!(
         summary,
         ObjectSummary {
+            version: 1,
             header,
             footer,
             trailer,
@@ -470,6 +471,8 @@ fn vector_full_object() {
         offset: 56,
         length: 7,
         crc: crc32fast::hash(&bytes[56..63]),
+        codec: 0,
+        cipher: 0,
     };
     let rec42 = SegmentRecord {
         region: 42,
@@ -478,6 +481,8 @@ fn vector_full_object() {
         offset: 63,
         length: 13,
         crc: crc32fast::hash(&bytes[63..76]),
+        codec: 0,
+        cipher: 0,
     };
     assert_eq!(rec7.crc, 0x4f5e_f6fb);
     assert_eq!(rec42.crc, 0x45a9_71de);
@@ -576,8 +581,8 @@ fn reject_bad_trailer_magic() {
 }
 
 #[test]
-fn reject_version_not_1() {
-    for version in [0u16, 2, u16::MAX] {
+fn reject_version_not_1_or_2() {
+    for version in [0u16, 3, u16::MAX] {
         let mut b = encode_full();
         wr16(&mut b, H_VERSION, version);
         reseal(&mut b);
@@ -1141,6 +1146,8 @@ fn reject_segment_record_claiming_more_entries_than_bytes() {
             offset: 56,
             length: 4,
             crc: crc32fast::hash(&bytes),
+            codec: 0,
+            cipher: 0,
         };
         let err = decode_segment(bytes.clone(), &record).unwrap_err();
         assert!(
@@ -1156,6 +1163,8 @@ fn reject_segment_record_claiming_more_entries_than_bytes() {
         offset: 56,
         length: 4,
         crc: crc32fast::hash(&bytes),
+        codec: 0,
+        cipher: 0,
     };
     assert_eq!(decode_segment(bytes, &record).unwrap(), vec![Bytes::new()]);
 }
@@ -1542,6 +1551,8 @@ proptest! {
             offset: 0,
             length: tail.len() as u64,
             crc: crc32fast::hash(tail),
+            codec: 0,
+            cipher: 0,
         };
         if let Ok(entries) = decode_segment(Bytes::copy_from_slice(tail), &record) {
             prop_assert_eq!(entries.len() as u64, record.entry_count());

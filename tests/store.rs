@@ -23,7 +23,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use object_store_wal::format::{self, encode_object, EncodedObject, FormatError, Header, Link};
-use object_store_wal::internal::batch::{Batch, BatchLimits, SealedObject};
+use object_store_wal::internal::batch::{Batch, BatchLimits, SealedObject, SegmentCodec};
 use object_store_wal::internal::epoch::{seal_next, WritePosition};
 use object_store_wal::internal::objects::{object_key, parse_key, WalIo};
 use object_store_wal::internal::open::open_instance_above;
@@ -315,7 +315,7 @@ async fn open_ro(store: &Arc<dyn ObjectStore>) -> ObjectStoreLogStore {
 fn seal(state: &mut WritePosition, p: &[(u64, &[&str])]) -> SealedObject {
     let mut batch = Batch::new(BatchLimits::of(&config()));
     batch.admit(parts(p)).expect("admitted");
-    seal_next(state, &mut batch).expect("sealed")
+    seal_next(state, &mut batch, &SegmentCodec::identity()).expect("sealed")
 }
 
 fn one_attempt() -> RetryPolicy {
@@ -609,10 +609,10 @@ async fn damaged_object_names_its_key(store: Arc<dyn ObjectStore>) {
         v[at] ^= 0x01;
         Bytes::from(v)
     };
-    let mut version_2 = good.to_vec();
-    version_2[8] = 2;
-    let crc = crc32fast::hash(&version_2[..52]);
-    version_2[52..56].copy_from_slice(&crc.to_le_bytes());
+    let mut version_3 = good.to_vec();
+    version_3[8] = 3;
+    let crc = crc32fast::hash(&version_3[..52]);
+    version_3[52..56].copy_from_slice(&crc.to_le_bytes());
 
     let footer_at = good.len() - 32 - 8 - 48;
     // A damaged segment is not among them: it fails only reads of its region
@@ -622,7 +622,7 @@ async fn damaged_object_names_its_key(store: Arc<dyn ObjectStore>) {
         ("footer byte", flip(footer_at + 10)),
         ("trailer magic", flip(good.len() - 30)),
         ("truncated", good.slice(..60)),
-        ("version 2", Bytes::from(version_2)),
+        ("version 3", Bytes::from(version_3)),
     ];
     let expected_key = key(2).to_string();
     for (what, bytes) in damages {
@@ -647,7 +647,7 @@ async fn damaged_object_names_its_key(store: Arc<dyn ObjectStore>) {
                             matches!(source, FormatError::CrcMismatch { part: "footer", .. }),
                             "{what}: {source:?}"
                         ),
-                        "version 2" => assert_eq!(source, &FormatError::UnsupportedVersion(2)),
+                        "version 3" => assert_eq!(source, &FormatError::UnsupportedVersion(3)),
                         "truncated" => {
                             assert!(
                                 matches!(source, FormatError::Truncated { .. }),

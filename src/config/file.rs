@@ -11,8 +11,9 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
 use super::{Config, CorruptSegmentPolicy, HedgeAfter, RecoveryMode, RetryPolicy};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::stores::WalStores;
+use crate::transform::{Compression, Keys, StaticKeys};
 
 /// Every field of a `[wal]` section, none required: the prefix comes as `prefix` (a
 /// `Config`) or as the end of `url` (a `WalSection`).
@@ -45,6 +46,8 @@ struct Fields {
     replay_budget_bytes: Option<ByteSize>,
     create_if_missing: Option<bool>,
     recovery_mode: Option<RecoveryMode>,
+    compression: Option<Compression>,
+    encryption_keys: Option<String>,
 }
 
 impl Fields {
@@ -53,6 +56,15 @@ impl Fields {
     /// form has it too.
     fn into_config(self, prefix: String) -> Result<Config> {
         let d = Config::new(prefix);
+        let encryption_keys = match self.encryption_keys.as_deref() {
+            None => None,
+            Some(source) => Some(Keys(Arc::new(StaticKeys::from_source(source).map_err(
+                |e| Error::Config {
+                    field: "encryption_keys",
+                    reason: e.to_string(),
+                },
+            )?))),
+        };
         let size = |v: Option<ByteSize>, default: u64| v.map_or(default, |b| b.as_u64());
         let config = Config {
             min_object_interval: self.min_object_interval.unwrap_or(d.min_object_interval),
@@ -76,6 +88,8 @@ impl Fields {
             replay_budget_bytes: size(self.replay_budget_bytes, d.replay_budget_bytes),
             create_if_missing: self.create_if_missing.unwrap_or(d.create_if_missing),
             recovery_mode: self.recovery_mode.unwrap_or(d.recovery_mode),
+            compression: self.compression.unwrap_or(d.compression),
+            encryption_keys,
             prefix: d.prefix,
         };
         config.validate()?;

@@ -15,10 +15,11 @@ use bytes::Bytes;
 
 use crate::error::Error;
 use crate::format::{
-    encode_object, entry_id, EncodedObject, FormatError, Header, Link, SegmentRecord,
-    ENTRY_PREFIX_LEN, FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN, MAX_SEGMENT_ENTRIES,
-    TRAILER_LEN,
+    encode_object, encode_object_with, entry_id, EncodedObject, FormatError, Header, Link,
+    SegmentRecord, ENTRY_PREFIX_LEN, FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN,
+    MAX_SEGMENT_ENTRIES, TRAILER_LEN,
 };
+use crate::transform::{random_nonce, Compression, Keys, Opening, Sealing, NONCE_LEN};
 
 /// One append: the entries of one or more regions, landing together in one object.
 pub type AppendParts = Vec<(u64, Vec<Bytes>)>;
@@ -30,6 +31,84 @@ pub struct BatchLimits {
     pub max_object_bytes: u64,
     /// Largest single entry payload.
     pub max_entry_bytes: u64,
+}
+
+/// A WAL's segment transforms (FORMAT.md "Version 2"), from its configuration: what
+/// the writer seals each segment with, and what a reader opens them with.
+#[derive(Debug, Clone)]
+pub struct SegmentCodec {
+    /// The compression tried on each segment.
+    pub compression: Compression,
+    /// The node's keys: every segment is encrypted with the current one.
+    pub keys: Option<Keys>,
+    /// The largest decoded segment a reader accepts.
+    pub max_decoded: u64,
+    /// Where nonces come from (the operating system's generator; tests fix them).
+    pub nonces: fn() -> Result<[u8; NONCE_LEN], FormatError>,
+}
+
+/// Equal transforms (where nonces come from is not compared).
+impl PartialEq for SegmentCodec {
+    fn eq(&self, other: &Self) -> bool {
+        self.compression == other.compression
+            && self.keys == other.keys
+            && self.max_decoded == other.max_decoded
+    }
+}
+
+impl Eq for SegmentCodec {}
+
+impl SegmentCodec {
+    /// The codec of `config`.
+    pub fn of(config: &crate::config::Config) -> Self {
+        SegmentCodec {
+            compression: config.compression,
+            keys: config.encryption_keys.clone(),
+            max_decoded: config.max_batch_bytes,
+            nonces: random_nonce,
+        }
+    }
+
+    /// No transform: version 1 objects; a reader that opens none.
+    pub fn identity() -> Self {
+        SegmentCodec {
+            compression: Compression::Off,
+            keys: None,
+            max_decoded: crate::config::MAX_BYTES,
+            nonces: random_nonce,
+        }
+    }
+
+    /// What a reader opens segments with.
+    pub fn opening(&self) -> Opening<'_> {
+        Opening {
+            keys: self.keys.as_ref().map(|k| &*k.0),
+            max_decoded: self.max_decoded,
+        }
+    }
+
+    /// Encodes an object with these transforms (the current key fetched once).
+    pub fn encode<'a, I>(&self, header: &Header, segments: I) -> Result<EncodedObject, FormatError>
+    where
+        I: IntoIterator<Item = (u64, &'a [Bytes])>,
+    {
+        let key = match &self.keys {
+            Some(keys) => Some(keys.0.current().map_err(|e| FormatError::KeyUnavailable {
+                region: 0,
+                key_id: 0,
+                reason: format!("the current key: {e}"),
+            })?),
+            None => None,
+        };
+        let sealing = Sealing {
+            compression: self.compression,
+            key: key.as_ref(),
+        };
+        if sealing.is_identity() {
+            return encode_object(header, segments);
+        }
+        encode_object_with(header, segments, &sealing, &mut || (self.nonces)())
+    }
 }
 
 impl BatchLimits {
@@ -287,13 +366,15 @@ impl Batch {
     }
 
     /// Encodes the batch as the object at `sequence` with this epoch, link and floor,
-    /// leaving the batch empty. Receipts come in admission order.
+    /// its segments transformed by `codec`, leaving the batch empty. Receipts come in
+    /// admission order.
     pub fn seal(
         &mut self,
         sequence: u64,
         epoch: u64,
         link: Link,
         floor: u64,
+        codec: &SegmentCodec,
     ) -> Result<SealedObject, FormatError> {
         let header = Header {
             sequence,
@@ -302,7 +383,7 @@ impl Batch {
             floor,
             claim: false,
         };
-        let encoded = encode_object(
+        let encoded = codec.encode(
             &header,
             self.regions.iter().map(|(r, e)| (*r, e.as_slice())),
         )?;

@@ -61,6 +61,8 @@ type RegionMap<V> = HashMap<u64, V, BuildHasherDefault<RegionHasher>>;
 pub struct SegmentLocation {
     /// Sequence of the object holding the segment.
     pub sequence: u64,
+    /// That object's epoch (an encrypted segment's associated data names it).
+    pub epoch: u64,
     /// The footer record (ids, byte range, CRC).
     pub record: SegmentRecord,
 }
@@ -167,6 +169,7 @@ impl Catalog {
             }
             segments.segments.push(SegmentLocation {
                 sequence,
+                epoch: header.epoch,
                 record: *r,
             });
         }

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::batch::{Batch, SealedObject};
+use crate::batch::{Batch, SealedObject, SegmentCodec};
 use crate::error::{Durability, EpochEndReason, Error, Result};
 use crate::format::Link;
 
@@ -30,11 +30,22 @@ pub struct WritePosition {
     pub floor: u64,
 }
 
-/// Seals `batch` as the next object at `position`, and moves `position` past it.
-pub fn seal_next(position: &mut WritePosition, batch: &mut Batch) -> Result<SealedObject> {
+/// Seals `batch` as the next object at `position` (its segments transformed by
+/// `codec`), and moves `position` past it.
+pub fn seal_next(
+    position: &mut WritePosition,
+    batch: &mut Batch,
+    codec: &SegmentCodec,
+) -> Result<SealedObject> {
     let sequence = position.next_sequence;
     let sealed = batch
-        .seal(sequence, position.epoch, position.link, position.floor)
+        .seal(
+            sequence,
+            position.epoch,
+            position.link,
+            position.floor,
+            codec,
+        )
         .map_err(|e| Error::EncodeFailed {
             what: format!("object {sequence}"),
             reason: e.to_string(),
@@ -52,6 +63,7 @@ pub fn seal_next(position: &mut WritePosition, batch: &mut Batch) -> Result<Seal
 #[derive(Debug, Clone)]
 pub struct Epoch {
     position: WritePosition,
+    codec: SegmentCodec,
     link_window: Duration,
     /// When the last create of the epoch (the opening object's, at first) started, on
     /// the creation clock.
@@ -62,9 +74,15 @@ pub struct Epoch {
 impl Epoch {
     /// An epoch that starts at `position`, whose opening object's create started at
     /// `opening_started`; each create must start within `link_window` of the previous.
-    pub fn new(position: WritePosition, opening_started: Duration, link_window: Duration) -> Self {
+    pub fn new(
+        position: WritePosition,
+        opening_started: Duration,
+        link_window: Duration,
+        codec: SegmentCodec,
+    ) -> Self {
         Epoch {
             position,
+            codec,
             link_window,
             last_create_started: opening_started,
             ended: None,
@@ -107,7 +125,7 @@ impl Epoch {
     /// Seals `batch` as the next object, carrying `floor`.
     pub fn seal(&mut self, batch: &mut Batch, floor: u64) -> Result<SealedObject> {
         self.position.floor = floor;
-        seal_next(&mut self.position, batch)
+        seal_next(&mut self.position, batch, &self.codec)
     }
 
     /// Restarts the clock from `now` (a caller that measures creates on another clock

@@ -31,11 +31,12 @@ use bytes::Bytes;
 use object_store::path::Path;
 use object_store::ObjectStore;
 
+use crate::batch::SegmentCodec;
 use crate::config::{Config, HedgeAfter};
 use crate::error::{Error, Result};
 use crate::format::{
-    self, EncodedObject, FormatError, ObjectSummary, SegmentDamage, EMPTY_OBJECT_LEN, HEADER_LEN,
-    MAX_SEQUENCE, TRAILER_LEN,
+    self, EncodedObject, FormatError, ObjectSummary, SegmentDamage, SegmentRecord,
+    EMPTY_OBJECT_LEN, HEADER_LEN, MAX_SEQUENCE, TRAILER_LEN,
 };
 use crate::metrics::Metrics;
 use crate::replicated::ReplicatedTransport;
@@ -130,6 +131,8 @@ pub struct WalIo {
     prefix: Path,
     whole_read_threshold: u64,
     metrics: Arc<Metrics>,
+    /// How segments read are opened (keys, the decoded-length bound).
+    codec: SegmentCodec,
 }
 
 impl WalIo {
@@ -158,6 +161,7 @@ impl WalIo {
             prefix: validate_prefix(prefix)?,
             whole_read_threshold: whole_read_threshold.max(EMPTY_OBJECT_LEN as u64),
             metrics,
+            codec: SegmentCodec::identity(),
         })
     }
 
@@ -165,7 +169,9 @@ impl WalIo {
     /// request timeout and hedging.
     pub fn for_config(store: Arc<dyn ObjectStore>, config: &Config) -> Result<Self> {
         let io = WalIo::new(store, &config.prefix, config.whole_read_threshold)?;
-        Ok(io.with_requests(config.hedge_after, config.request_timeout))
+        Ok(io
+            .with_requests(config.hedge_after, config.request_timeout)
+            .with_codec(SegmentCodec::of(config)))
     }
 
     /// The WAL under `config.prefix` over several stores (one log, a quorum of copies:
@@ -188,18 +194,41 @@ impl WalIo {
         let transport = ReplicatedTransport::new(transports)?
             .for_in_flight(config.max_in_flight)
             .with_requests(config.hedge_after, config.request_timeout);
-        WalIo::over(
+        Ok(WalIo::over(
             transport,
             &config.prefix,
             config.whole_read_threshold,
             metrics,
-        )
+        )?
+        .with_codec(SegmentCodec::of(config)))
     }
 
     /// This view with `timeout` on every request and hedging after `hedge_after`.
     pub fn with_requests(mut self, hedge_after: HedgeAfter, timeout: Duration) -> Self {
         self.transport = self.transport.with_requests(hedge_after, timeout);
         self
+    }
+
+    /// With segments opened by `codec` (the configuration's keys and bound).
+    pub fn with_codec(mut self, codec: SegmentCodec) -> Self {
+        self.codec = codec;
+        self
+    }
+
+    /// How segments read are opened.
+    pub fn codec(&self) -> &SegmentCodec {
+        &self.codec
+    }
+
+    /// Decodes a segment of the object at `sequence` (written in `epoch`) read from the
+    /// store: checked, its transforms undone, split into entries.
+    pub fn decode_segment(
+        &self,
+        bytes: Bytes,
+        record: &SegmentRecord,
+        epoch: u64,
+    ) -> std::result::Result<Vec<Bytes>, format::FormatError> {
+        format::decode_segment_with(bytes, record, epoch, &self.codec.opening())
     }
 
     /// What happened to the requests so far (hedges, wins, timeouts, damaged segments).

@@ -40,7 +40,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::batch::{AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted, SealedObject};
+use crate::batch::{
+    AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted, SealedObject, SegmentCodec,
+};
 use crate::catalog::{Catalog, Retention};
 use crate::config::Config;
 use crate::epoch::{Epoch, WritePosition};
@@ -71,8 +73,8 @@ pub struct Now {
     pub clock: Duration,
 }
 
-/// The bounds the protocol applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The bounds the protocol applies, and how it seals.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Objects uploading at once.
     pub max_in_flight: usize,
@@ -86,6 +88,8 @@ pub struct Limits {
     pub link_window: Duration,
     /// How long a batch that could be sealed at once gathers at most.
     pub gather: Duration,
+    /// The segment transforms objects are sealed with.
+    pub codec: SegmentCodec,
 }
 
 impl Limits {
@@ -99,6 +103,7 @@ impl Limits {
             batch: BatchLimits::of(config),
             link_window: config.link_window(),
             gather: (config.min_object_interval / 4).min(MAX_GATHER),
+            codec: SegmentCodec::of(config),
         }
     }
 
@@ -313,7 +318,12 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             actions.push_back(Action::PublishFloor(floor));
         }
         WriteProtocol {
-            epoch: Epoch::new(position, opening_started, limits.link_window),
+            epoch: Epoch::new(
+                position,
+                opening_started,
+                limits.link_window,
+                limits.codec.clone(),
+            ),
             batch: Batch::new(limits.batch),
             limits,
             chain,
@@ -962,6 +972,7 @@ mod tests {
                 },
                 link_window: Duration::from_millis(500),
                 gather: Duration::from_millis(2),
+                codec: SegmentCodec::identity(),
             };
             let position = WritePosition {
                 epoch: 2,

@@ -156,7 +156,7 @@ pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec
         let bytes = io
             .read_range_verified(location.sequence, record.range(), &verify)
             .await?;
-        let decoded = format::decode_segment(bytes, record);
+        let decoded = io.decode_segment(bytes, record, location.epoch);
         if let Err(e) = &decoded {
             debug!(sequence = location.sequence, region = record.region, error = %e, "segment failed verification");
         }
@@ -507,7 +507,7 @@ async fn fetch_segments(
                     },
                 });
             };
-            match format::decode_segment(bytes.slice_ref(segment), record) {
+            match io.decode_segment(bytes.slice_ref(segment), record, loc.epoch) {
                 Ok(payloads) => {
                     let min = from.get(&record.region).copied().unwrap_or(0);
                     entries.extend(entries_of(record, payloads, min).into_iter().map(Ok));

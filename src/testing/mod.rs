@@ -50,7 +50,7 @@ pub use clock::{ManualClock, TokioClock};
 pub use counting::{CountingHooks, CountingStore, Counts, GetRecord};
 pub use decoders::{
     exercise_decoders, repair_crcs, repair_footer_crc, repair_header_crc, repair_object_crc,
-    repair_segment_crc,
+    repair_segment_crc, FUZZ_KEYS, FUZZ_MAX_DECODED,
 };
 pub use down::{DownHooks, DownStore};
 pub use fault::{

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use object_store_wal::format::{entry_id, DecodedObject, Link};
-use object_store_wal::internal::batch::{AppendParts, Batch, BatchLimits};
+use object_store_wal::internal::batch::{AppendParts, Batch, BatchLimits, SegmentCodec};
 use proptest::prelude::*;
 
 /// An entry: empty now and then, else up to 39 random bytes.
@@ -90,6 +90,12 @@ pub fn decoded_entries(d: &DecodedObject) -> Expected {
 /// Seals `batch` at `at`, which must be a valid header.
 pub fn seal(batch: &mut Batch, at: SealAt) -> object_store_wal::internal::batch::SealedObject {
     batch
-        .seal(at.sequence, at.epoch, at.link, at.floor)
+        .seal(
+            at.sequence,
+            at.epoch,
+            at.link,
+            at.floor,
+            &SegmentCodec::identity(),
+        )
         .expect("a valid header seals")
 }
