@@ -66,7 +66,7 @@
 //! costs"); `--idle-seconds` adds the same for the idle time (`idle_requests_per_hour`,
 //! `idle_usd_per_month`).
 //!
-//! **Replay.** `replay --objects N` builds N data objects through the core, without
+//! **Replay.** `replay --objects N` builds N data objects (encoded with the public format and created straight to the store), without
 //! latency, each with `--entries-per-object` entries (default: one per region) of
 //! `--entry-bytes` spread over `--regions`: `--objects 1300 --regions 100` gives about
 //! 1,300 chain objects of 100 regions with 1 KiB entries. Without `--objects`, a `write`
@@ -100,21 +100,29 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::{Args as ClapArgs, Parser, Subcommand};
-use futures::stream::{self, StreamExt};
+use futures::stream::{self, StreamExt, TryStreamExt};
 use hdrhistogram::Histogram;
 use object_store::ObjectStore;
-use object_store_wal::format::{encode_object, Header, Link};
+use object_store_wal::format::{
+    encode_object, Header, Link, EMPTY_OBJECT_LEN, ENTRY_PREFIX_LEN, FOOTER_RECORD_LEN,
+    MAX_SEGMENT_ENTRIES,
+};
 use object_store_wal::testing::{
     with_latency_profile, CountingStore, Counts, DownHooks, Hooks, LatencyCounts, LatencyProfile,
     LatencyStore, SplitMix64, Wrapper,
 };
+use object_store_wal::transform::{Compression, SegmentKey, StaticKeys};
 use object_store_wal::{Config, Error, HedgeAfter, ObjectStoreLogStore, WalStores};
 use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
 use serde_json::json;
 use tokio::task::JoinSet;
 
+#[path = "support/payloads.rs"]
+mod payloads;
 #[path = "support/prices.rs"]
 mod prices;
+
+use payloads::Payloads;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -270,11 +278,11 @@ enum Workload {
     /// Durable appends through the actors: closed loop from `--appenders` callers, or
     /// open loop at `--rate` appends per second.
     Write(Common),
-    /// The same volume encoded and created directly through the core: the ceiling.
+    /// The same volume in objects of this crate's format, created straight to the store: the ceiling.
     Limit(Common),
     /// Build a prefix of `--objects` objects, then time a fresh open.
     Recover(Common),
-    /// Build a log (`--objects` objects through the core, or else a write run), then
+    /// Build a log (`--objects` objects created straight to the store, or else a write run), then
     /// replay every region from its first entry.
     Replay(Common),
     /// A long `write` run (use `--obsolete-lag` so the log is reclaimed as it grows):
@@ -332,6 +340,20 @@ struct Common {
     /// Bytes per entry.
     #[arg(long, default_value_t = 1024)]
     entry_bytes: usize,
+    /// The entries' bytes: `constant` (0xa5), `random` (incompressible), `text` (seeded
+    /// JSON rows of a time-series insert) or `logs` (seeded service log lines); see
+    /// examples/support/payloads.rs.
+    #[arg(long, default_value = "constant")]
+    payload: String,
+    /// Entries cut from this file's lines (packed to --entry-bytes, cycled) instead.
+    #[arg(long)]
+    payload_file: Option<String>,
+    /// Segment compression: off, lz4, zstd, zstd:N.
+    #[arg(long, default_value = "off", value_parser = parse_compression)]
+    compression: Compression,
+    /// Encrypt every segment (XChaCha20-Poly1305, one in-memory key).
+    #[arg(long)]
+    encrypt: bool,
     /// Entries per append.
     #[arg(long, default_value_t = 1)]
     entries_per_append: usize,
@@ -380,7 +402,7 @@ struct Common {
     /// `replay_budget_bytes`, in MiB.
     #[arg(long)]
     replay_budget_mib: Option<u64>,
-    /// Objects built through the core, without latency: for `recover` in all (the
+    /// Objects created straight to the store, without latency: for `recover` in all (the
     /// opening object included; default 10,000), for `replay` data objects before the
     /// replay (instead of a write run).
     #[arg(long)]
@@ -464,6 +486,10 @@ fn parse_ms(s: &str) -> Result<f64, String> {
         Ok(ms) if ms.is_finite() && ms >= 0.0 => Ok(ms),
         _ => Err(format!("{s:?} is not a number of milliseconds")),
     }
+}
+
+fn parse_compression(s: &str) -> Result<Compression, String> {
+    s.parse()
 }
 
 fn parse_tail(s: &str) -> Result<Tail, String> {
@@ -824,6 +850,15 @@ fn config(c: &Common) -> Config {
     if let Some(v) = c.replay_budget_mib {
         config.replay_budget_bytes = v.saturating_mul(1024 * 1024);
     }
+    config.compression = c.compression;
+    if c.encrypt {
+        let mut key = [0u8; 32];
+        let mut rng = SplitMix64::new(c.seed ^ 0x006b_6579);
+        for chunk in key.chunks_mut(8) {
+            chunk.copy_from_slice(&rng.next_u64().to_le_bytes());
+        }
+        config = config.with_encryption_keys(Arc::new(StaticKeys::new(SegmentKey::new(1, key))));
+    }
     config
 }
 
@@ -965,15 +1000,15 @@ async fn closed_loop(
     c: &Common,
     wal: &WalHandle,
     recorder: &Arc<Recorder>,
-    payload: &Bytes,
+    payloads: &Arc<Payloads>,
     started: Instant,
 ) {
     let budget = Arc::new(AtomicU64::new(c.appends.unwrap_or(u64::MAX)));
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = JoinSet::new();
     for a in 0..c.appenders {
-        let (wal, payload, budget, stop) =
-            (wal.clone(), payload.clone(), budget.clone(), stop.clone());
+        let (wal, payloads, budget, stop) =
+            (wal.clone(), payloads.clone(), budget.clone(), stop.clone());
         let recorder = recorder.clone();
         let (regions, per, lag) = (c.regions, c.entries_per_append.max(1), c.obsolete_lag);
         let mut uniform = c
@@ -992,9 +1027,10 @@ async fn closed_loop(
                 };
                 k += 7919;
                 let arrival = Arrival::new(&recorder, a as u64, Instant::now());
-                arrival
-                    .append(&wal, region, vec![payload.clone(); per], lag)
-                    .await;
+                let entries = (0..per as u64)
+                    .map(|j| payloads.entry(k * 31 + j))
+                    .collect();
+                arrival.append(&wal, region, entries, lag).await;
             }
         });
     }
@@ -1028,7 +1064,7 @@ async fn open_loop(
     rate: f64,
     wal: &WalHandle,
     recorder: &Arc<Recorder>,
-    payload: &Bytes,
+    payloads: &Arc<Payloads>,
     started: Instant,
 ) -> f64 {
     // The arrivals are timed by an OS thread: tokio's timers fire on millisecond ticks,
@@ -1066,7 +1102,10 @@ async fn open_loop(
     let (per, lag) = (c.entries_per_append.max(1), c.obsolete_lag);
     while let Some((k, scheduled)) = rx.recv().await {
         let arrival = Arrival::new(recorder, k, scheduled);
-        let (wal, entries) = (wal.clone(), vec![payload.clone(); per]);
+        let entries = (0..per as u64)
+            .map(|j| payloads.entry(k * per as u64 + j))
+            .collect();
+        let wal = wal.clone();
         let region = region_of(k, c.regions);
         tasks.spawn(async move { arrival.append(&wal, region, entries, lag).await });
         while tasks.try_join_next().is_some() {}
@@ -1273,7 +1312,12 @@ async fn write_reporting(
     s.counting.reset();
     let drawn_before = s.latency_counts();
     let keys_before = count_keys(s, &cfg.prefix).await?;
-    let payload = Bytes::from(vec![0xa5u8; c.entry_bytes]);
+    let payloads = Arc::new(Payloads::new(
+        &c.payload,
+        c.payload_file.as_deref(),
+        c.entry_bytes,
+        c.seed,
+    )?);
     let recorder = Recorder::new()?;
     let started = Instant::now();
     let progress = if let Some(report) = report {
@@ -1308,9 +1352,9 @@ async fn write_reporting(
         })
     };
     let offered_seconds = match c.rate {
-        Some(rate) => Some(open_loop(c, rate, &wal, &recorder, &payload, started).await),
+        Some(rate) => Some(open_loop(c, rate, &wal, &recorder, &payloads, started).await),
         None => {
-            closed_loop(c, &wal, &recorder, &payload, started).await;
+            closed_loop(c, &wal, &recorder, &payloads, started).await;
             None
         }
     };
@@ -1372,6 +1416,19 @@ async fn write_reporting(
         "peak_rss_mib": round2(peak_rss_mib()),
         "allocator": allocator_name(),
         "rss_bound_mib": round2((cfg.max_pending_bytes + cfg.max_in_flight as u64 * cfg.max_batch_bytes) as f64 / MIB + 64.0),
+    });
+    line["payload"] = json!(c
+        .payload_file
+        .as_deref()
+        .map_or(c.payload.clone(), |f| format!("file:{f}")));
+    line["compression"] = json!(c.compression.to_string());
+    line["encrypt"] = json!(c.encrypt);
+    // Every byte PUT (each copy, over several stores) per payload byte acknowledged.
+    line["stored_bytes"] = json!(put_bytes);
+    line["stored_per_payload_byte"] = json!(if mib > 0.0 {
+        (put_bytes as f64 / (mib * MIB) * 10000.0).round() / 10000.0
+    } else {
+        0.0
     });
     match (c.rate, offered_seconds) {
         (Some(rate), Some(window)) => {
@@ -1507,10 +1564,36 @@ async fn limit(
 ) -> Result<(serde_json::Value, f64), Box<dyn std::error::Error>> {
     let cfg = config(c);
     let prefix = format!("{}-limit", c.prefix);
-    s.counting.reset();
     let payload = Bytes::from(vec![0xa5u8; c.entry_bytes]);
     let per = c.entries_per_append.max(1);
-    let append_bytes = (c.entry_bytes * per) as u64;
+    // What an append adds to an encoded object: its entries with their length prefixes,
+    // and a footer record for a region not yet in it (as the WAL's batch counts).
+    let append_bytes = (per * (c.entry_bytes + ENTRY_PREFIX_LEN)) as u64;
+    if EMPTY_OBJECT_LEN as u64 + FOOTER_RECORD_LEN as u64 + append_bytes > cfg.max_batch_bytes {
+        return Err(format!(
+            "limit: an append of {append_bytes} bytes does not fit an object of --max-batch-bytes {}",
+            cfg.max_batch_bytes
+        )
+        .into());
+    }
+    // A store kept from an earlier run: go on above what it holds.
+    let listed: Vec<_> = s
+        .wal
+        .list(Some(&object_store::path::Path::from(prefix.as_str())))
+        .try_collect()
+        .await?;
+    let above = listed
+        .iter()
+        .filter_map(|m| {
+            m.location
+                .filename()?
+                .strip_suffix(".wal")?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .unwrap_or(0);
+    s.counting.reset();
     let total = c.appends;
     let started = Instant::now();
     let deadline = started + secs(c.seconds);
@@ -1518,7 +1601,10 @@ async fn limit(
     let mut k = 0u64;
     let mut mib = 0.0;
     let mut objects = 0u64;
-    let mut link = Link::NONE;
+    let mut link = match above {
+        0 => Link::NONE,
+        sequence => Link { sequence, epoch: 1 },
+    };
     let put_create = || object_store::PutOptions {
         mode: object_store::PutMode::Create,
         ..Default::default()
@@ -1535,16 +1621,26 @@ async fn limit(
         let mut round = Vec::with_capacity(cfg.max_in_flight);
         while round.len() < cfg.max_in_flight && total.is_none_or(|t| appended < t) {
             let mut regions: std::collections::BTreeMap<u64, Vec<Bytes>> = Default::default();
-            let mut bytes = 0u64;
-            while bytes + append_bytes <= cfg.max_batch_bytes && total.is_none_or(|t| appended < t)
-            {
+            let mut encoded = EMPTY_OBJECT_LEN as u64;
+            let mut payload_bytes = 0u64;
+            while total.is_none_or(|t| appended < t) {
                 let region = k % c.regions.max(1);
+                let (added, entries) = match regions.get(&region) {
+                    Some(e) => (append_bytes, e.len()),
+                    None => (append_bytes + FOOTER_RECORD_LEN as u64, 0),
+                };
+                if encoded + added > cfg.max_batch_bytes
+                    || entries + per > MAX_SEGMENT_ENTRIES as usize
+                {
+                    break;
+                }
                 k += 7919;
                 regions
                     .entry(region)
                     .or_default()
                     .extend(std::iter::repeat_n(payload.clone(), per));
-                bytes += append_bytes;
+                encoded += added;
+                payload_bytes += (per * c.entry_bytes) as u64;
                 appended += 1;
             }
             let header = Header {
@@ -1559,7 +1655,7 @@ async fn limit(
                 sequence: header.sequence,
                 epoch: 1,
             };
-            round.push((header.sequence, bytes, object));
+            round.push((header.sequence, payload_bytes, object));
         }
         let creates = round.iter().map(|(sequence, _, object)| {
             let key = object_store::path::Path::from(format!("{prefix}/{sequence:020}.wal"));
@@ -1600,10 +1696,11 @@ async fn limit(
     Ok((line, mib / elapsed))
 }
 
-/// Builds `objects` data objects on the base store(s) (no latency, no counting) with
-/// the sequential front end, after its opening object: each holds `entries_per_object`
-/// entries of `entry_bytes`, the `j`-th entry of object `i` in region
-/// `(i * entries_per_object + j) % regions`. One object at a time, so memory stays small.
+/// Builds `objects` data objects on the base store(s) (no latency, no counting): the
+/// sequential front end opens the prefix (its opening object), then the objects of its
+/// epoch are encoded with the public format and created straight to each store, 64 at
+/// once. Each holds `entries_per_object` entries of `entry_bytes`, the `j`-th entry of
+/// object `i` in region `(i * entries_per_object + j) % regions`.
 async fn build_chain(
     c: &Common,
     s: &Stores,
@@ -1612,18 +1709,75 @@ async fn build_chain(
     entries_per_object: usize,
     entry_bytes: usize,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let mut plain = cfg.clone();
-    plain.hedge_after = HedgeAfter::Off;
-    let mut wal = ObjectStoreLogStore::open(s.fixture_stores()?, plain).await?;
-    let payload = Bytes::from(vec![0x5au8; entry_bytes]);
     let per = entries_per_object.max(1) as u64;
     let regions = c.regions.max(1);
+    let encoded_max = EMPTY_OBJECT_LEN as u64
+        + per * (entry_bytes + ENTRY_PREFIX_LEN) as u64
+        + per.min(regions) * FOOTER_RECORD_LEN as u64;
+    if encoded_max > cfg.max_batch_bytes {
+        return Err(format!(
+            "{per} entries of {entry_bytes} bytes do not fit an object of --max-batch-bytes {}",
+            cfg.max_batch_bytes
+        )
+        .into());
+    }
+    let mut plain = cfg.clone();
+    plain.hedge_after = HedgeAfter::Off;
+    let wal = ObjectStoreLogStore::open(s.fixture_stores()?, plain).await?;
+    let position = wal.epoch().ok_or("the fixture's WAL opened read-only")?;
+    drop(wal);
+    let bases: Vec<Arc<dyn ObjectStore>> = if s.replicas.is_empty() {
+        vec![s.base.clone()]
+    } else {
+        s.replicas.iter().map(|(_, b)| b.clone()).collect()
+    };
+    let payload = Bytes::from(vec![0x5au8; entry_bytes]);
     let build_started = Instant::now();
-    for i in 0..objects {
-        for j in 0..per {
-            wal.append(vec![((i * per + j) % regions, vec![payload.clone()])])?;
-        }
-        wal.flush().await?;
+    let prefix = cfg.prefix.clone();
+    let mut creates = stream::iter(0..objects)
+        .map(|i| {
+            let sequence = position.next_sequence + i;
+            let link = match i {
+                0 => position.link,
+                _ => Link {
+                    sequence: sequence - 1,
+                    epoch: position.epoch,
+                },
+            };
+            let header = Header {
+                sequence,
+                epoch: position.epoch,
+                link,
+                floor: position.floor,
+                claim: false,
+            };
+            let mut by_region: std::collections::BTreeMap<u64, Vec<Bytes>> = Default::default();
+            for j in 0..per {
+                by_region
+                    .entry((i * per + j) % regions)
+                    .or_default()
+                    .push(payload.clone());
+            }
+            let encoded = encode_object(&header, by_region.iter().map(|(r, e)| (*r, &e[..])));
+            let key = object_store::path::Path::from(format!("{prefix}/{sequence:020}.wal"));
+            let bases = bases.clone();
+            async move {
+                let encoded = encoded?;
+                for base in &bases {
+                    let body =
+                        object_store::PutPayload::from_iter(encoded.chunks().iter().cloned());
+                    let opts = object_store::PutOptions {
+                        mode: object_store::PutMode::Create,
+                        ..Default::default()
+                    };
+                    base.put_opts(&key, body, opts).await?;
+                }
+                Ok::<_, Box<dyn std::error::Error>>(())
+            }
+        })
+        .buffer_unordered(64);
+    while let Some(created) = creates.next().await {
+        created?;
     }
     eprintln!(
         "bench: built {objects} objects of {per} entries in {:.1}s",

@@ -344,7 +344,11 @@ fn blocked_by(blocked: Option<Error>) -> Result<(), Failure> {
 /// Over several stores: one line per key with its copy in each store (`null`: no copy;
 /// a string: unreadable) and whether a quorum holds one value (`decided`).
 async fn copies(inspector: &Inspector) -> Result<(), Failure> {
-    for key in inspector.copies().await? {
+    if inspector.stores().len() < 2 {
+        return Ok(());
+    }
+    let mut keys = inspector.copies().await?;
+    while let Some(key) = keys.next().await {
         let copies = key
             .copies
             .iter()
@@ -353,13 +357,15 @@ async fn copies(inspector: &Inspector) -> Result<(), Failure> {
                     epoch,
                     claim,
                     object_crc,
+                    ..
                 } => json!({
                     "epoch": epoch,
                     "claim": claim,
                     "object_crc": format!("{object_crc:08x}"),
                 }),
                 StoreCopy::Unreadable(e) => json!(e.to_string()),
-                _ => Value::Null,
+                StoreCopy::Missing => Value::Null,
+                other => json!(format!("{other:?}")),
             })
             .collect();
         emit(&[
@@ -505,7 +511,7 @@ async fn verify(
 ) -> Result<(), Failure> {
     let inspector = Inspector::new(WalStores::quorum(store)?, &config)?;
     let replicas = inspector.stores();
-    if replicas.is_empty() {
+    if replicas.len() < 2 {
         return verify_store(&inspector, &config, progress_every, None).await;
     }
     // Every copy in every store.
@@ -560,6 +566,7 @@ async fn verify_store(
         printed: false,
     };
     let (mut done, mut unusable, mut crc_only) = (0, 0, 0);
+    let (mut unread, mut keys_missing) = (0, 0);
     let (mut damaged_objects, mut damaged_segments) = (0, 0);
     while let Some((sequence, verdict)) = checks.next().await {
         let key = inspector.key(sequence);
@@ -572,6 +579,23 @@ async fn verify_store(
             Verdict::Unusable(e) => {
                 unusable += 1;
                 emit_failure(sequence, &e)?;
+            }
+            Verdict::ReadFailed(e) => {
+                unread += 1;
+                emit_failure(sequence, &e)?;
+            }
+            Verdict::KeysMissing(errors) => {
+                keys_missing += errors.len();
+                let error: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+                for e in &error {
+                    eprintln!("walctl: {e}");
+                }
+                emit(&[
+                    ("seq", json!(sequence)),
+                    ("ok", json!(false)),
+                    ("keys_missing", json!(true)),
+                    ("error", json!(error.join("; "))),
+                ])?;
             }
             Verdict::ObjectCrc(e) => {
                 crc_only += 1;
@@ -623,6 +647,17 @@ async fn verify_store(
              {unusable} unusable objects{crc_only}, of {} objects",
             listing.sequences.len()
         );
+    }
+    if unread > 0 {
+        eprintln!("walctl: {unread} objects could not be read (run verify again)");
+    }
+    if keys_missing > 0 {
+        eprintln!(
+            "walctl: {keys_missing} encrypted segments need a key this run does not have \
+             (--keys): not checked"
+        );
+    }
+    if unusable + crc_only + damaged_segments + unread + keys_missing > 0 {
         return Err(Failure::Reported);
     }
     Ok(())

@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUSTDOCFLAGS="-D warnings" cargo doc -j2 --no-deps --workspace --all-features
-cargo test -j2 -p object-store-wal-actors --all-features --test public_api -- --ignored --nocapture
+PUBLIC_API_STRICT=1 cargo test -j2 -p object-store-wal-actors --all-features --test public_api -- --ignored --nocapture

@@ -37,7 +37,9 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use crc32fast::Hasher;
 
-use crate::transform::{open_segment, seal_segment, Compression, Opening, Sealing, NONCE_LEN};
+use crate::transform::{
+    open_segment, seal_segment, Compression, Opening, Sealing, NONCE_LEN, TAG_LEN,
+};
 
 /// ASCII `GTWALOBJ`, the first 8 bytes of every object.
 pub const HEADER_MAGIC: [u8; 8] = *b"GTWALOBJ";
@@ -619,9 +621,12 @@ where
         let first_entry_id = entry_id(header.sequence, 0);
         let mut segment_hasher = Hasher::new();
         let (length, codec, cipher) = if transform {
-            // The version 1 segment in one buffer, then its stored form.
+            // The version 1 segment in one buffer (after room for the envelope's head
+            // and before room for its tag), then its stored form.
             let plain_len: usize = entries.iter().map(|e| ENTRY_PREFIX_LEN + e.len()).sum();
-            let mut plain = Vec::with_capacity(plain_len);
+            let head = sealing.headroom();
+            let mut plain = Vec::with_capacity(head + plain_len + TAG_LEN);
+            plain.resize(head, 0);
             for payload in entries {
                 let len = u32::try_from(payload.len())
                     .map_err(|_| FormatError::Unencodable("an entry is longer than u32::MAX"))?;
@@ -633,7 +638,7 @@ where
                 None => [0u8; NONCE_LEN],
             };
             let (codec, cipher, stored) =
-                seal_segment(&plain, sealing, header.epoch, region, first_entry_id, nonce)?;
+                seal_segment(plain, sealing, header.epoch, region, first_entry_id, nonce)?;
             segment_hasher.update(&stored);
             let length = stored.len() as u64;
             chunks.push(stored);

@@ -8,7 +8,8 @@
 //! writes and never fences.
 //!
 //! Listings are held whole, so an inspection's memory grows with the number of objects
-//! under the prefix (about 100 bytes per object): a tool's run, not a node's.
+//! under the prefix (a listed key, about 100 bytes, per object and store): a tool's
+//! run, not a node's. Copies and checks stream out as they are read.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -33,10 +34,15 @@
 //! # }).unwrap();
 //! ```
 
+use std::sync::Arc;
+
+use futures::stream::{BoxStream, StreamExt};
+
+use crate::batch::SegmentCodec;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::format;
-use crate::objects::WalIo;
+use crate::objects::{Listing, WalIo};
 use crate::quorum::{decided_value, ValueId};
 use crate::stores::WalStores;
 
@@ -51,7 +57,8 @@ pub struct Inspector {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Listed {
-    /// The sequences of WAL objects, ascending. Over several stores, the union.
+    /// The sequences of WAL objects, ascending. Over several stores, the union of the
+    /// stores that answered (at least a quorum; [`Inspector::stores`] lists each).
     pub sequences: Vec<u64>,
     /// Keys under the prefix that are not WAL objects.
     pub foreign: Vec<String>,
@@ -65,9 +72,16 @@ pub enum Verdict {
     Ok,
     /// Listed, then gone before its read (a reclaimer deleted it): not damage.
     Vanished,
-    /// Its header, footer or trailer fails, it names another sequence, or its read
-    /// failed: the object is unusable.
+    /// Its header, footer or trailer fails, or it names another sequence: the object is
+    /// unusable.
     Unusable(Error),
+    /// Its read failed (the store answered with an error, or not in time): nothing is
+    /// known of its bytes.
+    ReadFailed(Error),
+    /// Every check that needs no key holds; these encrypted segments need a key the
+    /// configuration does not have (`Config::encryption_keys`), each an
+    /// [`Error::CorruptSegment`] naming the key id.
+    KeysMissing(Vec<Error>),
     /// Header, footer and trailer hold; these segments fail, each an
     /// [`Error::CorruptSegment`] (only their regions' reads fail).
     Segments(Vec<Error>),
@@ -84,6 +98,7 @@ pub enum StoreCopy {
     /// The store has one, but its summary cannot be read or fails its checks.
     Unreadable(Error),
     /// A verified copy: the value it names.
+    #[non_exhaustive]
     Held {
         /// The header's epoch.
         epoch: u64,
@@ -109,20 +124,31 @@ pub struct KeyCopies {
 
 impl Inspector {
     /// Inspects `config.prefix` in `stores` (one store, or several holding one log).
+    /// Compressed segments are opened up to [`crate::config::MAX_BYTES`] each, whatever
+    /// `config.max_batch_bytes` (a tool reads what any node wrote); encrypted ones with
+    /// `config.encryption_keys`.
     pub fn new(stores: impl Into<WalStores>, config: &Config) -> Result<Self> {
         config.validate()?;
+        let mut codec = SegmentCodec::of(config);
+        codec.max_decoded = crate::config::MAX_BYTES;
         Ok(Inspector {
-            io: stores.into().into_io(config)?,
+            io: stores.into().into_io(config)?.with_codec(codec),
         })
     }
 
-    /// One inspector per store beneath, in order, when this one spans several; empty
-    /// over one store (this inspector is that store's).
+    /// One inspector per store, in the order the stores were given (over one store,
+    /// this one).
     pub fn stores(&self) -> Vec<Inspector> {
-        self.io
-            .replicas()
+        let replicas = self.io.replicas();
+        if replicas.is_empty() {
+            return vec![self.clone()];
+        }
+        let codec = self.io.codec().clone();
+        replicas
             .into_iter()
-            .map(|io| Inspector { io })
+            .map(|io| Inspector {
+                io: io.with_codec(codec.clone()),
+            })
             .collect()
     }
 
@@ -153,7 +179,7 @@ impl Inspector {
             {
                 return Verdict::Vanished
             }
-            Err(e) => return Verdict::Unusable(e),
+            Err(e) => return Verdict::ReadFailed(e),
         };
         let checked = match format::check_object(&bytes) {
             Ok(checked) => checked,
@@ -191,16 +217,19 @@ impl Inspector {
                 damaged.push((record.region, error));
             }
         }
+        let corrupt = |(region, source)| Error::CorruptSegment {
+            key: key.clone(),
+            region,
+            source,
+        };
+        let (missing, damaged): (Vec<_>, Vec<_>) = damaged
+            .into_iter()
+            .partition(|(_, e)| matches!(e, format::FormatError::KeyUnavailable { .. }));
         if !damaged.is_empty() {
-            let segments = damaged
-                .into_iter()
-                .map(|(region, source)| Error::CorruptSegment {
-                    key: key.clone(),
-                    region,
-                    source,
-                })
-                .collect();
-            return Verdict::Segments(segments);
+            return Verdict::Segments(damaged.into_iter().map(corrupt).collect());
+        }
+        if !missing.is_empty() {
+            return Verdict::KeysMissing(missing.into_iter().map(corrupt).collect());
         }
         match format::check_object_crc(&bytes, &checked.summary.trailer) {
             Ok(()) => Verdict::Ok,
@@ -208,16 +237,15 @@ impl Inspector {
         }
     }
 
-    /// Over several stores: every key any store lists, ascending, with each store's copy
-    /// and whether a quorum holds one value. Empty over one store.
-    pub async fn copies(&self) -> Result<Vec<KeyCopies>> {
-        let replicas = self.io.replicas();
-        if replicas.is_empty() {
-            return Ok(Vec::new());
-        }
+    /// Every key any store lists, ascending, with each store's copy and whether a
+    /// quorum holds one value (over one store: its copy). Each store is listed first
+    /// (held whole, a listing failure fails the call); the copies' summaries are then
+    /// read 8 keys at a time, and each key comes as soon as its copies are read.
+    pub async fn copies(&self) -> Result<BoxStream<'static, KeyCopies>> {
+        let replicas: Vec<WalIo> = self.stores().into_iter().map(|i| i.io).collect();
         let mut per_store = Vec::with_capacity(replicas.len());
         for r in &replicas {
-            per_store.push(r.list().await?);
+            per_store.push(Arc::new(r.list().await?));
         }
         let mut sequences: Vec<u64> = per_store
             .iter()
@@ -225,45 +253,49 @@ impl Inspector {
             .collect();
         sequences.sort_unstable();
         sequences.dedup();
-        let mut keys = Vec::with_capacity(sequences.len());
-        for sequence in sequences {
-            let mut copies = Vec::with_capacity(replicas.len());
-            let mut values = Vec::with_capacity(replicas.len());
-            for (r, listing) in replicas.iter().zip(&per_store) {
-                // Listings are sorted by sequence.
-                let found = listing
-                    .objects
-                    .binary_search_by_key(&sequence, |o| o.sequence)
-                    .ok()
-                    .and_then(|at| listing.objects.get(at));
-                let Some(listed) = found else {
-                    copies.push(StoreCopy::Missing);
-                    values.push(None);
-                    continue;
-                };
-                match r.read_summary(listed).await {
-                    Ok(read) => {
-                        let value = ValueId::of(&read.summary);
-                        values.push(Some(value));
-                        copies.push(StoreCopy::Held {
-                            epoch: value.epoch,
-                            claim: value.claim,
-                            object_crc: value.object_crc,
-                        });
-                    }
-                    Err(e) => {
-                        values.push(None);
-                        copies.push(StoreCopy::Unreadable(e));
-                    }
+        let stores: Arc<Vec<(WalIo, Arc<Listing>)>> =
+            Arc::new(replicas.into_iter().zip(per_store).collect());
+        Ok(futures::stream::iter(sequences)
+            .map(move |sequence| {
+                let stores = stores.clone();
+                async move { key_copies(&stores, sequence).await }
+            })
+            .buffered(8)
+            .boxed())
+    }
+}
+
+/// Every store's copy of the key `sequence`.
+async fn key_copies(stores: &[(WalIo, Arc<Listing>)], sequence: u64) -> KeyCopies {
+    let reads = stores.iter().map(|(io, listing)| async move {
+        // Listings are sorted by sequence.
+        let found = listing
+            .objects
+            .binary_search_by_key(&sequence, |o| o.sequence)
+            .ok()
+            .and_then(|at| listing.objects.get(at));
+        match found {
+            None => (StoreCopy::Missing, None),
+            Some(listed) => match io.read_summary(listed).await {
+                Ok(read) => {
+                    let value = ValueId::of(&read.summary);
+                    let copy = StoreCopy::Held {
+                        epoch: value.epoch,
+                        claim: value.claim,
+                        object_crc: value.object_crc,
+                    };
+                    (copy, Some(value))
                 }
-            }
-            keys.push(KeyCopies {
-                sequence,
-                copies,
-                decided: decided_value(&values).is_some(),
-            });
+                Err(e) => (StoreCopy::Unreadable(e), None),
+            },
         }
-        Ok(keys)
+    });
+    let (copies, values): (Vec<StoreCopy>, Vec<Option<ValueId>>) =
+        futures::future::join_all(reads).await.into_iter().unzip();
+    KeyCopies {
+        sequence,
+        copies,
+        decided: decided_value(&values).is_some(),
     }
 }
 
@@ -331,8 +363,12 @@ mod tests {
             inspector.verify(sequence).await,
             Verdict::Vanished
         ));
-        assert!(inspector.copies().await.expect("copies").is_empty());
-        assert!(inspector.stores().is_empty());
+        // Over one store: the store itself, and its copy of each key it lists.
+        assert_eq!(inspector.stores().len(), 1);
+        let keys: Vec<KeyCopies> = inspector.copies().await.expect("copies").collect().await;
+        assert_eq!(keys.len(), 1, "only the opening object is left");
+        assert!(keys[0].decided);
+        assert!(matches!(keys[0].copies[..], [StoreCopy::Held { .. }]));
     }
 
     #[tokio::test]
@@ -361,7 +397,7 @@ mod tests {
         let wal_stores = WalStores::quorum(dyns).expect("three stores");
         let inspector = Inspector::new(wal_stores, &config()).expect("inspector");
         assert_eq!(inspector.key(1), opening.to_string());
-        let keys = inspector.copies().await.expect("copies");
+        let keys: Vec<KeyCopies> = inspector.copies().await.expect("copies").collect().await;
         let seqs: Vec<u64> = keys.iter().map(|k| k.sequence).collect();
         assert_eq!(seqs, vec![1, sequence]);
         let (opening, data) = (&keys[0], &keys[1]);

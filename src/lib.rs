@@ -129,7 +129,7 @@
 //! What a node uses is re-exported here at the root: [`ObjectStoreLogStore`] (the
 //! sequential front end; the actor runtime in `object-store-wal-actors` is the other),
 //! [`Config`], [`WalStores`], [`Error`] with its [`Durability`], [`Entry`], the
-//! receipts, [`RequestCounts`], and [`store_from_url`]. [`format`](mod@format) restates
+//! receipts, [`ChainSummary`], [`RequestCounts`], and [`store_from_url`]. [`format`](mod@format) restates
 //! the normative byte layout; [`inspect`] looks at a prefix's objects store by store for
 //! tools (`walctl` is built on it and the rest of this public API alone). The steps both front ends are built from live in one hidden module,
 //! `internal`: public only so the actor crate and the tests can reach them,

@@ -31,8 +31,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use bytes::{BufMut, Bytes};
+use chacha20poly1305::aead::{Aead, AeadInOut, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 
 use crate::format::{
@@ -368,17 +368,34 @@ fn zstd_decompress(compressed: &[u8], decoded_len: usize) -> Result<Vec<u8>, Str
     })
 }
 
-/// Transforms one version 1 segment (`plain`: `length | payload` per entry) as
-/// `sealing` says: returns `(codec, cipher, stored bytes)`. Compression is kept only
-/// when it shrinks the segment; with a key, every segment is encrypted with `nonce`.
+impl Sealing<'_> {
+    /// The bytes to leave free before the version 1 segment given to [`seal_segment`]:
+    /// room for an encrypted segment's key id and nonce, so it is encrypted in place.
+    pub fn headroom(&self) -> usize {
+        if self.key.is_some() {
+            ENVELOPE_HEAD_LEN
+        } else {
+            0
+        }
+    }
+}
+
+/// Transforms one version 1 segment as `sealing` says: `buffer` holds
+/// [`Sealing::headroom`] bytes (any), then the segment (`length | payload` per entry).
+/// Returns `(codec, cipher, stored bytes)`. Compression is kept only when it shrinks the
+/// segment; with a key, every segment is encrypted with `nonce`, in place.
 pub fn seal_segment(
-    plain: &[u8],
+    mut buffer: Vec<u8>,
     sealing: &Sealing<'_>,
     epoch: u64,
     region: u64,
     first_entry_id: u64,
     nonce: [u8; NONCE_LEN],
 ) -> Result<(u8, u8, Bytes), FormatError> {
+    let head = sealing.headroom();
+    let plain = buffer.get(head..).ok_or(FormatError::Unencodable(
+        "a segment buffer without its headroom",
+    ))?;
     let decoded_len = u32::try_from(plain.len())
         .map_err(|_| FormatError::Unencodable("a segment longer than u32::MAX"))?;
     let compressed = match sealing.compression {
@@ -387,35 +404,37 @@ pub fn seal_segment(
         Compression::Lz4 => Some((CODEC_LZ4, lz4_flex::block::compress(plain))),
     }
     .filter(|(_, c)| DECODED_LEN_PREFIX + c.len() < plain.len());
-    let (codec, body) = match compressed {
+    let (codec, mut buffer) = match compressed {
         Some((codec, c)) => {
-            let mut body = Vec::with_capacity(DECODED_LEN_PREFIX + c.len());
+            let tail = if sealing.key.is_some() { TAG_LEN } else { 0 };
+            let mut body = Vec::with_capacity(head + DECODED_LEN_PREFIX + c.len() + tail);
+            body.resize(head, 0);
             body.put_u32_le(decoded_len);
             body.extend_from_slice(&c);
             (codec, body)
         }
-        None => (CODEC_NONE, plain.to_vec()),
+        None => (CODEC_NONE, std::mem::take(&mut buffer)),
     };
     let Some(key) = sealing.key else {
-        return Ok((codec, CIPHER_NONE, Bytes::from(body)));
+        return Ok((codec, CIPHER_NONE, Bytes::from(buffer)));
     };
     let cipher = XChaCha20Poly1305::new_from_slice(&key.bytes)
         .map_err(|_| FormatError::Unencodable("a key is 32 bytes"))?;
     let ad = associated_data(epoch, region, first_entry_id);
-    let sealed = cipher
-        .encrypt(
-            &XNonce::from(nonce),
-            Payload {
-                msg: &body,
-                aad: &ad,
-            },
-        )
+    let (envelope, body) =
+        buffer
+            .split_at_mut_checked(ENVELOPE_HEAD_LEN)
+            .ok_or(FormatError::Unencodable(
+                "a segment buffer without its headroom",
+            ))?;
+    let tag = cipher
+        .encrypt_inout_detached(&XNonce::from(nonce), &ad, body.into())
         .map_err(|_| FormatError::Unencodable("encryption failed"))?;
-    let mut stored = BytesMut::with_capacity(ENVELOPE_HEAD_LEN + sealed.len());
-    stored.put_u32_le(key.id);
-    stored.put_slice(&nonce);
-    stored.put_slice(&sealed);
-    Ok((codec, CIPHER_XCHACHA20_POLY1305, stored.freeze()))
+    let (id, nonce_at) = envelope.split_at_mut(4);
+    id.copy_from_slice(&key.id.to_le_bytes());
+    nonce_at.copy_from_slice(&nonce);
+    buffer.extend_from_slice(tag.as_slice());
+    Ok((codec, CIPHER_XCHACHA20_POLY1305, Bytes::from(buffer)))
 }
 
 /// What a reader needs to open transformed segments: the keys, and its bound on a

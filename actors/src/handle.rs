@@ -98,8 +98,7 @@ pub async fn spawn_wal_with(
     spawn_wal_io(io, config, restarts, clock, parent).await
 }
 
-/// [`spawn_wal_with`] through `io` (tests, tools and the benchmark, which wrap the store
-/// access).
+/// [`spawn_wal_with`] through `io` (tests that wrap the store access).
 #[doc(hidden)]
 pub async fn spawn_wal_io(
     io: WalIo,

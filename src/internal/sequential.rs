@@ -119,7 +119,7 @@ impl ObjectStoreLogStore {
         Self::open_io(io, config).await
     }
 
-    /// [`open`](Self::open) through `io` (tests and tools that wrap the store access).
+    /// [`open`](Self::open) through `io` (tests that wrap the store access).
     #[doc(hidden)]
     pub async fn open_io(io: WalIo, config: Config) -> Result<Self> {
         config.validate()?;
@@ -156,7 +156,7 @@ impl ObjectStoreLogStore {
         Self::open_read_only_io(io, config).await
     }
 
-    /// [`open_read_only`](Self::open_read_only) through `io` (tests and tools).
+    /// [`open_read_only`](Self::open_read_only) through `io` (tests).
     #[doc(hidden)]
     pub async fn open_read_only_io(io: WalIo, config: Config) -> Result<Self> {
         config.validate()?;

@@ -212,7 +212,8 @@ pub struct RequestStats {
 }
 
 impl RequestStats {
-    /// The counts as they are now.
+    /// The counts as they are now, each read on its own (not one atomic snapshot: a
+    /// count may be a request ahead of another, `hedge_wins` of `hedged`).
     pub fn counts(&self) -> RequestCounts {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         RequestCounts {
