@@ -46,7 +46,10 @@ async fn every_acknowledged_entry_comes_back_through_the_actors() {
             tasks.push(tokio::spawn(async move {
                 let mut acked = Vec::new();
                 for i in 0..20 {
-                    let receipt = wal.append(region, vec![row(region, i)]).await.expect("append");
+                    let receipt = wal
+                        .append(region, vec![row(region, i)])
+                        .await
+                        .expect("append");
                     acked.push((receipt.parts[0].first_id, row(region, i)));
                 }
                 (region, acked)
@@ -68,7 +71,11 @@ async fn every_acknowledged_entry_comes_back_through_the_actors() {
         }
         assert_eq!(followed, acked[&1], "{compression}");
         for (region, entries) in &acked {
-            assert_eq!(&ids(&read(&wal, *region, 0).await), entries, "{compression}");
+            assert_eq!(
+                &ids(&read(&wal, *region, 0).await),
+                entries,
+                "{compression}"
+            );
         }
         stop(wal, join).await;
 
