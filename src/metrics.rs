@@ -215,13 +215,12 @@ impl Metrics {
     /// `live_objects`. (Each append's latency is the front end's to record.)
     pub fn acknowledged(&self, sealed: &SealedObject, since_seal: Duration, live_objects: usize) {
         self.objects_created.increment(1);
-        self.objects_created_bytes.increment(sealed.encoded.len());
+        self.objects_created_bytes.increment(sealed.encoded_len());
         self.entries_acknowledged.increment(sealed.entries);
         self.appends_acknowledged
             .increment(sealed.receipts.len() as u64);
         self.seal_to_durable.record(since_seal);
-        self.floor_sequence
-            .set(sealed.encoded.header().floor as f64);
+        self.floor_sequence.set(sealed.header().floor as f64);
         self.live_objects.set(live_objects as f64);
     }
 }

@@ -97,7 +97,7 @@ fn batch_rejects_append_too_large_alone() {
             floor: 0,
         },
     );
-    assert_eq!(sealed.encoded.len(), exact);
+    assert_eq!(sealed.encoded().expect("encoded").len(), exact);
 
     let mut batch = Batch::new(limits(exact - 1, 1000));
     assert!(matches!(
@@ -173,7 +173,7 @@ fn batch_full_returns_the_parts_untouched() {
         },
     );
     assert_eq!(next.receipts[0].parts[0].first_id, entry_id(6, 0));
-    let decoded = decode_object(&next.encoded.to_bytes()).unwrap();
+    let decoded = decode_object(&next.encoded().expect("encoded").to_bytes()).unwrap();
     assert_eq!(decoded.segments, vec![(1, vec![entry(3)])]);
 }
 
@@ -217,11 +217,11 @@ fn batch_region_full_at_2_pow_20_entries() {
     assert_eq!(ids.count as usize, N);
     assert_eq!(ids.last_id(), entry_id(3, N as u64 - 1));
     assert_eq!(entry_sequence(ids.last_id()), 3);
-    let records = sealed.records();
+    let records = sealed.encoded().expect("encoded").records();
     assert_eq!(records[0].last_entry_id, entry_id(3, N as u64 - 1));
     assert_eq!(records[0].entry_count(), N as u64);
 
-    let decoded = decode_object(&sealed.encoded.to_bytes()).unwrap();
+    let decoded = decode_object(&sealed.encoded().expect("encoded").to_bytes()).unwrap();
     assert_eq!(decoded.segments.len(), 2);
     assert_eq!(decoded.segments[0].0, 5);
     assert_eq!(decoded.segments[0].1.len(), N);
@@ -303,7 +303,7 @@ fn batch_append_across_regions_lands_whole() {
             (1, entry_id(11, 0), 3),
         ]
     );
-    let decoded = decode_object(&sealed.encoded.to_bytes()).unwrap();
+    let decoded = decode_object(&sealed.encoded().expect("encoded").to_bytes()).unwrap();
     assert_eq!(
         decoded.segments,
         vec![
@@ -335,7 +335,9 @@ fn batch_seal_with_invalid_header_keeps_the_batch() {
         .unwrap();
     assert_eq!(sealed.receipts[0].parts[0].first_id, entry_id(1, 0));
     assert_eq!(
-        decode_object(&sealed.encoded.to_bytes()).unwrap().segments,
+        decode_object(&sealed.encoded().expect("encoded").to_bytes())
+            .unwrap()
+            .segments,
         vec![(1, vec![bs("a")])]
     );
 }
@@ -367,7 +369,7 @@ proptest! {
             let sealed = seal(batch, at);
             assert_eq!(&sealed.receipts, told, "the ids told at admission are final");
             told.clear();
-            let bytes = sealed.encoded.to_bytes();
+            let bytes = sealed.encoded().expect("encoded").to_bytes();
             assert_eq!(bytes.len() as u64, predicted);
             assert!(predicted <= max_object_bytes);
             let decoded = decode_object(&bytes).unwrap();

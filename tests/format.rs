@@ -1390,18 +1390,18 @@ proptest! {
         prop_assert_eq!(sealed.payload_bytes, payload as u64);
         prop_assert_eq!(sealed.sequence(), at.sequence);
 
-        let bytes = sealed.encoded.to_bytes();
+        let bytes = sealed.encoded().expect("encoded").to_bytes();
         prop_assert_eq!(bytes.len() as u64, predicted);
-        prop_assert_eq!(sealed.encoded.len(), predicted);
+        prop_assert_eq!(sealed.encoded().expect("encoded").len(), predicted);
         let n = bytes.len();
         let object_crc = crc32fast::hash(&bytes[..n - 4]);
         prop_assert_eq!(rd32(&bytes, n - 4), object_crc);
-        prop_assert_eq!(sealed.encoded.object_crc(), object_crc);
+        prop_assert_eq!(sealed.encoded().expect("encoded").object_crc(), object_crc);
         prop_assert_eq!(rd32(&bytes, 52), crc32fast::hash(&bytes[..52]));
 
         let decoded = decode_object(&bytes).expect("a sealed batch decodes");
         check_object(&bytes, &decoded);
-        prop_assert_eq!(&decoded.summary, &sealed.encoded.summary());
+        prop_assert_eq!(&decoded.summary, &sealed.encoded().expect("encoded").summary());
         prop_assert_eq!(
             decoded.summary.header,
             Header {
@@ -1412,7 +1412,10 @@ proptest! {
                 claim: false,
             }
         );
-        prop_assert_eq!(decoded.summary.footer.records.as_slice(), sealed.records());
+        prop_assert_eq!(
+            decoded.summary.footer.records.as_slice(),
+            sealed.encoded().expect("encoded").records()
+        );
         let expected = expected_from_receipts(&appends, &sealed.receipts, at.sequence);
         prop_assert_eq!(decoded_entries(&decoded), expected);
 
@@ -1422,8 +1425,8 @@ proptest! {
             prop_assert!(again.admit(parts.clone()).is_ok());
         }
         let resealed = seal(&mut again, at);
-        prop_assert_eq!(resealed.encoded.to_bytes(), bytes.clone());
-        prop_assert!(resealed.encoded.same_bytes(&bytes));
+        prop_assert_eq!(resealed.encoded().expect("encoded").to_bytes(), bytes.clone());
+        prop_assert!(resealed.encoded().expect("encoded").same_bytes(&bytes));
         prop_assert_eq!(resealed.receipts, sealed.receipts);
     }
 

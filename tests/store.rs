@@ -1286,11 +1286,11 @@ async fn late_create_meets_the_claim_and_is_fenced(store: Arc<dyn ObjectStore>) 
     let s2 = seal(&mut state, &[(1, &["a2"])]);
     let s3 = seal(&mut state, &[(1, &["a3"])]);
     assert!(matches!(
-        persist(a.io(), &s3.encoded, &one_attempt()).await,
+        persist(a.io(), s3.encoded().expect("encoded"), &one_attempt()).await,
         PersistOutcome::Durable { attempts: 1 }
     ));
     faults.fail_create_of(&key(2), [CreateFault::LandLate(1_000_000)]);
-    let outcome = persist(a.io(), &s2.encoded, &one_attempt()).await;
+    let outcome = persist(a.io(), s2.encoded().expect("encoded"), &one_attempt()).await;
     assert!(
         matches!(outcome, PersistOutcome::Unknown { .. }),
         "{outcome:?}"
@@ -1308,7 +1308,7 @@ async fn late_create_meets_the_claim_and_is_fenced(store: Arc<dyn ObjectStore>) 
     assert_eq!(faults.late_pending(), 0);
     assert_eq!(stored_empty(&store, 2).await, claim(2, 5, (1, 2), 0));
 
-    let retry = persist(a.io(), &s2.encoded, &config().retry).await;
+    let retry = persist(a.io(), s2.encoded().expect("encoded"), &config().retry).await;
     assert!(
         matches!(retry, PersistOutcome::Fenced { fenced_by: 5 }),
         "{retry:?}"
@@ -1349,14 +1349,14 @@ async fn claim_loses_to_a_late_create(store: Arc<dyn ObjectStore>) {
     let s3 = seal(&mut state, &[(1, &["a3"])]);
     let s4 = seal(&mut state, &[(1, &["a4"])]);
     assert!(matches!(
-        persist(a.io(), &s3.encoded, &one_attempt()).await,
+        persist(a.io(), s3.encoded().expect("encoded"), &one_attempt()).await,
         PersistOutcome::Durable { .. }
     ));
     // Lands at the second store operation after this one: B's recovery reads objects 1
     // and 3 with one GET each (after its listing), so it lands during the second.
     faults.fail_create_of(&key(2), [CreateFault::LandLate(1)]);
     assert!(matches!(
-        persist(a.io(), &s2.encoded, &one_attempt()).await,
+        persist(a.io(), s2.encoded().expect("encoded"), &one_attempt()).await,
         PersistOutcome::Unknown { .. }
     ));
     assert_eq!(keys(&store).await.len(), 2, "2 has not landed yet");
@@ -1385,10 +1385,10 @@ async fn claim_loses_to_a_late_create(store: Arc<dyn ObjectStore>) {
 
     // A's retry of 2 is acknowledged (identical bytes); its next object is fenced.
     assert!(matches!(
-        persist(a.io(), &s2.encoded, &config().retry).await,
+        persist(a.io(), s2.encoded().expect("encoded"), &config().retry).await,
         PersistOutcome::Durable { attempts: 1 }
     ));
-    let fenced = persist(a.io(), &s4.encoded, &config().retry).await;
+    let fenced = persist(a.io(), s4.encoded().expect("encoded"), &config().retry).await;
     assert!(
         matches!(fenced, PersistOutcome::Fenced { fenced_by: 5 }),
         "{fenced:?}"
@@ -1409,18 +1409,18 @@ async fn claim_loses_and_leftover_claim_stays_off_the_chain(store: Arc<dyn Objec
     let s3 = seal(&mut state, &[(1, &["a3"])]);
     let s4 = seal(&mut state, &[(1, &["a4"])]);
     assert!(matches!(
-        persist(a.io(), &s4.encoded, &one_attempt()).await,
+        persist(a.io(), s4.encoded().expect("encoded"), &one_attempt()).await,
         PersistOutcome::Durable { .. }
     ));
     faults.fail_create_of(&key(2), [CreateFault::LandLate(1_000_000)]);
     assert!(matches!(
-        persist(a.io(), &s2.encoded, &one_attempt()).await,
+        persist(a.io(), s2.encoded().expect("encoded"), &one_attempt()).await,
         PersistOutcome::Unknown { .. }
     ));
     // Lands during B's recovery GETs (objects 1 and 4), after its listing.
     faults.fail_create_of(&key(3), [CreateFault::LandLate(1)]);
     assert!(matches!(
-        persist(a.io(), &s3.encoded, &one_attempt()).await,
+        persist(a.io(), s3.encoded().expect("encoded"), &one_attempt()).await,
         PersistOutcome::Unknown { .. }
     ));
 
@@ -1448,7 +1448,7 @@ async fn claim_loses_and_leftover_claim_stays_off_the_chain(store: Arc<dyn Objec
     assert_eq!(b.epoch().unwrap().epoch, 6);
 
     assert_eq!(faults.land_late().await, 0);
-    let retry = persist(a.io(), &s2.encoded, &config().retry).await;
+    let retry = persist(a.io(), s2.encoded().expect("encoded"), &config().retry).await;
     assert!(
         matches!(retry, PersistOutcome::Fenced { fenced_by: 6 }),
         "{retry:?}"
@@ -1562,7 +1562,7 @@ async fn create_applied_then_error_is_acknowledged_on_retry(store: Arc<dyn Objec
     let mut state = wal.epoch().unwrap();
     let s4 = seal(&mut state, &[(2, &["f"])]);
     faults.fail_create_of(&key(4), [CreateFault::ApplyThenError]);
-    let outcome = persist(wal.io(), &s4.encoded, &config().retry).await;
+    let outcome = persist(wal.io(), s4.encoded().expect("encoded"), &config().retry).await;
     assert!(
         matches!(outcome, PersistOutcome::Durable { attempts: 2 }),
         "{outcome:?}"
@@ -1596,7 +1596,12 @@ async fn higher_epoch_at_our_sequence_fences(store: Arc<dyn ObjectStore>) {
 
     let mut state = wal.epoch().unwrap();
     let sealed = seal(&mut state, &[(1, &["x"])]);
-    let outcome = persist(wal.io(), &sealed.encoded, &config().retry).await;
+    let outcome = persist(
+        wal.io(),
+        sealed.encoded().expect("encoded"),
+        &config().retry,
+    )
+    .await;
     assert!(
         matches!(outcome, PersistOutcome::Fenced { fenced_by: 9 }),
         "{outcome:?}"
@@ -1638,7 +1643,12 @@ async fn same_epoch_other_bytes_poisons(store: Arc<dyn ObjectStore>) {
 
     let mut state = wal.epoch().unwrap();
     let sealed = seal(&mut state, &[(1, &["x"])]);
-    let outcome = persist(wal.io(), &sealed.encoded, &config().retry).await;
+    let outcome = persist(
+        wal.io(),
+        sealed.encoded().expect("encoded"),
+        &config().retry,
+    )
+    .await;
     assert!(
         matches!(outcome, PersistOutcome::Poisoned { .. }),
         "{outcome:?}"
@@ -1672,7 +1682,7 @@ async fn stale_tail_ends_the_epoch(store: Arc<dyn ObjectStore>) {
     let z4 = seal(&mut zs, &[(1, &["z4"])]);
     faults.fail_create_of(&key(4), [CreateFault::LandLate(1_000_000)]);
     assert!(matches!(
-        persist(z.io(), &z4.encoded, &one_attempt()).await,
+        persist(z.io(), z4.encoded().expect("encoded"), &one_attempt()).await,
         PersistOutcome::Unknown { .. }
     ));
 
@@ -1688,7 +1698,7 @@ async fn stale_tail_ends_the_epoch(store: Arc<dyn ObjectStore>) {
 
     let mut copy = a.epoch().unwrap();
     let sealed = seal(&mut copy, &[(1, &["x"])]);
-    let outcome = persist(a.io(), &sealed.encoded, &config().retry).await;
+    let outcome = persist(a.io(), sealed.encoded().expect("encoded"), &config().retry).await;
     assert!(
         matches!(outcome, PersistOutcome::StaleTail { found_epoch: 2 }),
         "{outcome:?}"
@@ -1828,7 +1838,12 @@ async fn unknown_outcome_ends_the_epoch(store: Arc<dyn ObjectStore>) {
     let mut copy = wal.epoch().unwrap();
     let sealed = seal(&mut copy, &[(1, &["never"])]);
     faults.fail_create_of(&key(8), [CreateFault::ErrorUnapplied; 3]);
-    let outcome = persist(wal.io(), &sealed.encoded, &config().retry).await;
+    let outcome = persist(
+        wal.io(),
+        sealed.encoded().expect("encoded"),
+        &config().retry,
+    )
+    .await;
     assert!(
         matches!(outcome, PersistOutcome::Unknown { .. }),
         "{outcome:?}"

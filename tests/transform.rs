@@ -486,3 +486,48 @@ fn a_wal_without_transforms_writes_version_1() {
     assert_eq!(encoded.version(), VERSION);
     assert!(encoded.records().iter().all(|r| !r.is_transformed()));
 }
+
+/// A key provider that has lost its current key (a key service down).
+#[derive(Debug)]
+struct NoCurrentKey;
+
+impl KeyProvider for NoCurrentKey {
+    fn current(&self) -> Result<SegmentKey, object_store_wal::transform::KeyError> {
+        Err(object_store_wal::transform::KeyError::Provider(
+            "the key service is down".into(),
+        ))
+    }
+
+    fn key(&self, id: u32) -> Result<SegmentKey, object_store_wal::transform::KeyError> {
+        Err(object_store_wal::transform::KeyError::Unknown(id))
+    }
+}
+
+#[tokio::test]
+async fn an_object_that_cannot_be_encrypted_fails_its_appends_and_writes_nothing() {
+    let store = Arc::new(InMemory::new());
+    let config = Config::new("wal")
+        .with_create_if_missing(true)
+        .with_encryption_keys(Arc::new(NoCurrentKey));
+    // The opening object has no segment: it needs no key.
+    let mut wal = ObjectStoreLogStore::open(store.clone(), config)
+        .await
+        .expect("open");
+    let before = stored_objects(&store).await.len();
+    let err = wal
+        .append_and_flush(vec![(1, vec![payload(1, 0)])])
+        .await
+        .expect_err("no current key");
+    match &err {
+        Error::EncodeFailed { reason, .. } => {
+            assert!(reason.contains("the key service is down"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(err.durability(), object_store_wal::Durability::NotWritten);
+    assert_eq!(
+        stored_objects(&store).await.len(),
+        before,
+        "nothing written"
+    );
+}

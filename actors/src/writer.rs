@@ -205,7 +205,7 @@ impl WriterState {
                     let c = &self.args.counters;
                     let attempts = u64::from(attempts);
                     Counters::add(&c.objects, 1);
-                    Counters::add(&c.object_bytes, sealed.encoded.len());
+                    Counters::add(&c.object_bytes, sealed.encoded_len());
                     Counters::add(&c.entries, sealed.entries);
                     Counters::add(&c.appends, sealed.receipts.len() as u64);
                     Counters::add(&c.payload_bytes, sealed.payload_bytes);
@@ -286,12 +286,17 @@ impl WriterState {
         let max_duration = self.args.config.max_create_duration;
         let clock = self.args.clock.clone();
         let me = myself.clone();
-        let span = info_span!("upload", sequence, bytes = sealed.encoded.len());
+        let span = info_span!("upload", sequence, payload_bytes = sealed.payload_bytes);
         let task = tokio::spawn(
             async move {
-                let outcome =
-                    persist_within(&io, &sealed.encoded, &retry, max_duration, clock.as_ref())
-                        .await;
+                // A transformed object is compressed and encrypted here, in its own task,
+                // beside the writer (an untransformed one was encoded when sealed).
+                let outcome = match sealed.encoded() {
+                    Ok(object) => {
+                        persist_within(&io, object, &retry, max_duration, clock.as_ref()).await
+                    }
+                    Err(e) => PersistOutcome::not_encoded(sequence, &e),
+                };
                 // A stopped writer no longer listens; its waiters were answered.
                 let _ = me.cast(WriterMsg::Uploaded { sequence, outcome });
             }

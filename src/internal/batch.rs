@@ -10,14 +10,15 @@
 //! admission, given the sequence the batch will be sealed at. Pure: no I/O, no async.
 
 use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
 
 use bytes::Bytes;
 
 use crate::error::Error;
 use crate::format::{
     encode_object, encode_object_with, entry_id, EncodedObject, FormatError, Header, Link,
-    SegmentRecord, ENTRY_PREFIX_LEN, FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN,
-    MAX_SEGMENT_ENTRIES, TRAILER_LEN,
+    ENTRY_PREFIX_LEN, FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN, MAX_SEGMENT_ENTRIES,
+    TRAILER_LEN,
 };
 use crate::transform::{random_nonce, Compression, Keys, Opening, Sealing, NONCE_LEN};
 
@@ -59,6 +60,11 @@ impl PartialEq for SegmentCodec {
 impl Eq for SegmentCodec {}
 
 impl SegmentCodec {
+    /// Whether this codec transforms nothing (version 1 objects).
+    pub fn is_identity(&self) -> bool {
+        self.compression.is_off() && self.keys.is_none()
+    }
+
     /// The codec of `config`.
     pub fn of(config: &crate::config::Config) -> Self {
         SegmentCodec {
@@ -383,16 +389,33 @@ impl Batch {
             floor,
             claim: false,
         };
-        let encoded = codec.encode(
-            &header,
-            self.regions.iter().map(|(r, e)| (*r, e.as_slice())),
-        )?;
+        header.validate()?;
         let receipts = self
             .appends
             .drain(..)
             .map(|slots| receipt_of(&slots, sequence))
             .collect();
+        let encoded = OnceLock::new();
+        let deferred = if codec.is_identity() {
+            // Untransformed: encoded now (zero-copy, one pass), exactly as version 1.
+            let object = encode_object(
+                &header,
+                self.regions.iter().map(|(r, e)| (*r, e.as_slice())),
+            )?;
+            let _ = encoded.set(Ok(object));
+            None
+        } else {
+            // Transformed: the entries are kept, and encoded by the first caller of
+            // `encoded()`, the object's upload, off the sealer's thread.
+            Some(Deferred {
+                regions: std::mem::take(&mut self.regions),
+                codec: codec.clone(),
+            })
+        };
+        let deferred = Mutex::new(deferred);
         let sealed = SealedObject {
+            header,
+            deferred,
             encoded,
             receipts,
             entries: self.entries,
@@ -407,11 +430,21 @@ impl Batch {
     }
 }
 
-/// A sealed batch: the object's bytes and the receipts it will acknowledge.
-#[derive(Debug, Clone)]
+/// A sealed batch: the object (its bytes, or the entries they are made from) and the
+/// receipts it will acknowledge.
+///
+/// An untransformed object is encoded when sealed. A transformed one (compressed or
+/// encrypted, [`SegmentCodec`]) is encoded by the first call of
+/// [`encoded`](Self::encoded): the actor runtime makes it in the object's upload task,
+/// so compression and encryption run beside the writer, not in it. Its identity (header,
+/// receipts, ids) is fixed at the seal either way.
+#[derive(Debug)]
 pub struct SealedObject {
-    /// The encoded object.
-    pub encoded: EncodedObject,
+    header: Header,
+    /// A transformed object's entries until it is encoded (then dropped: the stored
+    /// bytes are all an upload holds).
+    deferred: Mutex<Option<Deferred>>,
+    encoded: OnceLock<std::result::Result<EncodedObject, FormatError>>,
     /// One receipt per admitted append, in admission order.
     pub receipts: Vec<AppendReceipt>,
     /// Number of entries in the object.
@@ -420,14 +453,104 @@ pub struct SealedObject {
     pub payload_bytes: u64,
 }
 
+/// A transformed object's entries and transforms, until it is encoded.
+#[derive(Debug)]
+struct Deferred {
+    regions: BTreeMap<u64, Vec<Bytes>>,
+    codec: SegmentCodec,
+}
+
 impl SealedObject {
     /// The object's sequence.
     pub fn sequence(&self) -> u64 {
-        self.encoded.header().sequence
+        self.header.sequence
     }
 
-    /// The footer records of the object.
-    pub fn records(&self) -> &[SegmentRecord] {
-        self.encoded.records()
+    /// The object's header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The encoded object: encoded now if it was not yet (a transformed object, on the
+    /// caller's thread; every later call gets the same bytes).
+    pub fn encoded(&self) -> std::result::Result<&EncodedObject, FormatError> {
+        self.encoded
+            .get_or_init(|| {
+                let deferred = self
+                    .deferred
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                match deferred {
+                    Some(d) => d.codec.encode(
+                        &self.header,
+                        d.regions.iter().map(|(r, e)| (*r, e.as_slice())),
+                    ),
+                    None => Err(FormatError::Unencodable(
+                        "a sealed object without its entries",
+                    )),
+                }
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The encoded object's length, 0 while a transformed one is not encoded yet.
+    pub fn encoded_len(&self) -> u64 {
+        match self.encoded.get() {
+            Some(Ok(e)) => e.len(),
+            _ => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transform::{SegmentKey, StaticKeys};
+    use std::sync::Arc;
+
+    fn limits() -> BatchLimits {
+        BatchLimits {
+            max_object_bytes: 1 << 20,
+            max_entry_bytes: 1 << 16,
+        }
+    }
+
+    fn batch() -> Batch {
+        let mut batch = Batch::new(limits());
+        let text = Bytes::from("a compressible entry ".repeat(20));
+        batch
+            .admit(vec![(1, vec![text.clone()]), (2, vec![text])])
+            .expect("admitted");
+        batch
+    }
+
+    #[test]
+    fn an_untransformed_object_is_encoded_when_sealed() {
+        let sealed = batch()
+            .seal(1, 1, Link::NONE, 0, &SegmentCodec::identity())
+            .expect("sealed");
+        assert!(sealed.encoded_len() > 0);
+        assert_eq!(sealed.encoded().expect("encoded").version(), 1);
+    }
+
+    #[test]
+    fn a_transformed_object_is_encoded_once_by_its_first_reader() {
+        let mut codec = SegmentCodec::identity();
+        codec.compression = Compression::ZSTD;
+        codec.keys = Some(Keys(Arc::new(StaticKeys::new(SegmentKey::new(1, [7; 32])))));
+        let sealed = batch().seal(1, 1, Link::NONE, 0, &codec).expect("sealed");
+        assert_eq!(sealed.sequence(), 1);
+        assert_eq!(sealed.encoded_len(), 0, "not encoded at the seal");
+        let first = sealed.encoded().expect("encoded").to_bytes();
+        assert_eq!(sealed.encoded().expect("encoded").to_bytes(), first);
+        assert_eq!(sealed.encoded_len(), first.len() as u64);
+        assert!(sealed
+            .encoded()
+            .expect("encoded")
+            .records()
+            .iter()
+            .all(|r| r.is_transformed()));
     }
 }

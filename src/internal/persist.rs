@@ -53,8 +53,9 @@ pub enum PersistOutcome {
     },
     /// The store refuses conditional creates (the error names it).
     Unsupported(Error),
-    /// The store refused the create for permission or authentication: nothing was
-    /// written ([`Error::AccessDenied`]).
+    /// Nothing was written, and it is known: the store refused the create for
+    /// permission or authentication ([`Error::AccessDenied`]), or the object could not
+    /// be encoded and was never sent ([`Error::EncodeFailed`]).
     Refused(Error),
     /// Created, but the create took longer than `max_create_duration`: never acknowledged.
     TooSlow {
@@ -183,6 +184,15 @@ fn resolve_conflict(
 }
 
 impl PersistOutcome {
+    /// The outcome of an object that could not be encoded (its transforms failed, for
+    /// one: the key provider had no current key): never sent, nothing written.
+    pub fn not_encoded(sequence: u64, error: &crate::format::FormatError) -> Self {
+        PersistOutcome::Refused(Error::EncodeFailed {
+            what: format!("object {sequence}"),
+            reason: error.to_string(),
+        })
+    }
+
     /// The error the appends of an object that ended this way get; `None` when durable.
     pub fn error(&self, epoch: u64, sequence: u64) -> Option<Error> {
         match self {

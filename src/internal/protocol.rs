@@ -152,13 +152,17 @@ impl Chain for SharedChain {
     }
 
     fn commit(&mut self, sealed: &SealedObject) -> Result<usize> {
+        let object = sealed.encoded().map_err(|e| Error::EncodeFailed {
+            what: format!("object {}", sealed.sequence()),
+            reason: e.to_string(),
+        })?;
         let live = {
             let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
-            catalog.commit(&sealed.encoded)?;
+            catalog.commit(object)?;
             catalog.object_count()
         };
         self.retention()
-            .committed(sealed.sequence(), sealed.records());
+            .committed(sealed.sequence(), object.records());
         Ok(live)
     }
 
@@ -742,7 +746,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 self.last_ack = Some(now.at);
             }
             // The floor first: once an append is answered, the floor it raised is seen.
-            if let Some(floor) = self.chain.acknowledge_floor(sealed.encoded.header().floor) {
+            if let Some(floor) = self.chain.acknowledge_floor(sealed.header().floor) {
                 self.actions.push_back(Action::PublishFloor(floor));
             }
             self.actions.push_back(Action::Acknowledge {
@@ -1081,7 +1085,7 @@ mod tests {
                 match action {
                     Action::Create(sealed) => {
                         assert!(!self.ended, "a create started after the epoch ended");
-                        let floor = sealed.encoded.header().floor;
+                        let floor = sealed.header().floor;
                         assert!(floor >= self.last_sealed_floor, "a floor decreased");
                         self.last_sealed_floor = floor;
                         self.uploading.push(sealed.sequence());

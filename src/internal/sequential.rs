@@ -30,7 +30,7 @@ use crate::epoch::WritePosition;
 use crate::error::{Error, Result};
 use crate::objects::WalIo;
 use crate::open::{open_instance, recover_in, Opened, RecoveryReport};
-use crate::persist::persist_within;
+use crate::persist::{persist_within, PersistOutcome};
 use crate::protocol::{Action, Limits, Now, SharedChain, WhenFull, WriteProtocol};
 use crate::read::{follow_read_only, read_region, replay_regions, Entry, ReplayLimits};
 use crate::stores::WalStores;
@@ -287,15 +287,20 @@ impl ObjectStoreLogStore {
             match action {
                 Action::Create(sealed) => {
                     let sequence = sealed.sequence();
-                    let outcome = persist_within(
-                        &self.io,
-                        &sealed.encoded,
-                        &self.config.retry,
-                        self.config.max_create_duration,
-                        clock.as_ref(),
-                    )
-                    .instrument(info_span!("upload", sequence, bytes = sealed.encoded.len()))
-                    .await;
+                    let outcome = match sealed.encoded() {
+                        Ok(object) => {
+                            persist_within(
+                                &self.io,
+                                object,
+                                &self.config.retry,
+                                self.config.max_create_duration,
+                                clock.as_ref(),
+                            )
+                            .instrument(info_span!("upload", sequence, bytes = object.len()))
+                            .await
+                        }
+                        Err(e) => PersistOutcome::not_encoded(sequence, &e),
+                    };
                     writing.handle_outcome(sequence, outcome, now());
                 }
                 Action::Acknowledge {
