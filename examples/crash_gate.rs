@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use futures::StreamExt;
 use object_store_wal::store_from_url;
+use object_store_wal::transform::StaticKeys;
 use object_store_wal::{Config, ObjectStoreLogStore, WalStores};
 
 #[derive(Parser, Debug)]
@@ -62,6 +63,13 @@ struct Args {
     /// Seed of the kill times (default: from the clock; printed).
     #[arg(long)]
     seed: Option<u64>,
+    /// The node's segment compression: off, lz4, zstd, zstd:N.
+    #[arg(long, default_value = "off")]
+    compression: String,
+    /// Encrypt every segment (a key file made in the run's directory; the replay reads
+    /// with it).
+    #[arg(long)]
+    encrypt: bool,
 }
 
 /// SplitMix64: enough randomness for kill times, reproducible from the printed seed.
@@ -163,6 +171,14 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         .clone()
         .unwrap_or_else(|| format!("gate-{stamp}"));
     let ack_log = work.join("acks.log");
+    let keys = work.join("wal.keys");
+    if args.encrypt {
+        let key: String = (0..32)
+            .map(|i| format!("{:02x}", (stamp >> (i % 8 * 8)) as u8 ^ i as u8))
+            .collect();
+        std::fs::write(&keys, format!("1:{key}\n"))?;
+    }
+    let keys_source = format!("file:{}", keys.display());
     let mut seed = args.seed.unwrap_or(stamp);
     eprintln!("crash_gate: url {url} prefix {prefix} seed {seed}");
     let started = Instant::now();
@@ -179,6 +195,12 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
                 "64",
             ])
             .args(["--min-object-interval-ms", "20"])
+            .args(["--compression", &args.compression])
+            .args(if args.encrypt {
+                vec!["--keys", keys_source.as_str()]
+            } else {
+                Vec::new()
+            })
             .arg("--ack-log")
             .arg(&ack_log)
             .stdout(Stdio::null())
@@ -203,7 +225,11 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             .map(|u| store_from_url(u))
             .collect::<Result<Vec<_>, _>>()?,
     )?;
-    let config = Config::new(prefix.clone());
+    let mut config = Config::new(prefix.clone());
+    if args.encrypt {
+        config = config
+            .with_encryption_keys(std::sync::Arc::new(StaticKeys::from_source(&keys_source)?));
+    }
     let wal = ObjectStoreLogStore::open_read_only(stores, config).await?;
     let (mut missing, mut duplicated, mut wrong_payload, mut replayed) = (0u64, 0u64, 0u64, 0u64);
     let mut flushed_not_replayed = 0u64;

@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use clap::Parser;
+use object_store_wal::transform::{Compression, StaticKeys};
 use object_store_wal::{entry_id, store_from_url, AppendReceipt, Config, Error, WalStores};
 use object_store_wal_actors::{spawn_wal, PendingReceipt, RestartPolicy, WalHandle};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -87,6 +88,12 @@ struct Args {
     /// Serve the WAL's metrics for Prometheus on this address (e.g. 127.0.0.1:9464).
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
+    /// Segment compression: off, lz4, zstd, zstd:N.
+    #[arg(long, default_value = "off", value_parser = |s: &str| s.parse::<Compression>())]
+    compression: Compression,
+    /// Encrypt every segment with these keys: env:VAR or file:PATH.
+    #[arg(long)]
+    keys: Option<String>,
 }
 
 /// Histogram buckets of the WAL's latencies and durations, in seconds.
@@ -457,6 +464,16 @@ fn config(args: &Args) -> Config {
     c.max_in_flight = args.max_in_flight;
     c.max_batch_bytes = args.max_batch_bytes;
     c.max_entry_bytes = c.max_entry_bytes.min(args.max_batch_bytes / 2);
+    c = c.with_compression(args.compression);
+    if let Some(source) = &args.keys {
+        match StaticKeys::from_source(source) {
+            Ok(keys) => c = c.with_encryption_keys(Arc::new(keys)),
+            Err(e) => {
+                eprintln!("node: --keys {source}: {e}");
+                std::process::exit(2);
+            }
+        }
+    }
     c
 }
 
