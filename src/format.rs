@@ -153,6 +153,12 @@ pub enum FormatError {
         /// The key id the segment names.
         key_id: u32,
     },
+    /// An object could not be encrypted: the key provider has no current key.
+    #[error("no current key to encrypt with: {reason}")]
+    NoCurrentKey {
+        /// The provider's error.
+        reason: String,
+    },
     /// A compressed segment does not decompress.
     #[error("segment of region {region} does not decompress: {reason}")]
     Decompress {

@@ -205,14 +205,14 @@ impl Inspector {
             if !record.is_transformed() || damaged.iter().any(|(r, _)| *r == record.region) {
                 continue;
             }
-            let segment = bytes.slice(
-                usize::try_from(record.offset)
-                    .unwrap_or(usize::MAX)
-                    .min(bytes.len())
-                    ..usize::try_from(record.range().end)
-                        .unwrap_or(usize::MAX)
-                        .min(bytes.len()),
-            );
+            // `check_object` placed every segment inside the object.
+            let range = usize::try_from(record.offset)
+                .ok()
+                .zip(usize::try_from(record.range().end).ok());
+            let Some(segment) = range.and_then(|(from, to)| bytes.get(from..to)) else {
+                continue;
+            };
+            let segment = bytes.slice_ref(segment);
             if let Err(error) = self.io.decode_segment(segment, record, header.epoch) {
                 damaged.push((record.region, error));
             }

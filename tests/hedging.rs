@@ -561,8 +561,14 @@ impl Transport for ReadsWhatItFinds {
         self.inner.delete(key)
     }
 
-    fn with_requests(&self, hedge_after: HedgeAfter, timeout: Duration) -> Arc<dyn Transport> {
-        self.inner.with_requests(hedge_after, timeout)
+    fn with_requests_counted(
+        &self,
+        hedge_after: HedgeAfter,
+        timeout: Duration,
+        stats: Arc<RequestStats>,
+    ) -> Arc<dyn Transport> {
+        self.inner
+            .with_requests_counted(hedge_after, timeout, stats)
     }
 
     fn close(&self) {

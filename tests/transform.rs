@@ -21,12 +21,7 @@ use object_store_wal::transform::{
 use object_store_wal::{Config, Error, ObjectStoreLogStore};
 
 fn unhex(s: &str) -> Bytes {
-    Bytes::from(
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-            .collect::<Vec<u8>>(),
-    )
+    Bytes::from(hex::decode(s).expect("hex"))
 }
 
 fn header() -> Header {

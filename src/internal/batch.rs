@@ -99,10 +99,8 @@ impl SegmentCodec {
         I: IntoIterator<Item = (u64, &'a [Bytes])>,
     {
         let key = match &self.keys {
-            Some(keys) => Some(keys.0.current().map_err(|e| FormatError::KeyUnavailable {
-                region: 0,
-                key_id: 0,
-                reason: format!("the current key: {e}"),
+            Some(keys) => Some(keys.0.current().map_err(|e| FormatError::NoCurrentKey {
+                reason: e.to_string(),
             })?),
             None => None,
         };
@@ -110,9 +108,7 @@ impl SegmentCodec {
             compression: self.compression,
             key: key.as_ref(),
         };
-        if sealing.is_identity() {
-            return encode_object(header, segments);
-        }
+        // Without transforms this is `encode_object`'s zero-copy pass.
         encode_object_with(header, segments, &sealing, &mut || (self.nonces)())
     }
 }
@@ -389,12 +385,7 @@ impl Batch {
             floor,
             claim: false,
         };
-        header.validate()?;
-        let receipts = self
-            .appends
-            .drain(..)
-            .map(|slots| receipt_of(&slots, sequence))
-            .collect();
+        // Whatever fails here leaves the batch as it was.
         let encoded = OnceLock::new();
         let deferred = if codec.is_identity() {
             // Untransformed: encoded now (zero-copy, one pass), exactly as version 1.
@@ -407,11 +398,17 @@ impl Batch {
         } else {
             // Transformed: the entries are kept, and encoded by the first caller of
             // `encoded()`, the object's upload, off the sealer's thread.
+            header.validate()?;
             Some(Deferred {
                 regions: std::mem::take(&mut self.regions),
                 codec: codec.clone(),
             })
         };
+        let receipts = self
+            .appends
+            .drain(..)
+            .map(|slots| receipt_of(&slots, sequence))
+            .collect();
         let deferred = Mutex::new(deferred);
         let sealed = SealedObject {
             header,

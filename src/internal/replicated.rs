@@ -668,10 +668,6 @@ impl Transport for ReplicatedTransport {
         Box::pin(self.delete_all(key))
     }
 
-    fn with_requests(&self, hedge_after: HedgeAfter, timeout: Duration) -> Arc<dyn Transport> {
-        self.with_requests_counted(hedge_after, timeout, Arc::default())
-    }
-
     fn with_requests_counted(
         &self,
         hedge_after: HedgeAfter,

@@ -145,7 +145,9 @@ pub trait Transport: fmt::Debug + Send + Sync {
 
     /// The same stores with `timeout` on every request and hedging after `hedge_after`
     /// (new delay windows and stats; the closing state is shared).
-    fn with_requests(&self, hedge_after: HedgeAfter, timeout: Duration) -> Arc<dyn Transport>;
+    fn with_requests(&self, hedge_after: HedgeAfter, timeout: Duration) -> Arc<dyn Transport> {
+        self.with_requests_counted(hedge_after, timeout, Arc::default())
+    }
 
     /// [`with_requests`](Self::with_requests), counting into `stats` (shared with the
     /// layer above: a transport over several stores reports its stores' hedges and
@@ -155,10 +157,7 @@ pub trait Transport: fmt::Debug + Send + Sync {
         hedge_after: HedgeAfter,
         timeout: Duration,
         stats: Arc<RequestStats>,
-    ) -> Arc<dyn Transport> {
-        let _ = stats;
-        self.with_requests(hedge_after, timeout)
-    }
+    ) -> Arc<dyn Transport>;
 
     /// Closes this transport for good: once this returns, no request reaches a store (a
     /// request in flight is dropped where it waits, one not yet sent is never sent) and
@@ -842,10 +841,6 @@ impl Transport for StoreTransport {
             self.metrics.request(Op::Delete, outcome_of(&answer));
             answer?.map_err(|e| Error::store("delete", key, e))
         })
-    }
-
-    fn with_requests(&self, hedge_after: HedgeAfter, timeout: Duration) -> Arc<dyn Transport> {
-        self.with_requests_counted(hedge_after, timeout, Arc::default())
     }
 
     fn with_requests_counted(
