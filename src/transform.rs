@@ -23,7 +23,11 @@
 //!   allocation.
 //!
 //! The functions here are pure (no I/O): the nonce is an argument, drawn by the caller
-//! from the operating system's generator ([`random_nonce`]).
+//! from the operating system's generator ([`random_nonce`]), once per object: the
+//! object's segments take that draw with their index XORed into its last eight bytes
+//! ([`ObjectNonces`]). XChaCha20 derives its subkey from a nonce's first 16 bytes, so an
+//! object's segments share one random subkey and count through distinct ChaCha20 nonces
+//! under it, the construction's intended use.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -307,6 +311,34 @@ pub fn random_nonce() -> Result<[u8; NONCE_LEN], FormatError> {
     Ok(nonce)
 }
 
+/// The nonces of one object's encrypted segments: one draw of [`random_nonce`] per
+/// object, its last eight bytes XORed with the segment's index in the object. Distinct
+/// within the object by the index, and across objects by the 128 random bits before it:
+/// one system call per object instead of one per segment.
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectNonces {
+    base: [u8; NONCE_LEN],
+    next: u64,
+}
+
+impl ObjectNonces {
+    /// The nonces that start from `base` (a fresh random nonce).
+    pub fn new(base: [u8; NONCE_LEN]) -> Self {
+        ObjectNonces { base, next: 0 }
+    }
+
+    /// The next segment's nonce.
+    pub fn next_nonce(&mut self) -> [u8; NONCE_LEN] {
+        let mut nonce = self.base;
+        let (_, tail) = nonce.split_at_mut(NONCE_LEN - 8);
+        for (byte, index) in tail.iter_mut().zip(self.next.to_le_bytes()) {
+            *byte ^= index;
+        }
+        self.next = self.next.wrapping_add(1);
+        nonce
+    }
+}
+
 /// How one object's segments are transformed as they are encoded.
 #[derive(Debug, Clone, Copy)]
 pub struct Sealing<'a> {
@@ -344,15 +376,40 @@ thread_local! {
         const { RefCell::new(None) };
 }
 
-fn zstd_compress(plain: &[u8], level: i32) -> Option<Vec<u8>> {
+/// Compresses `plain` into `out`; `None` if it does not fit (it would not shrink).
+fn zstd_compress_into(plain: &[u8], level: i32, out: &mut [u8]) -> Option<usize> {
     ZSTD_COMPRESSOR.with(|cell| {
         let mut cell = cell.borrow_mut();
         if cell.as_ref().is_none_or(|(l, _)| *l != level) {
             *cell = Some((level, zstd::bulk::Compressor::new(level).ok()?));
         }
         let (_, compressor) = cell.as_mut()?;
-        compressor.compress(plain).ok()
+        compressor.compress_to_buffer(plain, out).ok()
     })
+}
+
+/// A compressed body, written in place: `head` bytes of headroom, the decoded length,
+/// then what `compress` wrote into `room` bytes (it returns how many), with capacity
+/// left for `tail`. `None` when compressing does not shrink the segment.
+fn compressed_body(
+    head: usize,
+    plain_len: usize,
+    room: usize,
+    tail: usize,
+    compress: impl FnOnce(&mut [u8]) -> Option<usize>,
+) -> Option<Vec<u8>> {
+    let decoded_len = u32::try_from(plain_len).ok()?;
+    let start = head + DECODED_LEN_PREFIX;
+    let mut body = Vec::with_capacity(start + room + tail);
+    body.resize(start + room, 0);
+    let written = compress(body.get_mut(start..)?)?;
+    if DECODED_LEN_PREFIX + written >= plain_len {
+        return None;
+    }
+    body.truncate(start + written);
+    body.get_mut(head..start)?
+        .copy_from_slice(&decoded_len.to_le_bytes());
+    Some(body)
 }
 
 fn zstd_decompress(compressed: &[u8], decoded_len: usize) -> Result<Vec<u8>, String> {
@@ -396,23 +453,31 @@ pub fn seal_segment(
     let plain = buffer.get(head..).ok_or(FormatError::Unencodable(
         "a segment buffer without its headroom",
     ))?;
-    let decoded_len = u32::try_from(plain.len())
-        .map_err(|_| FormatError::Unencodable("a segment longer than u32::MAX"))?;
+    if u32::try_from(plain.len()).is_err() {
+        return Err(FormatError::Unencodable("a segment longer than u32::MAX"));
+    }
+    let tail = if sealing.key.is_some() { TAG_LEN } else { 0 };
+    // Compressed straight into the stored body: zstd into no more room than would
+    // shrink the segment, LZ4 into its worst case (it needs that much room to start).
     let compressed = match sealing.compression {
         Compression::Off => None,
-        Compression::Zstd { level } => zstd_compress(plain, level).map(|c| (CODEC_ZSTD, c)),
-        Compression::Lz4 => Some((CODEC_LZ4, lz4_flex::block::compress(plain))),
-    }
-    .filter(|(_, c)| DECODED_LEN_PREFIX + c.len() < plain.len());
-    let (codec, mut buffer) = match compressed {
-        Some((codec, c)) => {
-            let tail = if sealing.key.is_some() { TAG_LEN } else { 0 };
-            let mut body = Vec::with_capacity(head + DECODED_LEN_PREFIX + c.len() + tail);
-            body.resize(head, 0);
-            body.put_u32_le(decoded_len);
-            body.extend_from_slice(&c);
-            (codec, body)
+        Compression::Zstd { level } => {
+            let room = plain.len().saturating_sub(DECODED_LEN_PREFIX);
+            compressed_body(head, plain.len(), room, tail, |out| {
+                zstd_compress_into(plain, level, out)
+            })
+            .map(|body| (CODEC_ZSTD, body))
         }
+        Compression::Lz4 => {
+            let room = lz4_flex::block::get_maximum_output_size(plain.len());
+            compressed_body(head, plain.len(), room, tail, |out| {
+                lz4_flex::block::compress_into(plain, out).ok()
+            })
+            .map(|body| (CODEC_LZ4, body))
+        }
+    };
+    let (codec, mut buffer) = match compressed {
+        Some((codec, body)) => (codec, body),
         None => (CODEC_NONE, std::mem::take(&mut buffer)),
     };
     let Some(key) = sealing.key else {
@@ -565,6 +630,24 @@ pub fn open_segment(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_objects_nonces_share_their_first_16_bytes_and_never_repeat() {
+        let base: [u8; NONCE_LEN] = std::array::from_fn(|i| (i as u8).wrapping_mul(37));
+        let mut nonces = ObjectNonces::new(base);
+        let drawn: Vec<_> = (0..1000).map(|_| nonces.next_nonce()).collect();
+        assert_eq!(
+            drawn.first(),
+            Some(&base),
+            "the first segment takes the draw"
+        );
+        assert!(drawn.iter().all(|n| n[..16] == base[..16]));
+        let distinct: std::collections::BTreeSet<_> = drawn.iter().collect();
+        assert_eq!(distinct.len(), drawn.len());
+        let mut second = base;
+        second[16] ^= 1;
+        assert_eq!(drawn.get(1), Some(&second));
+    }
 
     #[test]
     fn compression_parses_and_prints() {

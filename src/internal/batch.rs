@@ -20,7 +20,9 @@ use crate::format::{
     ENTRY_PREFIX_LEN, FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN, MAX_SEGMENT_ENTRIES,
     TRAILER_LEN,
 };
-use crate::transform::{random_nonce, Compression, Keys, Opening, Sealing, NONCE_LEN};
+use crate::transform::{
+    random_nonce, Compression, Keys, ObjectNonces, Opening, Sealing, NONCE_LEN,
+};
 
 /// One append: the entries of one or more regions, landing together in one object.
 pub type AppendParts = Vec<(u64, Vec<Bytes>)>;
@@ -108,8 +110,17 @@ impl SegmentCodec {
             compression: self.compression,
             key: key.as_ref(),
         };
+        // One draw from the generator per object, not per segment.
+        let mut nonces: Option<ObjectNonces> = None;
+        let mut next_nonce = || {
+            let nonces = match &mut nonces {
+                Some(n) => n,
+                None => nonces.insert(ObjectNonces::new((self.nonces)()?)),
+            };
+            Ok(nonces.next_nonce())
+        };
         // Without transforms this is `encode_object`'s zero-copy pass.
-        encode_object_with(header, segments, &sealing, &mut || (self.nonces)())
+        encode_object_with(header, segments, &sealing, &mut next_nonce)
     }
 }
 
