@@ -64,7 +64,21 @@ on_servers!(
     concurrent_creates_have_one_winner,
     listing_order_does_not_matter,
     large_objects_are_recovered_with_bounded_ranges,
+    a_probe_reads_what_a_listing_would_without_the_size,
 );
+
+/// The same probe over the local stores (memory; a directory), which every run has.
+#[tokio::test]
+async fn a_probe_reads_what_a_listing_would_on_local_stores() {
+    a_probe_reads_what_a_listing_would_without_the_size(Arc::new(
+        object_store::memory::InMemory::new(),
+    ))
+    .await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let local =
+        object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("a local store");
+    a_probe_reads_what_a_listing_would_without_the_size(Arc::new(local)).await;
+}
 
 const PREFIX: &str = "wal";
 
@@ -552,4 +566,58 @@ async fn s3_creates_carry_a_checksum_of_their_bytes() {
             Some("*")
         );
     }
+}
+
+/// A follower's probe (DESIGN.md "Tailing without listing") reads a key's summary from
+/// its tail without knowing its size (a suffix GET; Azure, which takes none: a HEAD and
+/// a ranged GET): for a small object, one larger than the tail read, and one whose
+/// footer is longer than the tail read, exactly the summary a listing's read gives; an
+/// absent key is `None`.
+async fn a_probe_reads_what_a_listing_would_without_the_size(store: Arc<dyn ObjectStore>) {
+    let mut config = Config::new(PREFIX).with_create_if_missing(true);
+    config.whole_read_threshold = 1024;
+    let mut wal = ObjectStoreLogStore::open(store.clone(), config)
+        .await
+        .expect("open");
+    let small = wal
+        .append_and_flush(vec![(1, vec![small_payload(1)])])
+        .await
+        .expect("append")
+        .sequence;
+    let big = wal
+        .append_and_flush(vec![(2, vec![Bytes::from(vec![b'b'; 300 * 1024])])])
+        .await
+        .expect("append")
+        .sequence;
+    let many: AppendParts = (1..=200).map(|r| (r, vec![small_payload(r)])).collect();
+    let many = wal.append_and_flush(many).await.expect("append").sequence;
+    drop(wal);
+
+    let io = io(&store);
+    let listing = io.list().await.expect("list");
+    for sequence in [small, big, many] {
+        let listed = listing
+            .objects
+            .iter()
+            .find(|o| o.sequence == sequence)
+            .expect("listed");
+        let read = io.read_summary(listed).await.expect("summary").summary;
+        for header_at_once in [false, true] {
+            let probed = io
+                .probe_summary(sequence, 2048, header_at_once)
+                .await
+                .expect("probe");
+            assert_eq!(probed.as_ref(), Some(&read), "object {sequence}");
+        }
+    }
+    assert_eq!(
+        io.probe_summary(many + 1, 2048, true).await.expect("probe"),
+        None
+    );
+    assert_eq!(
+        io.probe_summary(many + 1, 2048, false)
+            .await
+            .expect("probe"),
+        None
+    );
 }

@@ -1900,6 +1900,7 @@ async fn region_read_fetches_only_its_segment(store: Arc<dyn ObjectStore>) {
         vec![GetRecord {
             key: key(1).to_string(),
             range: Some(record.offset..record.offset + record.length),
+            found: true,
         }]
     );
     assert_eq!(

@@ -21,7 +21,7 @@ use futures::stream::StreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use object_store_wal::format::entry_sequence;
+use object_store_wal::format::{entry_sequence, HEADER_LEN};
 use object_store_wal::internal::objects::parse_key;
 use object_store_wal::testing::{CountingStore, CreateFault, FaultStore};
 use object_store_wal::{
@@ -186,9 +186,11 @@ async fn follower_sees_a_landed_failed_append_once_across_an_epoch_end() {
 
 /// A read-only follower on a second store handle while the owner writes, restarts its
 /// writer and is replaced by a fresh instance: each acknowledged entry once, in order;
-/// one LIST per poll, from an offset; each object's summary and segment read once.
+/// no LIST after its start (it probes the next keys, DESIGN.md "Tailing without
+/// listing"); each new object's tail found once and each of its region's segments read
+/// once; idle, one GET a second.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn read_only_follower_polls_with_one_offset_list_per_interval() {
+async fn read_only_follower_probes_the_next_keys_without_listing() {
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let config = config_no_reclaim();
     let (mut owner, mut join) = spawn(&inner, &config).await;
@@ -211,8 +213,9 @@ async fn read_only_follower_polls_with_one_offset_list_per_interval() {
     let follower = ObjectStoreLogStore::open_read_only(counting.clone(), config.clone())
         .await
         .expect("read-only open");
-    // The follower recovers by itself: count from here.
+    // The follow recovers by itself (its one LIST): count from here.
     counting.reset();
+    let (recovered, _) = listing(&inner).await;
     let mut stream = follower.follow(1, 0, interval);
     let mut got: Vec<Entry> = Vec::new();
     let mut catch_up = async |got: &mut Vec<Entry>, last: u64| {
@@ -262,55 +265,70 @@ async fn read_only_follower_polls_with_one_offset_list_per_interval() {
         ids(&acked),
         "each acknowledged entry once, in order"
     );
-    let elapsed = started.elapsed();
 
     let counts = counting.counts();
-    let (keys, _) = listing(&inner).await;
-    let lists = counts.lists.load(Ordering::Relaxed);
-    let polls = (elapsed.as_nanos() / interval.as_nanos()) as u64;
-    assert!(
-        lists <= polls + 2,
-        "{lists} LISTs in {polls} poll intervals: more than one per poll"
-    );
     assert_eq!(
-        counts.listed_keys.load(Ordering::Relaxed),
-        keys.len() as u64,
-        "each key listed once: polls list from the chain end, not the whole prefix"
+        counts.lists.load(Ordering::Relaxed),
+        1,
+        "one LIST, the follower's recovery at its start"
     );
-    // Each object's summary is read once (whole: small objects), and each region-1
-    // segment once.
-    let mut summaries: BTreeMap<u64, usize> = BTreeMap::new();
+    let (keys, _) = listing(&inner).await;
+    let new_keys: Vec<u64> = keys
+        .iter()
+        .copied()
+        .filter(|k| !recovered.contains(k))
+        .collect();
+    // Each new key's tail (trailer and footer; these small objects whole) found once,
+    // and each region-1 segment read once; never a whole object.
+    let mut tails: BTreeMap<u64, usize> = BTreeMap::new();
     let mut segments: BTreeMap<u64, usize> = BTreeMap::new();
     for g in counting.get_log() {
         let s = parse_key(&Path::from(PREFIX), &Path::from(g.key.as_str())).expect("a WAL key");
-        *if g.range.is_none() {
-            summaries.entry(s)
-        } else {
-            segments.entry(s)
+        if recovered.contains(&s) {
+            // The follow's recovery at its start.
+            continue;
         }
-        .or_default() += 1;
+        let range = g.range.clone().expect("no whole-object GET");
+        if range.end == u64::MAX {
+            if g.found {
+                *tails.entry(s).or_default() += 1;
+            }
+        } else if range == (0..HEADER_LEN as u64) {
+            // A probe's header read, beside its tail read while objects appear.
+        } else {
+            assert!(g.found, "a segment read of an absent key: {g:?}");
+            *segments.entry(s).or_default() += 1;
+        }
     }
-    assert_eq!(summaries.keys().copied().collect::<Vec<_>>(), keys);
-    assert!(summaries.values().all(|n| *n == 1), "{summaries:?}");
-    let region1: BTreeMap<u64, usize> = acked.iter().map(|e| (entry_sequence(e.id), 1)).collect();
+    assert_eq!(tails.keys().copied().collect::<Vec<_>>(), new_keys);
+    assert!(tails.values().all(|n| *n == 1), "{tails:?}");
+    let region1: BTreeMap<u64, usize> = acked
+        .iter()
+        .filter(|e| !recovered.contains(&entry_sequence(e.id)))
+        .map(|e| (entry_sequence(e.id), 1))
+        .collect();
     assert_eq!(segments, region1);
+    let _ = started;
 
-    // Idle: each poll is one LIST that returns nothing, and reads nothing.
-    let (l0, k0, g0) = (
+    // Idle: the polls back off to one a second, each one GET of the next key's tail.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (l0, g0) = (
         counts.lists.load(Ordering::Relaxed),
-        counts.listed_keys.load(Ordering::Relaxed),
         counts.gets.load(Ordering::Relaxed),
     );
-    tokio::time::sleep(interval * 10).await;
-    let l1 = counts.lists.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let idle_gets = counts.gets.load(Ordering::Relaxed) - g0;
     assert!(
-        (9..=11).contains(&(l1 - l0)),
-        "{} LISTs in 10 idle poll intervals",
-        l1 - l0
+        (9..=11).contains(&idle_gets),
+        "{idle_gets} GETs in 10 idle seconds"
     );
-    assert_eq!(counts.listed_keys.load(Ordering::Relaxed), k0);
-    assert_eq!(counts.gets.load(Ordering::Relaxed), g0);
+    assert_eq!(counts.lists.load(Ordering::Relaxed), l0);
+    assert_eq!(counts.heads.load(Ordering::Relaxed), 0);
     assert_eq!(counts.puts.load(Ordering::Relaxed), 0);
+    // Backed off, it still follows.
+    acked.extend(append(&owner, 1).await);
+    catch_up(&mut got, acked.last().unwrap().id).await;
+    assert_eq!(ids(&got), ids(&acked));
     drop(stream);
     stop(owner, join).await;
 }

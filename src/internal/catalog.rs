@@ -625,6 +625,51 @@ impl Retention {
     }
 }
 
+/// What a follower's probes of consecutive keys showed (DESIGN.md "Tailing without
+/// listing"): the chain objects they extend the chain with, in order, and the first key
+/// not yet passed over (where the next probe starts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeWalk {
+    /// Sequences of the objects that extend the chain, in order.
+    pub extended: Vec<u64>,
+    /// The chain end after them.
+    pub last: Link,
+    /// The first key that was absent, or above every probed key: the next probe's key.
+    pub next_key: u64,
+    /// Whether an absent key ended the walk (else every probed key held an object).
+    pub met_absent: bool,
+}
+
+/// Walks the probes of consecutive keys from `first_key` (`None`: the key was absent)
+/// for a follower whose chain ends at `last`: an absent key ends the walk (within an
+/// epoch sequences are consecutive, and an opening object is created only after every
+/// claim below it exists, so nothing above an absent key can be the next chain object
+/// yet); a claim is passed over; an object whose link is not exactly the chain end is
+/// an orphan and is passed over; the first other object is the next chain object.
+pub fn walk_probes(last: Link, first_key: u64, probed: &[Option<&Header>]) -> ProbeWalk {
+    let mut walk = ProbeWalk {
+        extended: Vec::new(),
+        last,
+        next_key: first_key,
+        met_absent: false,
+    };
+    for header in probed {
+        let Some(header) = header else {
+            walk.met_absent = true;
+            break;
+        };
+        if !header.claim && header.link == walk.last {
+            walk.extended.push(header.sequence);
+            walk.last = Link {
+                sequence: header.sequence,
+                epoch: header.epoch,
+            };
+        }
+        walk.next_key = header.sequence.saturating_add(1);
+    }
+    walk
+}
+
 /// The next object of a chain that a follower has read up to `last`: the lowest
 /// non-claim object above it whose link names `last` exactly. Objects that do not link
 /// to it (orphans, claims, objects whose predecessor has not landed yet) are passed
@@ -634,4 +679,81 @@ pub fn next_on_chain(last: Link, candidates: &BTreeMap<u64, Header>) -> Option<u
         .range(last.sequence.saturating_add(1)..)
         .find(|(_, h)| !h.claim && h.link == last)
         .map(|(s, _)| *s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(sequence: u64, epoch: u64, link: (u64, u64), claim: bool) -> Header {
+        Header {
+            sequence,
+            epoch,
+            link: Link {
+                sequence: link.0,
+                epoch: link.1,
+            },
+            floor: 0,
+            claim,
+        }
+    }
+
+    const LAST: Link = Link {
+        sequence: 4,
+        epoch: 2,
+    };
+
+    #[test]
+    fn an_absent_key_ends_the_walk_and_is_probed_next() {
+        let five = object(5, 2, (4, 2), false);
+        let walk = walk_probes(LAST, 5, &[Some(&five), None, None]);
+        assert_eq!(walk.extended, vec![5]);
+        assert_eq!(
+            walk.last,
+            Link {
+                sequence: 5,
+                epoch: 2
+            }
+        );
+        assert_eq!(walk.next_key, 6);
+        assert!(walk.met_absent);
+        // Nothing above an absent key is taken, even an object that would link on.
+        let seven = object(7, 2, (5, 2), false);
+        let walk = walk_probes(LAST, 5, &[Some(&five), None, Some(&seven)]);
+        assert_eq!(walk.extended, vec![5]);
+        assert_eq!(walk.next_key, 6);
+    }
+
+    #[test]
+    fn claims_and_orphans_are_passed_over_and_not_probed_again() {
+        // An opener's claim at 5, a late object of a fenced instance at 6 (linked to an
+        // object the chain does not hold), the opening object at 7 linked to 4.
+        let claim = object(5, 3, (4, 2), true);
+        let orphan = object(6, 2, (5, 2), false);
+        let opening = object(7, 3, (4, 2), false);
+        let walk = walk_probes(LAST, 5, &[Some(&claim), Some(&orphan), Some(&opening)]);
+        assert_eq!(walk.extended, vec![7]);
+        assert_eq!(
+            walk.last,
+            Link {
+                sequence: 7,
+                epoch: 3
+            }
+        );
+        assert_eq!(walk.next_key, 8);
+        assert!(!walk.met_absent);
+        // Without the opening object yet, the next probe starts above what was passed.
+        let walk = walk_probes(LAST, 5, &[Some(&claim), Some(&orphan), None]);
+        assert!(walk.extended.is_empty());
+        assert_eq!(walk.last, LAST);
+        assert_eq!(walk.next_key, 7);
+    }
+
+    #[test]
+    fn an_object_linked_to_the_right_sequence_of_another_epoch_is_an_orphan() {
+        let other_epoch = object(5, 3, (4, 1), false);
+        let walk = walk_probes(LAST, 5, &[Some(&other_epoch), None]);
+        assert!(walk.extended.is_empty());
+        assert_eq!(walk.next_key, 6);
+    }
 }

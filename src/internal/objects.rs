@@ -477,27 +477,120 @@ impl WalIo {
                 self.read_range(listed.sequence, 0..HEADER_LEN as u64),
                 self.read_range(listed.sequence, size - tail_len..size),
             )?;
-            match format::decode_summary(&head, &tail, size) {
-                Ok(s) => s,
-                Err(format::FormatError::Truncated { part: "footer", .. }) => {
-                    // A footer longer than the tail read: fetch footer and trailer exactly.
-                    let trailer = format::decode_trailer(&tail, size).map_err(corrupt)?;
-                    let from = trailer.footer_offset;
-                    let tail = self.read_range(listed.sequence, from..size).await?;
-                    format::decode_summary(&head, &tail, size).map_err(corrupt)?
-                }
-                Err(e) => return Err(corrupt(e)),
-            }
+            self.decode_summary_of(listed.sequence, &head, tail, size)
+                .await?
         };
-        if summary.header.sequence != listed.sequence {
+        self.check_sequence(listed.sequence, &summary)?;
+        debug_assert!(summary.length >= TRAILER_LEN as u64);
+        Ok(SummaryRead { summary, damaged })
+    }
+
+    /// The summary from an object's header and a tail read of it; a footer longer than
+    /// the tail is fetched exactly (one more ranged GET).
+    async fn decode_summary_of(
+        &self,
+        sequence: u64,
+        head: &[u8],
+        tail: Bytes,
+        size: u64,
+    ) -> Result<ObjectSummary> {
+        let corrupt = |source| Error::CorruptObject {
+            key: self.key(sequence).to_string(),
+            source,
+        };
+        match format::decode_summary(head, &tail, size) {
+            Ok(s) => Ok(s),
+            Err(format::FormatError::Truncated { part: "footer", .. }) => {
+                let trailer = format::decode_trailer(&tail, size).map_err(corrupt)?;
+                let from = trailer.footer_offset;
+                let tail = self.read_range(sequence, from..size).await?;
+                format::decode_summary(head, &tail, size).map_err(corrupt)
+            }
+            Err(e) => Err(corrupt(e)),
+        }
+    }
+
+    fn check_sequence(&self, sequence: u64, summary: &ObjectSummary) -> Result<()> {
+        if summary.header.sequence != sequence {
             return Err(Error::SequenceMismatch {
-                key: key.to_string(),
-                expected: listed.sequence,
+                key: self.key(sequence).to_string(),
+                expected: sequence,
                 found: summary.header.sequence,
             });
         }
-        debug_assert!(summary.length >= TRAILER_LEN as u64);
-        Ok(SummaryRead { summary, damaged })
+        Ok(())
+    }
+
+    /// Reads the summary of the object at `sequence` without listing it (a follower's
+    /// probe, DESIGN.md "Tailing without listing"): `Ok(None)` when the key is absent.
+    /// Reads the last `tail_len` bytes (the trailer and, usually, the footer; a small
+    /// object whole) and, unless that was the whole object, the header: at once when
+    /// `header_at_once` (one round trip, two requests), else after the tail answered
+    /// (one request for an absent key). Verified, and read once more if verification
+    /// fails, as [`read_summary`](Self::read_summary) does. Segments are not read.
+    pub async fn probe_summary(
+        &self,
+        sequence: u64,
+        tail_len: u64,
+        header_at_once: bool,
+    ) -> Result<Option<ObjectSummary>> {
+        let tail_len = tail_len.max(TRAILER_LEN as u64);
+        let checked = read_again_once(|| async {
+            match self.probe_once(sequence, tail_len, header_at_once).await {
+                Err(e @ (Error::CorruptObject { .. } | Error::SequenceMismatch { .. })) => {
+                    Ok(Err(e))
+                }
+                other => other.map(Ok),
+            }
+        })
+        .await?;
+        checked
+    }
+
+    async fn probe_once(
+        &self,
+        sequence: u64,
+        tail_len: u64,
+        header_at_once: bool,
+    ) -> Result<Option<ObjectSummary>> {
+        let key = self.key(sequence);
+        let header = || self.read_range(sequence, 0..HEADER_LEN as u64);
+        let (tail, early_head) = if header_at_once {
+            let (tail, head) = futures::join!(self.transport.get_tail(&key, tail_len), header());
+            (tail, Some(head))
+        } else {
+            (self.transport.get_tail(&key, tail_len).await, None)
+        };
+        let (tail, size) = match tail {
+            Err(e) if e.is_not_found() => return Ok(None),
+            other => other?,
+        };
+        if size < EMPTY_OBJECT_LEN as u64 {
+            return Err(Error::CorruptObject {
+                key: key.to_string(),
+                source: format::FormatError::Truncated {
+                    part: "object",
+                    needed: EMPTY_OBJECT_LEN as u64,
+                    got: size,
+                },
+            });
+        }
+        let head = if tail.len() as u64 == size {
+            tail.slice(..HEADER_LEN.min(tail.len()))
+        } else {
+            let head = match early_head {
+                Some(head) => head,
+                None => header().await,
+            };
+            match head {
+                // Deleted between the two reads: below the owner's floor.
+                Err(e) if e.is_not_found() => return Ok(None),
+                other => other?,
+            }
+        };
+        let summary = self.decode_summary_of(sequence, &head, tail, size).await?;
+        self.check_sequence(sequence, &summary)?;
+        Ok(Some(summary))
     }
 
     /// Deletes the object with `sequence` (a missing object is not an error).

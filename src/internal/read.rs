@@ -28,11 +28,11 @@ use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
 use tracing::{debug, info_span, warn, Instrument};
 
-use crate::catalog::{choose_chain, next_on_chain, Catalog, SegmentLocation};
+use crate::catalog::{choose_chain, next_on_chain, walk_probes, Catalog, SegmentLocation};
 use crate::config::{Config, CorruptSegmentPolicy};
 use crate::error::{Error, Result};
-use crate::format::{self, Header, Link, ObjectSummary};
-use crate::objects::{read_again_once, ListedObject, WalIo};
+use crate::format::{self, Header, Link, ObjectSummary, TRAILER_LEN};
+use crate::objects::{read_again_once, ListedObject, WalIo, TAIL_READ_BYTES};
 use crate::open::{list_replicas, recover};
 use crate::quorum::{decided_value, quorum, ValueId};
 
@@ -684,25 +684,165 @@ pub fn follow_region(
     .boxed()
 }
 
-/// Growth of another node's prefix opened read-only, found by polling: one LIST per
-/// `poll_interval`, starting after the last chain object (a start offset, not a full
-/// listing). Objects that do not extend the chain yet (an orphan, a claim, an object
-/// whose predecessor has not landed) are kept and looked at again; each object's
-/// summary is read once. An object deleted between the listing and its read is passed
-/// over; a follower the owner's floor has passed goes on from the chain above the floor.
+/// The longest a read-only follower waits between two polls of an idle prefix.
+pub const IDLE_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Keys a read-only follower probes at once, at most (while it catches up).
+pub const MAX_PROBES: usize = 8;
+
+/// The least a probe reads from the end of a key: an empty object whole, and the
+/// footer of a few dozen segments.
+const MIN_PROBE_TAIL: u64 = 2048;
+
+/// Growth of another node's prefix opened read-only, found by polling (DESIGN.md
+/// "Tailing without listing"): each poll probes the keys after the chain end in order
+/// ([`WalIo::probe_summary`]: a key's trailer and footer, and its header) and walks
+/// them with [`walk_probes`]; no LIST. Several keys are probed at once while every one
+/// holds an object (a follower that fell behind catches up at several objects per round
+/// trip), one while the next key is absent. Polls come every `poll_interval` while
+/// objects appear and back off, doubling, to [`IDLE_POLL_INTERVAL`] while none does, so
+/// an idle follower costs one GET a second.
+///
+/// It lists (as [`extend`](Self::extend) does: one LIST after the chain end) when the
+/// next key stays absent longer than the owner is ever idle (`link_window`: the owner's
+/// floor may have passed this follower and its next key been reclaimed), when a probe
+/// meets an error other than not-found, and always over several stores, where an
+/// object is a decided value (probing Q copies is not built yet).
 struct PolledGrowth {
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
     poll_interval: Duration,
     last: Link,
     pending: BTreeMap<u64, ObjectSummary>,
+    /// The wait before the next poll.
+    wait: Duration,
+    /// Keys probed at once.
+    probes: usize,
+    /// The first key not yet passed over (claims and orphans above the chain end are
+    /// not probed again).
+    next_key: u64,
+    /// Bytes a probe reads from a key's end: the last footer and trailer, with slack.
+    tail_len: u64,
+    /// Since when `next_key` has been absent.
+    absent_since: Option<tokio::time::Instant>,
+    /// How long the next key may stay absent before the follower lists.
+    list_after_absent: Duration,
 }
 
 impl PolledGrowth {
+    fn new(
+        io: WalIo,
+        catalog: Arc<RwLock<Catalog>>,
+        config: &Config,
+        poll_interval: Duration,
+        last: Link,
+    ) -> Self {
+        PolledGrowth {
+            io,
+            catalog,
+            poll_interval,
+            last,
+            pending: BTreeMap::new(),
+            wait: poll_interval,
+            probes: 1,
+            next_key: last.sequence.saturating_add(1),
+            tail_len: MIN_PROBE_TAIL,
+            absent_since: None,
+            list_after_absent: config.link_window(),
+        }
+    }
+
     async fn poll(&mut self) -> Result<bool> {
-        tokio::time::sleep(self.poll_interval).await;
-        self.extend().await?;
+        tokio::time::sleep(self.wait).await;
+        let before = self.last;
+        let more = if self.io.replicas().is_empty() {
+            self.probe().await?
+        } else {
+            self.extend().await?;
+            false
+        };
+        self.wait = if more {
+            // Every probed key held an object: poll again as soon as these are read.
+            Duration::ZERO
+        } else if self.last != before {
+            self.poll_interval
+        } else {
+            self.wait
+                .saturating_mul(2)
+                .min(IDLE_POLL_INTERVAL.max(self.poll_interval))
+        };
         Ok(true)
+    }
+
+    /// One round of probes after the chain end; extends the catalog by what links on.
+    /// `Ok(true)` when every probed key held an object (more may follow at once).
+    async fn probe(&mut self) -> Result<bool> {
+        {
+            let first = self.next_key;
+            // Idle, a probe is one request (the header only once the key holds an
+            // object); active, the header is read beside the tail (one round trip).
+            let header_at_once = self.wait <= self.poll_interval;
+            let probed = futures::future::join_all((0..self.probes as u64).map(|i| {
+                self.io
+                    .probe_summary(first.saturating_add(i), self.tail_len, header_at_once)
+            }))
+            .await;
+            let mut summaries = Vec::with_capacity(probed.len());
+            for result in probed {
+                match result {
+                    Ok(summary) => summaries.push(summary),
+                    Err(e) => {
+                        warn!(error = %e, "a probe failed; the follower lists instead");
+                        return self.extend().await.map(|()| false);
+                    }
+                }
+            }
+            let headers: Vec<Option<&Header>> = summaries
+                .iter()
+                .map(|s| s.as_ref().map(|s| &s.header))
+                .collect();
+            let walk = walk_probes(self.last, first, &headers);
+            if let Some(tail) = summaries
+                .iter()
+                .flatten()
+                .map(|s| (TRAILER_LEN + format::Footer::encoded_len(s.footer.records.len())) as u64)
+                .max()
+            {
+                // The next footer is likely as long as these: read it in the probe.
+                self.tail_len = (tail + tail / 4 + 256).clamp(MIN_PROBE_TAIL, TAIL_READ_BYTES);
+            }
+            if !walk.extended.is_empty() {
+                let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
+                for summary in summaries.iter().flatten() {
+                    if walk.extended.contains(&summary.header.sequence) {
+                        catalog.insert(&summary.header, &summary.footer.records, summary.length)?;
+                    }
+                }
+                self.last = walk.last;
+                self.pending = self.pending.split_off(&(self.last.sequence + 1));
+            }
+            let moved = walk.next_key != self.next_key;
+            self.next_key = walk.next_key;
+            if walk.met_absent {
+                // Probe as many keys next time as held objects this time.
+                let held = usize::try_from(walk.next_key - first).unwrap_or(MAX_PROBES);
+                self.probes = held.clamp(1, MAX_PROBES);
+                if moved {
+                    self.absent_since = None;
+                    return Ok(false);
+                }
+                let now = tokio::time::Instant::now();
+                let since = *self.absent_since.get_or_insert(now);
+                if now.duration_since(since) > self.list_after_absent {
+                    self.absent_since = None;
+                    self.extend().await?;
+                }
+                return Ok(false);
+            }
+            self.absent_since = None;
+            self.probes = (self.probes * 2).min(MAX_PROBES);
+            Ok(true)
+        }
     }
 
     /// One LIST after the chain end; extends the catalog by what links on from it, or,
@@ -778,6 +918,7 @@ impl PolledGrowth {
         }
         // What lies at or below the chain end can never extend it.
         self.pending = self.pending.split_off(&(self.last.sequence + 1));
+        self.next_key = self.next_key.max(self.last.sequence.saturating_add(1));
         Ok(())
     }
 }
@@ -855,7 +996,8 @@ impl ChainGrowth for PolledGrowth {
 
 /// Follows `region` of a prefix opened read-only (another node's log): recovers the
 /// chain, yields the entries with id `>= from` on it, then each object that extends it,
-/// found by polling every `poll_interval`. It never writes and never fences the owner.
+/// found by probing the keys after the chain end (DESIGN.md "Tailing without listing"). It
+/// never writes and never fences the owner.
 /// A spawned task polls and reads ahead into a bounded channel; it ends at the first
 /// error, or as soon as the consumer drops the stream. Its catalog drops what lies below
 /// the floor of the newest object it saw (as the owner's does): a follower that lags
@@ -883,13 +1025,7 @@ pub fn follow_read_only(
             })
             .unwrap_or(Link::NONE);
         let catalog = Arc::new(RwLock::new(recovery.catalog));
-        let growth = PolledGrowth {
-            io: io.clone(),
-            catalog: catalog.clone(),
-            poll_interval,
-            last,
-            pending: BTreeMap::new(),
-        };
+        let growth = PolledGrowth::new(io.clone(), catalog.clone(), &config, poll_interval, last);
         follow_region(io, catalog, region, from, &config, growth)
     })
     .flatten()

@@ -423,8 +423,11 @@ impl ObjectStoreLogStore {
         )
     }
 
-    /// Follows `region` from `from` by polling the prefix every `poll_interval` (see
-    /// [`follow_read_only`]); meant for a read-only open of another node's prefix.
+    /// Follows `region` from `from` by probing the keys after the chain end every
+    /// `poll_interval` while objects appear, backing off to once a second while none
+    /// does, without listing (see [`follow_read_only`]); meant for a read-only open of
+    /// another node's prefix. The open's `Config` should be the owner's: its link window
+    /// bounds how long the next key may stay absent before the follower lists.
     pub fn follow(
         &self,
         region: u64,

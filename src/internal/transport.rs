@@ -131,6 +131,25 @@ pub trait Transport: fmt::Debug + Send + Sync {
         self.get(key, range)
     }
 
+    /// Reads the last `len` bytes of `key` (all of it, if it is shorter) and the
+    /// object's size, without knowing the size first: what a follower probing the next
+    /// key reads. Over one store one GET with a suffix range (a store that takes no
+    /// suffix range, Azure: a HEAD, then a ranged GET). A transport that does not
+    /// provide it answers an error other than not-found; the follower then lists.
+    fn get_tail<'a>(&'a self, key: &'a Path, len: u64) -> Request<'a, Result<(Bytes, u64)>> {
+        let _ = len;
+        Box::pin(async move {
+            Err(Error::store(
+                "get",
+                key,
+                object_store::Error::NotImplemented {
+                    operation: "a read of a key's tail over several stores".into(),
+                    implementer: self.describe(),
+                },
+            ))
+        })
+    }
+
     /// Lists the keys under `prefix` (above `offset`, when given), calling `visit` with
     /// each key and its size as the pages arrive, in no particular order.
     fn list<'a>(
@@ -711,6 +730,57 @@ impl StoreTransport {
     }
 }
 
+impl StoreTransport {
+    /// One GET of the last `len` bytes of `key`, with the object's size, hedged like a
+    /// small GET. A store that refuses suffix ranges is asked its size first (HEAD).
+    async fn get_tail_hedged(&self, key: &Path, len: u64) -> Result<(Bytes, u64)> {
+        let key = key.clone();
+        let timed_out = Err(self.timeout_error("get", &key));
+        let stopped = Err(Self::stopped(Durability::NotWritten));
+        let store = self.store.clone();
+        let attempt = move || -> Attempt<Result<(Bytes, u64)>> {
+            let (store, key) = (store.clone(), key.clone());
+            Box::pin(async move {
+                let get = |e| Error::store("get", &key, e);
+                let suffix = GetOptions {
+                    range: Some(GetRange::Suffix(len)),
+                    ..Default::default()
+                };
+                let result = match store.get_opts(&key, suffix).await {
+                    Err(object_store::Error::NotSupported { .. }) => {
+                        let size = store.head(&key).await.map_err(get)?.size;
+                        let bounded = GetOptions {
+                            range: Some(GetRange::Bounded(size.saturating_sub(len)..size)),
+                            ..Default::default()
+                        };
+                        store.get_opts(&key, bounded).await
+                    }
+                    other => other,
+                }
+                .map_err(get)?;
+                let size = result.meta.size;
+                let bytes = result.bytes().await.map_err(get)?;
+                Ok((bytes, size))
+            })
+        };
+        self.race(
+            Shape {
+                kind: Kind::Get,
+                hedgeable: len <= HEDGE_MAX_BYTES,
+                bound: self.requests.timeout,
+            },
+            [timed_out, stopped],
+            Result::is_ok,
+            |answer| match answer {
+                Ok(_) => Outcome::Ok,
+                Err(_) => Outcome::Error,
+            },
+            attempt,
+        )
+        .await
+    }
+}
+
 impl Transport for StoreTransport {
     fn create<'a>(
         &'a self,
@@ -746,6 +816,10 @@ impl Transport for StoreTransport {
 
     fn get<'a>(&'a self, key: &'a Path, range: Option<Range<u64>>) -> Request<'a, Result<Bytes>> {
         Box::pin(self.get_hedged(key, range))
+    }
+
+    fn get_tail<'a>(&'a self, key: &'a Path, len: u64) -> Request<'a, Result<(Bytes, u64)>> {
+        Box::pin(self.get_tail_hedged(key, len))
     }
 
     fn list<'a>(

@@ -20,8 +20,11 @@ use super::lock;
 pub struct GetRecord {
     /// The key read.
     pub key: String,
-    /// The range asked for; `None` for a whole object.
+    /// The range asked for; `None` for a whole object. A suffix of `n` bytes is
+    /// `u64::MAX - n..u64::MAX`.
     pub range: Option<Range<u64>>,
+    /// Whether the key was there.
+    pub found: bool,
 }
 
 /// Request counts.
@@ -31,8 +34,10 @@ pub struct Counts {
     pub puts: AtomicU64,
     /// Bytes sent by PUTs.
     pub put_bytes: AtomicU64,
-    /// GETs, ranged or whole.
+    /// GETs, ranged or whole (found or not).
     pub gets: AtomicU64,
+    /// HEADs (metadata only).
+    pub heads: AtomicU64,
     /// Bytes returned by GETs.
     pub get_bytes: AtomicU64,
     /// LIST calls.
@@ -48,6 +53,7 @@ impl Counts {
     pub fn requests(&self) -> u64 {
         self.puts.load(Ordering::Relaxed)
             + self.gets.load(Ordering::Relaxed)
+            + self.heads.load(Ordering::Relaxed)
             + self.lists.load(Ordering::Relaxed)
             + self.deletes.load(Ordering::Relaxed)
     }
@@ -108,6 +114,7 @@ impl CountingStore {
             &counts.puts,
             &counts.put_bytes,
             &counts.gets,
+            &counts.heads,
             &counts.get_bytes,
             &counts.lists,
             &counts.listed_keys,
@@ -165,14 +172,21 @@ impl Hooks for CountingHooks {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
+        if options.head {
+            self.counts.heads.fetch_add(1, Ordering::Relaxed);
+            return inner.get_opts(location, options).await;
+        }
         self.counts.gets.fetch_add(1, Ordering::Relaxed);
+        let range = range_of(&options.range);
+        let result = inner.get_opts(location, options).await;
         if let Some(log) = lock(&self.gets).as_mut() {
             log.push(GetRecord {
                 key: location.to_string(),
-                range: range_of(&options.range),
+                range,
+                found: !matches!(result, Err(object_store::Error::NotFound { .. })),
             });
         }
-        let result = inner.get_opts(location, options).await?;
+        let result = result?;
         self.counts.get_bytes.fetch_add(
             result.range.end.saturating_sub(result.range.start),
             Ordering::Relaxed,
