@@ -1,5 +1,6 @@
 //! Exhaustive small-scope check of the fencing protocol (DESIGN.md: "Writing an object:
-//! the outcomes", "Ending an epoch", "The chain", "Opening an instance (fencing)").
+//! the outcomes", "Ending an epoch", "The chain", "Opening an instance (fencing)") and
+//! of a read-only follower tailing it ("Reading": "Tailing without listing").
 //!
 //! A hand-written explorer enumerates every interleaving of:
 //!
@@ -25,6 +26,19 @@
 //!   opening object; an `AlreadyExists` or unknown answer sends B back to the listing, a
 //!   bounded number of times. Once open, B writes one data object with the writer's rule.
 //! - late creates of an instance **Z** that A fenced (in the takeover scenario).
+//! - a read-only follower **F**, modelled as B is, with the crate's real pure decision
+//!   [`walk_probes`]. It lists only to start: it starts from the chain [`choose_chain`]
+//!   picks over the initial store, its chain end `last` that chain's end and its next
+//!   key `last.sequence + 1`. A follower step (an interleaving point, available at any
+//!   time) probes that one key against the store as it is at that moment and applies
+//!   `walk_probes` to that single probe: a claim or an orphan (an object whose link is
+//!   not exactly `last`) is passed over, the first other object is delivered and becomes
+//!   `last`. The state keeps the objects F delivered, in order. A probe of an absent key
+//!   ends the walk where it started and changes nothing (`walk_probes` leaves `last` and
+//!   the next key as they were, checked at setup), so it is no step of the model: a
+//!   step is enabled while F's next key holds an object. Each step raises the next key,
+//!   so F takes fewer than `NSEQ` steps and the state space stays finite (and acyclic)
+//!   without another bound.
 //! - a final recovery: once every actor is done and every request left in the air has
 //!   landed or been dropped, [`choose_chain`] over the final store.
 //!
@@ -35,16 +49,52 @@
 //! opener's epoch is above every epoch it listed; no create ever finds other bytes of its
 //! own epoch (`Poisoned`), and `plan_opening` never refuses.
 //!
+//! The follower's properties. At every state, what F delivered (after the chain it
+//! started from, which comes first) is a prefix of the chain recovery chooses over the
+//! store at that state: its first objects, in order, by identity (the writer and epoch
+//! of each object, not only its key). Checked at every state rather than only at the
+//! final recovery because that is exactly DESIGN.md's promise, "what a follower
+//! delivers is always a prefix of the chain that a later recovery replays": a recovery
+//! may run at any moment (as for acknowledged objects above), and what F has delivered
+//! only grows, so "everything delivered by time t is a prefix of the chain of every
+//! state after t" is the same as "at every state, everything delivered so far is a
+//! prefix of that state's chain". It is not stronger than the promise, and it held: the
+//! chain of an intermediate state was never shorter than, or beside, what F had
+//! delivered (F delivers only an object linked exactly to its chain end, so complete,
+//! and every newer chain passes through it: an opener claims every absent key up to the
+//! highest it listed and sends its opening object only once every claim exists, and a
+//! writer's objects of one epoch are consecutive). And at a final state, where F's
+//! next key is absent (it has probed every key it can), it has delivered that whole
+//! chain: nothing above an absent key is the next chain object, so ending the walk
+//! there loses nothing (given that F probes that key again later).
+//!
 //! Then the same explorer runs with one step of the design changed at a time (flags of
 //! the model, not of the crate) and must find a lost acknowledgement in each:
 //! the opener does not claim holes; the opener sends its opening object with its claims;
 //! a claim may end a chain like any empty object; the writer skips a sequence whose
-//! outcome is unknown and goes on.
+//! outcome is unknown and goes on (the runs print how each breaks the follower's
+//! properties too; that is not asserted). Two more
+//! change the follower only: it delivers the non-claim object at the key it probes
+//! whatever its link (5: it delivers an orphan, off every later chain; caught at the
+//! final recovery, in both scenarios); it passes over an absent key when a later key
+//! holds an object (6: in this scope it never delivers off the chain, since an object
+//! linked to its chain end above an absent key would be an opening object, sent only
+//! once every key below it exists, but it falls behind for good: the chain object that
+//! later lands at the key it skipped is never delivered, and nothing after it).
 //!
 //! Abstracted away: entries (an object is "acknowledged" as a whole), footers and
 //! segments, floors and reclamation (all floors are 0), timing bounds
 //! (`max_create_duration`), damaged objects, the supervisor reopening an instance after
 //! its epoch ended (a third instance), and the retries' backoff (only their number).
+//! For the follower: reading its objects' entries; polling intervals; its listing
+//! fallbacks (a next key absent longer than the link window, which matters only once
+//! keys are reclaimed, a probe error, several stores); and probing several keys at
+//! once, which is modelled as consecutive single probes. That loses nothing here: a
+//! key's object never changes once it is there and nothing is deleted, so a round of
+//! probes sent together, each seen at its own moment, walks the same as single probes
+//! of its keys below the first one seen absent, made one after the other with no other
+//! step between at any moment after the last of them was seen (an interleaving the
+//! explorer covers; that F then leaves the absent key unprobed is covered too).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -52,7 +102,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
 use object_store_wal::format::{Header, Link};
-use object_store_wal::internal::catalog::{choose_chain, plan_opening};
+use object_store_wal::internal::catalog::{choose_chain, plan_opening, walk_probes};
 
 /// Sequences are 1..NSEQ; the scenarios stay well below.
 const NSEQ: usize = 16;
@@ -108,6 +158,12 @@ enum Mutation {
     ///    end the epoch, acknowledges later objects that are durable, and links the
     ///    objects it seals afterwards past the skipped one.
     SkipUnknown,
+    /// 5. The follower delivers the non-claim object at the key it probes whatever its
+    ///    link: it does not pass over orphans.
+    FollowerIgnoresLinks,
+    /// 6. The follower passes over an absent key (when a later key holds an object)
+    ///    instead of ending its walk there.
+    FollowerSkipsAbsent,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -123,6 +179,8 @@ struct Model {
     persist_attempts: u8,
     /// Opens B attempts (listing, claims, opening object).
     open_attempts: u8,
+    /// A read-only follower F tails the chain by probing keys.
+    follower: bool,
     mutation: Option<Mutation>,
 }
 
@@ -135,6 +193,7 @@ impl Model {
             b_writes: true,
             persist_attempts: 2,
             open_attempts: 2,
+            follower: true,
             mutation: None,
         }
     }
@@ -286,6 +345,18 @@ struct BState {
     data_acked: bool,
 }
 
+/// The read-only follower: where its next probe is and what it delivered since it
+/// started (the chain it started from is `Explorer::f_start`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct FState {
+    /// The key its next probe reads (`ProbeWalk::next_key`).
+    next_key: u8,
+    /// The objects it delivered, in the order it delivered them (ascending keys). A key
+    /// never changes once it holds an object (nothing is deleted in the model), so each
+    /// id is also the object at its key now.
+    delivered: Fv<u16, { NSEQ - 1 }>,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 struct State {
     /// Object id at each sequence (0: absent).
@@ -295,6 +366,7 @@ struct State {
     ghosts: Fv<u16, 12>,
     a: AState,
     b: BState,
+    f: FState,
     /// Violations that happen on a transition (see `FLAG_*`).
     flags: u8,
 }
@@ -401,13 +473,44 @@ impl State {
         b.put(u64::from(bs.opened), 1);
         b.put(u64::from(bs.data_acked), 1);
         b.put(u64::from(self.flags), 3);
+        // The follower: its next key, and what it delivered as a mask of keys. Exact
+        // because delivered keys ascend and a key's object never changes, so the store
+        // (packed above) names each delivered object.
+        b.put(u64::from(self.f.next_key), 5);
+        let mut delivered = 0u64;
+        let mut below = 0usize;
+        for &id in self.f.delivered.iter() {
+            let seq = id_seq(&self.store, id);
+            assert!(seq > below, "delivered keys ascend");
+            below = seq;
+            delivered |= 1 << seq;
+        }
+        b.put(delivered, NSEQ as u32);
         Packed(b.words)
     }
 }
 
-/// What depends on a store alone: the sequences on the chain recovery chooses and the
-/// complete objects (masks), and the store's own violations.
-type StoreFacts = (u32, u32, Vec<(Kind, String)>);
+/// What depends on a store alone.
+struct StoreFacts {
+    /// The chain recovery chooses, ascending.
+    chain: Vec<u64>,
+    /// Its sequences, as a mask.
+    mask: u32,
+    /// The complete objects' sequences, as a mask.
+    complete: u32,
+    /// The store's own violations.
+    violations: Vec<(Kind, String)>,
+}
+
+/// The key that holds object `id` in `store` (which must hold it).
+fn id_seq(store: &[u16; NSEQ], id: u16) -> usize {
+    let seq = store
+        .iter()
+        .position(|&x| x == id)
+        .expect("a delivered object is in the store");
+    assert!(seq > 0);
+    seq
+}
 
 /// The sequences → objects of a store, one byte each: the key of the per-store caches.
 fn store_key(store: &[u16; NSEQ]) -> u128 {
@@ -445,6 +548,8 @@ enum Action {
     ListStart,
     /// ... and ends having seen these sequences.
     ListEnd(u32),
+    /// The follower probes its next key.
+    FProbe,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
@@ -467,6 +572,14 @@ enum Kind {
     PlanError,
     /// An opener planned an epoch not above every epoch it listed.
     EpochNotAbove,
+    /// What the follower delivered (after the chain it started from) is not a prefix of
+    /// the chain recovery chooses over the store at some state.
+    FollowerOffChain,
+    /// ... over the final store.
+    FollowerOffChainFinal,
+    /// At a final state, where the follower's next key is absent (it probed every key
+    /// it could), the chain recovery chooses holds objects it has not delivered.
+    FollowerBehind,
 }
 
 /// A vector of at most `N` items, stored inline (states are cloned and hashed a lot).
@@ -603,6 +716,10 @@ struct Explorer {
     a_epoch: u64,
     a_base: u64,
     a_first_link: (u64, u64),
+    /// The chain the follower starts from (recovery's over the initial store), and its
+    /// end.
+    f_start: Vec<u16>,
+    f_start_last: Link,
     init: State,
     /// Situations the exploration went through (a check that the model is not vacuous).
     seen: std::collections::BTreeSet<&'static str>,
@@ -631,6 +748,8 @@ impl Explorer {
             a_epoch: 0,
             a_base: 0,
             a_first_link: (0, 0),
+            f_start: Vec::new(),
+            f_start_last: Link::NONE,
             seen: Default::default(),
             init: State {
                 store: [0; NSEQ],
@@ -652,6 +771,10 @@ impl Explorer {
                     opening: 0,
                     opened: false,
                     data_acked: false,
+                },
+                f: FState {
+                    next_key: 0,
+                    delivered: Fv::default(),
                 },
                 flags: 0,
             },
@@ -709,6 +832,23 @@ impl Explorer {
             }
         }
         self.init.store = store;
+        // The follower lists only to start: it replays the chain recovery chooses over
+        // the initial store, then probes the keys above its end.
+        let chain = self.chain(&store, Self::keys(&store));
+        self.f_start = chain.iter().map(|&s| store[s as usize]).collect();
+        self.f_start_last = chain.last().map_or(Link::NONE, |&s| Link {
+            sequence: s,
+            epoch: self.obj(store[s as usize]).epoch,
+        });
+        self.init.f.next_key = u8::try_from(self.f_start_last.sequence + 1).expect("small");
+        // A probe that finds the key absent ends the walk where it started: it leaves the
+        // follower as it was, so it is no step of the model (see `enabled`).
+        let walk = walk_probes(self.f_start_last, self.f_start_last.sequence + 1, &[None]);
+        assert!(walk.extended.is_empty() && walk.met_absent);
+        assert_eq!(
+            (walk.last, walk.next_key),
+            (self.f_start_last, self.f_start_last.sequence + 1)
+        );
     }
 
     fn saw(&mut self, what: &'static str) {
@@ -854,6 +994,18 @@ impl Explorer {
             }
             _ => {}
         }
+        if self.model.follower {
+            // Its next key holds an object (mutation 6: or a later key does). A probe
+            // of an absent key changes nothing (`setup`), so it is left out.
+            let k = usize::from(s.f.next_key);
+            if k < NSEQ
+                && (s.store[k] != 0
+                    || self.model.mutated(Mutation::FollowerSkipsAbsent)
+                        && s.store[k + 1..].iter().any(|&id| id != 0))
+            {
+                acts.push(Action::FProbe);
+            }
+        }
         let all_done = Self::a_done(s) && Self::b_done(s);
         for &g in s.ghosts.iter() {
             acts.push(Action::GhostLand(g));
@@ -943,6 +1095,7 @@ impl Explorer {
                 }
             }
             Action::ListEnd(mask) => self.b_plan(&mut n, mask, log),
+            Action::FProbe => self.f_probe(&mut n, log),
         }
         // A late create whose key is taken can never land.
         let store = n.store;
@@ -1114,6 +1267,84 @@ impl Explorer {
                 }
                 _ => break,
             }
+        }
+    }
+
+    /// The follower's chain end: the last object it delivered, or the end of the chain
+    /// it started from.
+    fn f_last(&self, s: &State) -> Link {
+        s.f.delivered.last().map_or(self.f_start_last, |&id| {
+            let o = self.obj(id);
+            Link {
+                sequence: o.seq,
+                epoch: o.epoch,
+            }
+        })
+    }
+
+    /// The follower probes its next key and walks it with the crate's `walk_probes`.
+    fn f_probe(&mut self, n: &mut State, log: &mut Option<String>) {
+        let key = u64::from(n.f.next_key);
+        let last = self.f_last(n);
+        let id = n.store[key as usize];
+        if id == 0 {
+            assert!(self.model.mutated(Mutation::FollowerSkipsAbsent));
+            n.f.next_key += 1;
+            if let Some(l) = log {
+                let _ = write!(
+                    l,
+                    "F probes {key}: absent [mutation: passed over, a later key holds an object]"
+                );
+            }
+            return;
+        }
+        let o = *self.obj(id);
+        let mut header = o.header();
+        if self.model.mutated(Mutation::FollowerIgnoresLinks) && !header.claim {
+            header.link = last;
+        }
+        let walk = walk_probes(last, key, &[Some(&header)]);
+        assert!(!walk.met_absent && walk.next_key == key + 1);
+        n.f.next_key = u8::try_from(walk.next_key).expect("small");
+        let what = if walk.extended.is_empty() {
+            assert_eq!(walk.last, last);
+            if o.claim {
+                self.saw("F passes over a claim");
+                "a claim, passed over".to_string()
+            } else {
+                self.saw("F passes over an orphan");
+                format!(
+                    "an orphan (F's chain ends at {}/e{}), passed over",
+                    last.sequence, last.epoch
+                )
+            }
+        } else {
+            assert_eq!(walk.extended, vec![key]);
+            assert_eq!(
+                walk.last,
+                Link {
+                    sequence: key,
+                    epoch: o.epoch
+                }
+            );
+            n.f.delivered.push(id);
+            self.saw("F delivers an object");
+            let acknowledged = match o.writer {
+                Who::A => n.a.acked & 1 << (key - self.a_base) != 0,
+                Who::B if o.data => n.b.data_acked,
+                Who::B => n.b.opened,
+                Who::Z => false,
+            };
+            if !acknowledged {
+                self.saw("F delivers an object its writer has not acknowledged");
+            }
+            if o.writer == Who::B {
+                self.saw("F delivers an object of B");
+            }
+            "F DELIVERS it".to_string()
+        };
+        if let Some(l) = log {
+            let _ = write!(l, "F probes {key}: {}: {what}", self.desc(id));
         }
     }
 
@@ -1422,20 +1653,25 @@ impl Explorer {
                 complete |= 1 << seq;
             }
         }
-        let f = std::rc::Rc::new((mask, complete, v));
+        let f = std::rc::Rc::new(StoreFacts {
+            chain,
+            mask,
+            complete,
+            violations: v,
+        });
         self.facts.insert(key, f.clone());
         f
     }
 
     fn check(&mut self, s: &State, fin: bool) -> Vec<(Kind, String)> {
         let facts = self.store_facts(&s.store);
-        let mut v = facts.2.clone();
+        let mut v = facts.violations.clone();
         for (seq, id, who) in self.acknowledged(s) {
             assert_eq!(
                 s.store[seq as usize], id,
                 "an acknowledged object is present"
             );
-            if facts.0 & (1 << seq) == 0 {
+            if facts.mask & (1 << seq) == 0 {
                 let chain = self.chain(&s.store, Self::keys(&s.store));
                 let why = format!(
                     "{who} {} is not on the chain {chain:?} of {}",
@@ -1444,11 +1680,41 @@ impl Explorer {
                 );
                 if fin {
                     v.push((Kind::LostFinal, why.clone()));
-                    if facts.1 & (1 << seq) != 0 {
+                    if facts.complete & (1 << seq) != 0 {
                         v.push((Kind::LostFinalComplete, format!("{why} (it is complete)")));
                     }
                 }
                 v.push((Kind::LostAnytime, why));
+            }
+        }
+        if self.model.follower {
+            // What F delivered, after the chain it started from, is a prefix of the chain
+            // recovery would replay now; at a final state F has probed every key it can,
+            // and has delivered that whole chain.
+            let view = self.f_start.iter().chain(s.f.delivered.iter());
+            let prefix = facts.chain.len() >= self.f_start.len() + s.f.delivered.len()
+                && view
+                    .zip(&facts.chain)
+                    .all(|(&id, &seq)| s.store[seq as usize] == id);
+            if !prefix || fin && facts.chain.len() > self.f_start.len() + s.f.delivered.len() {
+                let why = format!(
+                    "F delivered [{}] after its start chain, the chain of {} is {:?}",
+                    s.f.delivered
+                        .iter()
+                        .map(|&id| self.desc(id))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    self.store_desc(&s.store),
+                    facts.chain
+                );
+                if !prefix {
+                    if fin {
+                        v.push((Kind::FollowerOffChainFinal, why.clone()));
+                    }
+                    v.push((Kind::FollowerOffChain, why));
+                } else {
+                    v.push((Kind::FollowerBehind, why));
+                }
             }
         }
         if s.flags & FLAG_POISONED != 0 {
@@ -1558,8 +1824,21 @@ impl Explorer {
         }
         acts.reverse();
         let mut s = self.init;
+        let follower = if self.model.follower {
+            format!(
+                "; F follows from the chain [{}] (next key {})",
+                self.f_start
+                    .iter()
+                    .map(|&id| self.desc(id))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                s.f.next_key
+            )
+        } else {
+            String::new()
+        };
         let mut out = vec![format!(
-            "start: store {}; A (epoch {}) has sent nothing yet{}",
+            "start: store {}; A (epoch {}) has sent nothing yet{follower}{}",
             self.store_desc(&s.store),
             self.a_epoch,
             if s.ghosts.is_empty() {
@@ -1682,10 +1961,24 @@ const COVERAGE: &[&str] = &[
     "final: A acknowledged objects and B is open",
 ];
 
+/// ... and with the follower.
+const FOLLOWER_COVERAGE: &[&str] = &[
+    "F delivers an object",
+    "F delivers an object its writer has not acknowledged",
+    "F delivers an object of B",
+    "F passes over a claim",
+    "F passes over an orphan",
+];
+
 fn assert_safe(name: &str, model: Model, min_states: usize, also_seen: &[&str]) -> Report {
     let r = run(name, model);
     assert_explored(name, &r, min_states);
-    for what in COVERAGE.iter().chain(also_seen) {
+    let follower = if model.follower {
+        FOLLOWER_COVERAGE
+    } else {
+        &[]
+    };
+    for what in COVERAGE.iter().chain(follower).chain(also_seen) {
         assert!(r.seen.contains(what), "{name}: never saw \"{what}\"");
     }
     assert!(
@@ -1699,21 +1992,23 @@ fn assert_safe(name: &str, model: Model, min_states: usize, also_seen: &[&str]) 
 /// A mutated design must lose an acknowledged object that is complete (a newer chain
 /// leaves it out); returns the shortest trace to such a final state.
 fn assert_bites(name: &str, model: Model) -> Vec<String> {
+    let r = assert_catches(name, model, Kind::LostFinalComplete, "ACKNOWLEDGES");
+    r.violations[&Kind::LostFinalComplete].1.clone()
+}
+
+/// A mutated design must violate `kind`, in a trace with a step that says `marker`.
+fn assert_catches(name: &str, model: Model, kind: Kind, marker: &str) -> Report {
     let r = run(name, model);
     assert_explored(name, &r, 5_000);
-    let (_, trace) = r
-        .violations
-        .get(&Kind::LostFinalComplete)
-        .unwrap_or_else(|| {
-            panic!(
-                "{name}: the mutation went unnoticed (no complete acknowledged object lost); \
-             violations: {:?}",
-                r.violations.keys().collect::<Vec<_>>()
-            )
-        });
+    let (_, trace) = r.violations.get(&kind).unwrap_or_else(|| {
+        panic!(
+            "{name}: the mutation went unnoticed (no {kind:?}); violations: {:?}",
+            r.violations.keys().collect::<Vec<_>>()
+        )
+    });
     assert!(trace.len() > 3, "a trace of the counterexample");
-    assert!(trace.iter().any(|l| l.contains("ACKNOWLEDGES")));
-    trace.clone()
+    assert!(trace.iter().any(|l| l.contains(marker)));
+    r
 }
 
 /// The mutations run with one create attempt per `persist` (retries play no part in
@@ -1815,4 +2110,55 @@ fn mutation_skip_unknown_loses_acknowledged_objects() {
         mutant(Mutation::SkipUnknown),
     );
     assert!(trace.iter().any(|l| l.contains("A skips")));
+}
+
+/// Only the follower changed: it delivers an orphan (Z's late create in the takeover; in
+/// the fresh scenario a late object of A whose predecessor's key B took) that no
+/// recovery replays. The writers' properties still hold.
+#[test]
+fn mutation_follower_ignoring_links_delivers_off_chain() {
+    for sc in [Scenario::Fresh, Scenario::Takeover] {
+        let r = assert_catches(
+            "mutation 5: the follower ignores links",
+            Model {
+                persist_attempts: 1,
+                ..Model::design(sc).with(Mutation::FollowerIgnoresLinks)
+            },
+            Kind::FollowerOffChainFinal,
+            "F DELIVERS",
+        );
+        assert!(
+            r.violations.keys().all(|k| matches!(
+                k,
+                Kind::FollowerOffChain | Kind::FollowerOffChainFinal | Kind::FollowerBehind
+            )),
+            "{:?}",
+            r.violations.keys().collect::<Vec<_>>()
+        );
+    }
+}
+
+/// A follower that passes over an absent key (as the mutated poll would when a later key
+/// of the same round holds an object) never delivers an object off the chain here (an
+/// object linked to its chain end above an absent key would be an opening object, sent
+/// only once every key below it exists) but falls behind for good: the chain object
+/// that later lands at the key it skipped, and everything linked after it, is never
+/// delivered.
+#[test]
+fn mutation_follower_skipping_absent_keys_falls_behind() {
+    for sc in [Scenario::Fresh, Scenario::Takeover] {
+        let r = assert_catches(
+            "mutation 6: the follower skips absent keys",
+            Model {
+                persist_attempts: 1,
+                ..Model::design(sc).with(Mutation::FollowerSkipsAbsent)
+            },
+            Kind::FollowerBehind,
+            "[mutation: passed over",
+        );
+        assert_eq!(
+            r.violations.keys().collect::<Vec<_>>(),
+            vec![&Kind::FollowerBehind]
+        );
+    }
 }
