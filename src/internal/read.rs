@@ -777,72 +777,70 @@ impl PolledGrowth {
     /// One round of probes after the chain end; extends the catalog by what links on.
     /// `Ok(true)` when every probed key held an object (more may follow at once).
     async fn probe(&mut self) -> Result<bool> {
+        let first = self.next_key;
+        // Idle, a probe is one request (the header only once the key holds an
+        // object); active, the header is read beside the tail (one round trip).
+        let header_at_once = self.wait <= self.poll_interval;
+        let probed = futures::future::join_all((0..self.probes as u64).map(|i| {
+            self.io
+                .probe_summary(first.saturating_add(i), self.tail_len, header_at_once)
+        }))
+        .await;
+        let mut summaries = Vec::with_capacity(probed.len());
+        for result in probed {
+            match result {
+                Ok(summary) => summaries.push(summary),
+                Err(e) => {
+                    warn!(error = %e, "a probe failed; the follower lists instead");
+                    return self.extend().await.map(|()| false);
+                }
+            }
+        }
+        let headers: Vec<Option<&Header>> = summaries
+            .iter()
+            .map(|s| s.as_ref().map(|s| &s.header))
+            .collect();
+        let walk = walk_probes(self.last, first, &headers);
+        if let Some(tail) = summaries
+            .iter()
+            .flatten()
+            .map(|s| (TRAILER_LEN + format::Footer::encoded_len(s.footer.records.len())) as u64)
+            .max()
         {
-            let first = self.next_key;
-            // Idle, a probe is one request (the header only once the key holds an
-            // object); active, the header is read beside the tail (one round trip).
-            let header_at_once = self.wait <= self.poll_interval;
-            let probed = futures::future::join_all((0..self.probes as u64).map(|i| {
-                self.io
-                    .probe_summary(first.saturating_add(i), self.tail_len, header_at_once)
-            }))
-            .await;
-            let mut summaries = Vec::with_capacity(probed.len());
-            for result in probed {
-                match result {
-                    Ok(summary) => summaries.push(summary),
-                    Err(e) => {
-                        warn!(error = %e, "a probe failed; the follower lists instead");
-                        return self.extend().await.map(|()| false);
-                    }
+            // The next footer is likely as long as these: read it in the probe.
+            self.tail_len = (tail + tail / 4 + 256).clamp(MIN_PROBE_TAIL, TAIL_READ_BYTES);
+        }
+        if !walk.extended.is_empty() {
+            let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
+            for summary in summaries.iter().flatten() {
+                if walk.extended.contains(&summary.header.sequence) {
+                    catalog.insert(&summary.header, &summary.footer.records, summary.length)?;
                 }
             }
-            let headers: Vec<Option<&Header>> = summaries
-                .iter()
-                .map(|s| s.as_ref().map(|s| &s.header))
-                .collect();
-            let walk = walk_probes(self.last, first, &headers);
-            if let Some(tail) = summaries
-                .iter()
-                .flatten()
-                .map(|s| (TRAILER_LEN + format::Footer::encoded_len(s.footer.records.len())) as u64)
-                .max()
-            {
-                // The next footer is likely as long as these: read it in the probe.
-                self.tail_len = (tail + tail / 4 + 256).clamp(MIN_PROBE_TAIL, TAIL_READ_BYTES);
-            }
-            if !walk.extended.is_empty() {
-                let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
-                for summary in summaries.iter().flatten() {
-                    if walk.extended.contains(&summary.header.sequence) {
-                        catalog.insert(&summary.header, &summary.footer.records, summary.length)?;
-                    }
-                }
-                self.last = walk.last;
-                self.pending = self.pending.split_off(&(self.last.sequence + 1));
-            }
-            let moved = walk.next_key != self.next_key;
-            self.next_key = walk.next_key;
-            if walk.met_absent {
-                // Probe as many keys next time as held objects this time.
-                let held = usize::try_from(walk.next_key - first).unwrap_or(MAX_PROBES);
-                self.probes = held.clamp(1, MAX_PROBES);
-                if moved {
-                    self.absent_since = None;
-                    return Ok(false);
-                }
-                let now = tokio::time::Instant::now();
-                let since = *self.absent_since.get_or_insert(now);
-                if now.duration_since(since) > self.list_after_absent {
-                    self.absent_since = None;
-                    self.extend().await?;
-                }
+            self.last = walk.last;
+            self.pending = self.pending.split_off(&(self.last.sequence + 1));
+        }
+        let moved = walk.next_key != self.next_key;
+        self.next_key = walk.next_key;
+        if walk.met_absent {
+            // Probe as many keys next time as held objects this time.
+            let held = usize::try_from(walk.next_key - first).unwrap_or(MAX_PROBES);
+            self.probes = held.clamp(1, MAX_PROBES);
+            if moved {
+                self.absent_since = None;
                 return Ok(false);
             }
-            self.absent_since = None;
-            self.probes = (self.probes * 2).min(MAX_PROBES);
-            Ok(true)
+            let now = tokio::time::Instant::now();
+            let since = *self.absent_since.get_or_insert(now);
+            if now.duration_since(since) > self.list_after_absent {
+                self.absent_since = None;
+                self.extend().await?;
+            }
+            return Ok(false);
         }
+        self.absent_since = None;
+        self.probes = (self.probes * 2).min(MAX_PROBES);
+        Ok(true)
     }
 
     /// One LIST after the chain end; extends the catalog by what links on from it, or,
