@@ -253,6 +253,15 @@ pub struct Config {
     /// ([`crate::transform`]). None by default: nothing is encrypted, and an encrypted
     /// segment cannot be read (its reads fail, naming the key id).
     pub encryption_keys: Option<Keys>,
+    /// Bytes of verified segments kept in memory for reads (`internal::cache`): each
+    /// region's entries of every object the writer acknowledges, and every segment a
+    /// read fetched, least recently used out first. A read, follow or re-read of what
+    /// it holds sends no request. 64 MiB by default; 0 keeps nothing.
+    pub segment_cache_bytes: u64,
+    /// Of `segment_cache_bytes`, the most one region's segments may hold (its least
+    /// recently used out first), so that a hot region does not evict the others' tails.
+    /// 4 MiB by default.
+    pub segment_cache_region_bytes: u64,
 }
 
 /// When a request that has not answered is hedged: sent again, identical, with the first
@@ -336,6 +345,8 @@ impl Config {
             recovery_mode: RecoveryMode::Strict,
             compression: Compression::Off,
             encryption_keys: None,
+            segment_cache_bytes: crate::cache::DEFAULT_CACHE_BYTES,
+            segment_cache_region_bytes: crate::cache::DEFAULT_CACHE_REGION_BYTES,
         }
     }
 
@@ -376,6 +387,10 @@ impl Config {
         with_replay_concurrency(replay_concurrency: usize);
         /// With `replay_budget_bytes` a replay may hold fetched and not yet consumed.
         with_replay_budget_bytes(replay_budget_bytes: u64);
+        /// With `segment_cache_bytes` of verified segments kept for reads.
+        with_segment_cache_bytes(segment_cache_bytes: u64);
+        /// With at most `segment_cache_region_bytes` of them per region.
+        with_segment_cache_region_bytes(segment_cache_region_bytes: u64);
         /// With `create_if_missing`: whether an open as the writer may start a new WAL.
         with_create_if_missing(create_if_missing: bool);
         /// With what recovery does with an unreadable object the chain may need.
@@ -428,6 +443,12 @@ impl Config {
         }
         if self.replay_concurrency == 0 {
             return bad("replay_concurrency", "must be at least 1");
+        }
+        if self.segment_cache_region_bytes > self.segment_cache_bytes {
+            return bad(
+                "segment_cache_region_bytes",
+                "must be at most segment_cache_bytes",
+            );
         }
         if self.replay_budget_bytes < self.max_batch_bytes {
             return bad(
@@ -507,6 +528,7 @@ impl Config {
             ("max_pending_bytes", self.max_pending_bytes),
             ("replay_budget_bytes", self.replay_budget_bytes),
             ("whole_read_threshold", self.whole_read_threshold),
+            ("segment_cache_bytes", self.segment_cache_bytes),
         ];
         for (field, value) in bytes {
             if value > MAX_BYTES {

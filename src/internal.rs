@@ -3,6 +3,7 @@
 //! promise, hidden from the docs. What a node uses is re-exported at the crate root.
 
 pub mod batch;
+pub mod cache;
 pub mod catalog;
 pub mod clock;
 pub mod epoch;

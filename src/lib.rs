@@ -177,7 +177,7 @@ pub mod transform;
 
 // Inside the crate, the internal modules keep their short paths.
 pub(crate) use internal::{
-    batch, catalog, clock, epoch, hedge, objects, open, persist, protocol, quorum, read,
+    batch, cache, catalog, clock, epoch, hedge, objects, open, persist, protocol, quorum, read,
     replicated, sequential, transport,
 };
 

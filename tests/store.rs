@@ -1930,9 +1930,24 @@ async fn region_read_fetches_only_its_segment(store: Arc<dyn ObjectStore>) {
             other => panic!("expected CorruptSegment, got {other:?}"),
         }
     };
-    // The instance opened before the damage.
+    // The instance opened before the damage verified region 3's segment and keeps it:
+    // its re-read sends no request and gives the entries it verified.
     counting.reset();
-    expect_region_3_corrupt(wal.read(3, 0).collect().await);
+    let again: Vec<_> = wal.read(3, 0).try_collect().await.expect("re-read");
+    assert_eq!(again, entries);
+    assert!(
+        counting.get_log().is_empty(),
+        "a re-read of a cached segment sends no GET"
+    );
+    // An instance without the cache finds the damage: read once, retried once.
+    let mut uncached_config = config();
+    uncached_config.segment_cache_bytes = 0;
+    uncached_config.segment_cache_region_bytes = 0;
+    let uncached = ObjectStoreLogStore::open_read_only(as_dyn(&counting), uncached_config)
+        .await
+        .expect("open read-only");
+    counting.reset();
+    expect_region_3_corrupt(uncached.read(3, 0).collect().await);
     let range = Some(record.offset..record.offset + record.length);
     let log = counting.get_log();
     assert_eq!(log.len(), 2, "read once, retried once: {log:?}");

@@ -184,6 +184,66 @@ async fn follower_sees_a_landed_failed_append_once_across_an_epoch_end() {
     stop(wal, join).await;
 }
 
+/// The writer hands each acknowledged object's entries to the readers' tail: a read, a
+/// follow and a re-read of them send no request to the store. With the cache off the
+/// same reads fetch each segment (what the first half relies on being counted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_at_the_tail_sends_no_request_to_the_store() {
+    for cache in [true, false] {
+        let counting = CountingStore::new(Arc::new(InMemory::new()));
+        let store: Arc<dyn ObjectStore> = counting.clone();
+        let mut config = config_no_reclaim();
+        if !cache {
+            config.segment_cache_bytes = 0;
+            config.segment_cache_region_bytes = 0;
+        }
+        let (wal, join) = spawn(&store, &config).await;
+        let mut region1 = Vec::new();
+        let mut region2 = Vec::new();
+        for i in 0..20 {
+            let parts = vec![
+                (1, vec![payload(format!("one-{i}"))]),
+                (
+                    2,
+                    vec![payload(format!("two-{i}")), payload(format!("two-{i}b"))],
+                ),
+            ];
+            let receipt = wal.append_many(parts.clone()).await.expect("append");
+            for entry in acked_entries(&parts, &receipt) {
+                if entry.region == 1 {
+                    region1.push(entry);
+                } else {
+                    region2.push(entry);
+                }
+            }
+        }
+        counting.reset();
+        let read = |wal: WalHandle| async move {
+            let rx = wal.read(1, 0).await.expect("read");
+            let mut got = Vec::new();
+            while let Ok(item) = rx.recv_async().await {
+                got.push(item.expect("an entry"));
+            }
+            got
+        };
+        assert_eq!(read(wal.clone()).await, region1);
+        let follow = wal.follow(2, 0).await.expect("follow");
+        let mut followed = Vec::new();
+        follow_until(&follow, region2.last().unwrap().id, &mut followed).await;
+        assert_eq!(followed, region2);
+        assert_eq!(read(wal.clone()).await, region1, "re-read");
+        let gets = counting.counts().gets.load(Ordering::Relaxed);
+        if cache {
+            assert_eq!(gets, 0, "reads at the tail sent GETs");
+        } else {
+            // Each region-1 segment twice (read, re-read), each region-2 one once.
+            assert_eq!(gets, 60);
+        }
+        drop(follow);
+        stop(wal, join).await;
+    }
+}
+
 /// A read-only follower on a second store handle while the owner writes, restarts its
 /// writer and is replaced by a fresh instance: each acknowledged entry once, in order;
 /// no LIST after its start (it probes the next keys, DESIGN.md "Tailing without

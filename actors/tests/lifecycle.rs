@@ -454,7 +454,11 @@ async fn abort_ends_an_upload_in_flight() {
 /// reaches the store, and the follower is told the WAL stopped.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn stop_ends_a_follower() {
-    let config = config_no_reclaim();
+    // Without the segment cache, so that the follower fetches the tail from the store
+    // and the stop meets that fetch in flight.
+    let config = config_no_reclaim()
+        .with_segment_cache_bytes(0)
+        .with_segment_cache_region_bytes(0);
     let (tap, _inner, wal) = tapped(&config).await;
     let fetch = hold(&tap, Op::Get, Some(key(2)), u64::MAX);
     let follower = wal.follow(1, 0).await.expect("follow");

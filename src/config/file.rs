@@ -48,6 +48,8 @@ struct Fields {
     recovery_mode: Option<RecoveryMode>,
     compression: Option<Compression>,
     encryption_keys: Option<String>,
+    segment_cache_bytes: Option<ByteSize>,
+    segment_cache_region_bytes: Option<ByteSize>,
 }
 
 impl Fields {
@@ -90,6 +92,11 @@ impl Fields {
             recovery_mode: self.recovery_mode.unwrap_or(d.recovery_mode),
             compression: self.compression.unwrap_or(d.compression),
             encryption_keys,
+            segment_cache_bytes: size(self.segment_cache_bytes, d.segment_cache_bytes),
+            segment_cache_region_bytes: size(
+                self.segment_cache_region_bytes,
+                d.segment_cache_region_bytes,
+            ),
             prefix: d.prefix,
         };
         config.validate()?;

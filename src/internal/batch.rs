@@ -14,6 +14,7 @@ use std::sync::{Mutex, OnceLock};
 
 use bytes::Bytes;
 
+use crate::cache::Payloads;
 use crate::error::Error;
 use crate::format::{
     encode_object, encode_object_with, entry_id, EncodedObject, FormatError, Header, Link,
@@ -410,11 +411,13 @@ impl Batch {
             // Transformed: the entries are kept, and encoded by the first caller of
             // `encoded()`, the object's upload, off the sealer's thread.
             header.validate()?;
-            Some(Deferred {
-                regions: std::mem::take(&mut self.regions),
-                codec: codec.clone(),
-            })
+            Some(codec.clone())
         };
+        // Each region's entries, kept for the readers' tail (handles, not bytes).
+        let segments = std::mem::take(&mut self.regions)
+            .into_iter()
+            .map(|(region, entries)| (region, Payloads::from(entries)))
+            .collect();
         let receipts = self
             .appends
             .drain(..)
@@ -423,6 +426,7 @@ impl Batch {
         let deferred = Mutex::new(deferred);
         let sealed = SealedObject {
             header,
+            segments,
             deferred,
             encoded,
             receipts,
@@ -449,9 +453,11 @@ impl Batch {
 #[derive(Debug)]
 pub struct SealedObject {
     header: Header,
-    /// A transformed object's entries until it is encoded (then dropped: the stored
-    /// bytes are all an upload holds).
-    deferred: Mutex<Option<Deferred>>,
+    /// Each region's entries, in region order: what a transformed object is encoded
+    /// from, and what the writer hands to the readers' tail when it acknowledges.
+    segments: Vec<(u64, Payloads)>,
+    /// A transformed object's transforms until it is encoded.
+    deferred: Mutex<Option<SegmentCodec>>,
     encoded: OnceLock<std::result::Result<EncodedObject, FormatError>>,
     /// One receipt per admitted append, in admission order.
     pub receipts: Vec<AppendReceipt>,
@@ -459,13 +465,6 @@ pub struct SealedObject {
     pub entries: u64,
     /// Sum of the entries' payload lengths.
     pub payload_bytes: u64,
-}
-
-/// A transformed object's entries and transforms, until it is encoded.
-#[derive(Debug)]
-struct Deferred {
-    regions: BTreeMap<u64, Vec<Bytes>>,
-    codec: SegmentCodec,
 }
 
 impl SealedObject {
@@ -490,9 +489,9 @@ impl SealedObject {
                     .unwrap_or_else(|p| p.into_inner())
                     .take();
                 match deferred {
-                    Some(d) => d.codec.encode(
+                    Some(codec) => codec.encode(
                         &self.header,
-                        d.regions.iter().map(|(r, e)| (*r, e.as_slice())),
+                        self.segments.iter().map(|(r, e)| (*r, &e[..])),
                     ),
                     None => Err(FormatError::Unencodable(
                         "a sealed object without its entries",
@@ -501,6 +500,11 @@ impl SealedObject {
             })
             .as_ref()
             .map_err(Clone::clone)
+    }
+
+    /// Each region's entries, in region order (the first at position 0).
+    pub fn segments(&self) -> &[(u64, Payloads)] {
+        &self.segments
     }
 
     /// The encoded object's length, 0 while a transformed one is not encoded yet.

@@ -32,6 +32,7 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 
 use crate::batch::SegmentCodec;
+use crate::cache::{SegmentCache, DEFAULT_CACHE_BYTES, DEFAULT_CACHE_REGION_BYTES};
 use crate::config::{Config, HedgeAfter};
 use crate::error::{Error, Result};
 use crate::format::{
@@ -133,6 +134,8 @@ pub struct WalIo {
     metrics: Arc<Metrics>,
     /// How segments read are opened (keys, the decoded-length bound).
     codec: SegmentCodec,
+    /// Verified segments kept for reads, shared by every clone.
+    cache: Arc<SegmentCache>,
 }
 
 impl WalIo {
@@ -162,6 +165,10 @@ impl WalIo {
             whole_read_threshold: whole_read_threshold.max(EMPTY_OBJECT_LEN as u64),
             metrics,
             codec: SegmentCodec::identity(),
+            cache: Arc::new(SegmentCache::new(
+                DEFAULT_CACHE_BYTES,
+                DEFAULT_CACHE_REGION_BYTES,
+            )),
         })
     }
 
@@ -171,7 +178,8 @@ impl WalIo {
         let io = WalIo::new(store, &config.prefix, config.whole_read_threshold)?;
         Ok(io
             .with_requests(config.hedge_after, config.request_timeout)
-            .with_codec(SegmentCodec::of(config)))
+            .with_codec(SegmentCodec::of(config))
+            .with_segment_cache(config))
     }
 
     /// The WAL under `config.prefix` over several stores (one log, a quorum of copies:
@@ -200,7 +208,22 @@ impl WalIo {
             config.whole_read_threshold,
             metrics,
         )?
-        .with_codec(SegmentCodec::of(config)))
+        .with_codec(SegmentCodec::of(config))
+        .with_segment_cache(config))
+    }
+
+    /// With a fresh segment cache bounded as `config` says.
+    pub fn with_segment_cache(mut self, config: &Config) -> Self {
+        self.cache = Arc::new(SegmentCache::new(
+            config.segment_cache_bytes,
+            config.segment_cache_region_bytes,
+        ));
+        self
+    }
+
+    /// The verified segments kept for reads.
+    pub fn segment_cache(&self) -> &SegmentCache {
+        &self.cache
     }
 
     /// This view with `timeout` on every request and hedging after `hedge_after`.

@@ -28,6 +28,7 @@ use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
 use tracing::{debug, info_span, warn, Instrument};
 
+use crate::cache::{Payloads, SegmentId};
 use crate::catalog::{choose_chain, next_on_chain, walk_probes, Catalog, SegmentLocation};
 use crate::config::{Config, CorruptSegmentPolicy};
 use crate::error::{Error, Result};
@@ -151,6 +152,18 @@ fn reclaimed(catalog: &RwLock<Catalog>, sequence: u64, error: &Error) -> bool {
 /// (read again once if verification fails; damage found twice is reported).
 pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec<Entry>> {
     let record = &location.record;
+    let id = SegmentId {
+        sequence: location.sequence,
+        epoch: location.epoch,
+        region: record.region,
+    };
+    if let Some(payloads) = io.segment_cache().get(&id) {
+        return Ok(entries_of(
+            record,
+            payloads.iter().cloned(),
+            record.first_entry_id,
+        ));
+    }
     let checked = read_again_once(|| async {
         let verify = |b: &Bytes| format::check_segment(b, record).is_ok();
         let bytes = io
@@ -171,11 +184,21 @@ pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec
             source,
         }
     })?;
-    Ok(entries_of(record, payloads, record.first_entry_id))
+    let payloads = Payloads::from(payloads);
+    io.segment_cache().insert(id, payloads.clone());
+    Ok(entries_of(
+        record,
+        payloads.iter().cloned(),
+        record.first_entry_id,
+    ))
 }
 
 /// The entries of a decoded segment with ids `>= min`.
-fn entries_of(record: &format::SegmentRecord, payloads: Vec<Bytes>, min: u64) -> Vec<Entry> {
+fn entries_of(
+    record: &format::SegmentRecord,
+    payloads: impl IntoIterator<Item = Bytes>,
+    min: u64,
+) -> Vec<Entry> {
     payloads
         .into_iter()
         .zip(record.first_entry_id..)

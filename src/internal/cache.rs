@@ -1,0 +1,335 @@
+//! The segment cache: verified, decoded segments of recent objects, by object and
+//! region, so that a read at the tail, a follow and a re-read of a recent segment send
+//! no request to the store.
+//!
+//! Two ways in: the writer hands over each region's entries of every object as it
+//! acknowledges it (they are in memory already: `Bytes` clones, no copy), and a read
+//! inserts each segment it fetched and verified. Entries are the stored ones exactly,
+//! so a hit is what a GET would have returned.
+//!
+//! Bounded two ways, by bytes (each entry's payload plus [`ENTRY_OVERHEAD`], each
+//! segment [`SEGMENT_OVERHEAD`] more): in total (`Config::segment_cache_bytes`), least
+//! recently used first, and per region (`Config::segment_cache_region_bytes`), that
+//! region's least recently used first, so a hot region cannot evict every other
+//! region's tail. A segment larger than the region bound is not kept. Keys name the
+//! object's sequence and epoch: another object at a reclaimed key is another key.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+/// `Config::segment_cache_bytes` by default.
+pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// `Config::segment_cache_region_bytes` by default.
+pub const DEFAULT_CACHE_REGION_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Bytes counted per cached entry beyond its payload (its `Bytes` handle).
+pub const ENTRY_OVERHEAD: u64 = 32;
+/// Bytes counted per cached segment beyond its entries (key, order, maps).
+pub const SEGMENT_OVERHEAD: u64 = 128;
+
+/// A cached segment's identity: object sequence, object epoch, region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SegmentId {
+    /// The object's sequence.
+    pub sequence: u64,
+    /// The object's epoch.
+    pub epoch: u64,
+    /// The region.
+    pub region: u64,
+}
+
+/// The payloads of one region's segment, in entry order.
+pub type Payloads = Arc<[Bytes]>;
+
+#[derive(Debug)]
+struct Cached {
+    payloads: Payloads,
+    cost: u64,
+    stamp: u64,
+}
+
+#[derive(Debug, Default)]
+struct RegionUse {
+    bytes: u64,
+    /// This region's segments, least recently used first.
+    order: BTreeMap<u64, SegmentId>,
+}
+
+#[derive(Debug, Default)]
+struct Lru {
+    bytes: u64,
+    next_stamp: u64,
+    segments: HashMap<SegmentId, Cached>,
+    /// Every segment, least recently used first.
+    order: BTreeMap<u64, SegmentId>,
+    regions: HashMap<u64, RegionUse>,
+}
+
+impl Lru {
+    fn stamp(&mut self) -> u64 {
+        self.next_stamp += 1;
+        self.next_stamp
+    }
+
+    fn remove(&mut self, key: &SegmentId) {
+        let Some(cached) = self.segments.remove(key) else {
+            return;
+        };
+        self.bytes = self.bytes.saturating_sub(cached.cost);
+        self.order.remove(&cached.stamp);
+        if let Some(region) = self.regions.get_mut(&key.region) {
+            region.bytes = region.bytes.saturating_sub(cached.cost);
+            region.order.remove(&cached.stamp);
+            if region.order.is_empty() {
+                self.regions.remove(&key.region);
+            }
+        }
+    }
+}
+
+/// What the cache answered so far.
+#[derive(Debug, Default)]
+pub struct CacheCounts {
+    /// Lookups answered from memory.
+    pub hits: AtomicU64,
+    /// Lookups that went to the store.
+    pub misses: AtomicU64,
+}
+
+/// The bounded cache of verified segments, shared by every reader of a WAL (see the
+/// module docs).
+#[derive(Debug)]
+pub struct SegmentCache {
+    total_limit: u64,
+    region_limit: u64,
+    lru: Mutex<Lru>,
+    counts: CacheCounts,
+}
+
+impl SegmentCache {
+    /// A cache of at most `total_limit` bytes, `region_limit` of them per region (0:
+    /// nothing is kept).
+    pub fn new(total_limit: u64, region_limit: u64) -> Self {
+        SegmentCache {
+            total_limit,
+            region_limit: region_limit.min(total_limit),
+            lru: Mutex::new(Lru::default()),
+            counts: CacheCounts::default(),
+        }
+    }
+
+    fn lru(&self) -> std::sync::MutexGuard<'_, Lru> {
+        self.lru.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The bytes a segment of `payloads` counts for.
+    pub fn cost(payloads: &[Bytes]) -> u64 {
+        payloads
+            .iter()
+            .map(|p| p.len() as u64 + ENTRY_OVERHEAD)
+            .sum::<u64>()
+            + SEGMENT_OVERHEAD
+    }
+
+    /// The segment's payloads, if cached (it becomes the most recently used).
+    pub fn get(&self, key: &SegmentId) -> Option<Payloads> {
+        let mut lru = self.lru();
+        let stamp = lru.stamp();
+        let Some(cached) = lru.segments.get_mut(key) else {
+            drop(lru);
+            self.counts.misses.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        let old = std::mem::replace(&mut cached.stamp, stamp);
+        let payloads = cached.payloads.clone();
+        lru.order.remove(&old);
+        lru.order.insert(stamp, *key);
+        if let Some(region) = lru.regions.get_mut(&key.region) {
+            region.order.remove(&old);
+            region.order.insert(stamp, *key);
+        }
+        drop(lru);
+        self.counts.hits.fetch_add(1, Ordering::Relaxed);
+        Some(payloads)
+    }
+
+    /// Keeps a segment (the most recently used), evicting the least recently used of its
+    /// region, then of all, to stay within the bounds; one larger than the region bound
+    /// is not kept.
+    pub fn insert(&self, key: SegmentId, payloads: Payloads) {
+        self.insert_all([(key, payloads)]);
+    }
+
+    /// [`insert`](Self::insert) of several segments (an object's regions), under one
+    /// lock.
+    pub fn insert_all(&self, segments: impl IntoIterator<Item = (SegmentId, Payloads)>) {
+        if self.region_limit == 0 {
+            return;
+        }
+        let mut lru = self.lru();
+        for (key, payloads) in segments {
+            self.insert_locked(&mut lru, key, payloads);
+        }
+    }
+
+    fn insert_locked(&self, lru: &mut Lru, key: SegmentId, payloads: Payloads) {
+        let cost = Self::cost(&payloads);
+        if cost > self.region_limit {
+            return;
+        }
+        lru.remove(&key);
+        while lru
+            .regions
+            .get(&key.region)
+            .is_some_and(|r| r.bytes + cost > self.region_limit)
+        {
+            let oldest = lru
+                .regions
+                .get(&key.region)
+                .and_then(|r| r.order.first_key_value().map(|(_, k)| *k));
+            match oldest {
+                Some(oldest) => lru.remove(&oldest),
+                None => break,
+            }
+        }
+        while lru.bytes + cost > self.total_limit {
+            match lru.order.first_key_value().map(|(_, k)| *k) {
+                Some(oldest) => lru.remove(&oldest),
+                None => break,
+            }
+        }
+        let stamp = lru.stamp();
+        lru.bytes += cost;
+        lru.order.insert(stamp, key);
+        let region = lru.regions.entry(key.region).or_default();
+        region.bytes += cost;
+        region.order.insert(stamp, key);
+        lru.segments.insert(
+            key,
+            Cached {
+                payloads,
+                cost,
+                stamp,
+            },
+        );
+    }
+
+    /// Bytes held now (as counted: payloads and overheads).
+    pub fn bytes(&self) -> u64 {
+        self.lru().bytes
+    }
+
+    /// Segments held now.
+    pub fn segments(&self) -> usize {
+        self.lru().segments.len()
+    }
+
+    /// Hits and misses so far.
+    pub fn counts(&self) -> &CacheCounts {
+        &self.counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(sequence: u64, region: u64) -> SegmentId {
+        SegmentId {
+            sequence,
+            epoch: 1,
+            region,
+        }
+    }
+
+    fn payloads(len: usize) -> Payloads {
+        vec![Bytes::from(vec![7u8; len])].into()
+    }
+
+    /// The cost of one segment of one entry of `len` bytes.
+    fn cost(len: u64) -> u64 {
+        len + ENTRY_OVERHEAD + SEGMENT_OVERHEAD
+    }
+
+    #[test]
+    fn a_hit_is_the_inserted_payloads_and_a_miss_is_none() {
+        let cache = SegmentCache::new(1 << 20, 1 << 20);
+        let p: Payloads = vec![Bytes::from_static(b"a"), Bytes::from_static(b"bc")].into();
+        cache.insert(key(1, 5), p.clone());
+        assert_eq!(cache.get(&key(1, 5)).as_deref(), Some(&p[..]));
+        assert_eq!(cache.get(&key(1, 6)), None);
+        // Another epoch at the same sequence is another object.
+        let other = SegmentId {
+            epoch: 2,
+            ..key(1, 5)
+        };
+        assert_eq!(cache.get(&other), None);
+        assert_eq!(cache.counts().hits.load(Ordering::Relaxed), 1);
+        assert_eq!(cache.counts().misses.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn the_total_bound_evicts_the_least_recently_used() {
+        let cache = SegmentCache::new(3 * cost(100), 3 * cost(100));
+        for s in 1..=3 {
+            cache.insert(key(s, s), payloads(100));
+        }
+        // 1 used last: 2 is the least recently used.
+        assert!(cache.get(&key(1, 1)).is_some());
+        cache.insert(key(4, 4), payloads(100));
+        assert!(cache.get(&key(2, 2)).is_none());
+        for s in [1, 3, 4] {
+            assert!(cache.get(&key(s, s)).is_some(), "{s}");
+        }
+        assert_eq!(cache.bytes(), 3 * cost(100));
+    }
+
+    #[test]
+    fn a_hot_region_evicts_its_own_segments_first() {
+        let cache = SegmentCache::new(10 * cost(100), 2 * cost(100));
+        cache.insert(key(1, 9), payloads(100));
+        for s in 1..=50 {
+            cache.insert(key(s, 1), payloads(100));
+        }
+        assert!(
+            cache.get(&key(1, 9)).is_some(),
+            "the other region's tail stays"
+        );
+        assert!(cache.get(&key(50, 1)).is_some());
+        assert!(cache.get(&key(49, 1)).is_some());
+        assert!(cache.get(&key(48, 1)).is_none());
+        assert_eq!(cache.segments(), 3);
+    }
+
+    #[test]
+    fn memory_stays_within_the_bounds_under_many_regions() {
+        let total = 64 * cost(100);
+        let cache = SegmentCache::new(total, 4 * cost(100));
+        for s in 0..10_000u64 {
+            cache.insert(key(s, s % 1000), payloads(100));
+            assert!(cache.bytes() <= total);
+        }
+        assert_eq!(cache.segments(), 64);
+        // The bookkeeping holds no more than the segments themselves.
+        let lru = cache.lru();
+        assert_eq!(lru.order.len(), 64);
+        assert_eq!(
+            lru.regions.values().map(|r| r.order.len()).sum::<usize>(),
+            64
+        );
+        assert!(lru.regions.len() <= 64);
+    }
+
+    #[test]
+    fn a_segment_larger_than_the_region_bound_is_not_kept() {
+        let cache = SegmentCache::new(1 << 20, cost(100));
+        cache.insert(key(1, 1), payloads(101));
+        assert!(cache.get(&key(1, 1)).is_none());
+        let off = SegmentCache::new(0, 0);
+        off.insert(key(1, 1), payloads(0));
+        assert_eq!(off.segments(), 0);
+    }
+}
