@@ -11,6 +11,7 @@
 //! cargo run --release --example bench -- recover --objects 10000 --get-latency-ms 10 --recovery-concurrency 64
 //! cargo run --release --example bench -- replay --seconds 5
 //! cargo run --release --example bench -- replay --objects 1300 --regions 100 --get-latency-ms 10 --replay-concurrency 32 --replay-budget-mib 64
+//! cargo run --release --example bench -- follow --rate 2000 --regions 100 --put-latency-ms 20 --get-latency-ms 10 --min-object-interval-ms 20 --followers 8 --remote-followers 8 --seconds 20 --idle-seconds 10
 //! cargo run --release --example bench -- soak --minutes 30 --store file:/tmp/soak --regions 1000 --entry-bytes 128 --min-object-interval-ms 0 --obsolete-lag 8 --reclaim-grace-ms 2000 --max-create-duration-ms 1000
 //! scripts/latency_sweep.sh && python3 scripts/plot_latency.py
 //! ```
@@ -76,6 +77,15 @@
 //! see `rss_before_mib`), `replay_concurrency`, `replay_budget_mib`, and `ideal_ms` =
 //! objects × GET latency / `replay_concurrency` with `ratio_to_ideal`.
 //!
+//! **Follow.** `follow --rate N` (an open-loop `write`, every `write` flag but
+//! `--replicas`) with `--followers K` follows in the process and `--remote-followers K`
+//! read-only follows on store handles of their own (poll every `--poll-interval-ms`),
+//! one region each: call-to-delivery latency (`local_e2e_*`, `remote_e2e_*`) beside
+//! the appends' (`append_p50_ms`, `append_p99_ms`), each kind's GETs, HEADs and LISTs
+//! per second, bytes read against the bytes of the regions followed, entries missing,
+//! duplicated or out of order, then the same requests over `--idle-seconds` (default
+//! 60) without appends. See `support/follow.rs`.
+//!
 //! **Soak.** `soak --minutes N` (fractions allowed) runs `write` (every `write` flag;
 //! give `--obsolete-lag` so the log is reclaimed as it grows, and `--rate` for a steady
 //! open loop instead of the closed one) and prints, every `--report-seconds` (default
@@ -117,6 +127,8 @@ use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
 use serde_json::json;
 use tokio::task::JoinSet;
 
+#[path = "support/follow.rs"]
+mod follow;
 #[path = "support/payloads.rs"]
 mod payloads;
 #[path = "support/prices.rs"]
@@ -289,6 +301,11 @@ enum Workload {
     /// one JSON line per `--report-seconds` with RSS, appends/s, live keys and what
     /// the WAL holds, then a summary comparing the last interval with the third.
     Soak(SoakArgs),
+    /// An open-loop write at `--rate` with followers of some regions: in the process
+    /// (`--followers`) and read-only on store handles of their own
+    /// (`--remote-followers`); end-to-end latency, their requests, whether each got
+    /// every acknowledged entry once and in order, then their requests while idle.
+    Follow(follow::FollowArgs),
 }
 
 #[derive(ClapArgs, Debug, Clone)]
@@ -415,9 +432,10 @@ struct Common {
     /// Entries per object built for `replay --objects` (default: one per region).
     #[arg(long)]
     entries_per_object: Option<usize>,
-    /// After a write run, stay idle this long and count requests.
-    #[arg(long, default_value_t = 0.0)]
-    idle_seconds: f64,
+    /// After the run, stay idle this long and count requests (default: 0 for `write`,
+    /// 60 for `follow`).
+    #[arg(long)]
+    idle_seconds: Option<f64>,
     /// WAL prefix.
     #[arg(long, default_value = "bench")]
     prefix: String,
@@ -958,14 +976,29 @@ impl Arrival {
     }
 
     /// Appends one entry set to `region`; on success marks entries `lag` objects
-    /// behind obsolete (not timed).
-    async fn append(mut self, wal: &WalHandle, region: u64, entries: Vec<Bytes>, lag: u64) {
+    /// behind obsolete (not timed). With `stamps` (`follow`), each entry starts with
+    /// the instant of the call, and the acknowledged ids are kept.
+    async fn append(
+        mut self,
+        wal: &WalHandle,
+        region: u64,
+        entries: Vec<Bytes>,
+        lag: u64,
+        stamps: Option<&follow::Stamps>,
+    ) {
+        let (entries, called) = match stamps {
+            Some(stamps) => stamps.stamp(entries, self.k),
+            None => (entries, Instant::now()),
+        };
         let result = wal.append(region, entries).await;
         self.settled = true;
         match result {
             Ok(receipt) => {
                 self.recorder.ok.fetch_add(1, Ordering::Relaxed);
                 self.recorder.record(self.k, self.since);
+                if let Some(stamps) = stamps {
+                    stamps.acknowledged(&receipt, self.k, called);
+                }
                 let sequence = receipt.sequence;
                 if lag > 0 && sequence > lag {
                     let behind = object_store_wal::entry_id(sequence - lag, 0) - 1;
@@ -1030,7 +1063,7 @@ async fn closed_loop(
                 let entries = (0..per as u64)
                     .map(|j| payloads.entry(k * 31 + j))
                     .collect();
-                arrival.append(&wal, region, entries, lag).await;
+                arrival.append(&wal, region, entries, lag, None).await;
             }
         });
     }
@@ -1058,7 +1091,8 @@ async fn drain(tasks: &mut JoinSet<()>, seconds: f64) {
 /// Open loop: arrivals at `rate` per second with exponential gaps (seeded), each append
 /// its own task, for `--seconds` (or `--appends` arrivals). Latency counts from each
 /// arrival's scheduled time, so time spent queueing behind a slow WAL (or a late timer)
-/// shows. Returns the seconds over which arrivals were offered.
+/// shows. Returns the seconds over which arrivals were offered. With `stamps`
+/// (`follow`), each entry carries the instant its append was called.
 async fn open_loop(
     c: &Common,
     rate: f64,
@@ -1066,6 +1100,7 @@ async fn open_loop(
     recorder: &Arc<Recorder>,
     payloads: &Arc<Payloads>,
     started: Instant,
+    stamps: Option<&Arc<follow::Stamps>>,
 ) -> f64 {
     // The arrivals are timed by an OS thread: tokio's timers fire on millisecond ticks,
     // which would start each append up to a millisecond after its scheduled time and
@@ -1107,7 +1142,12 @@ async fn open_loop(
             .collect();
         let wal = wal.clone();
         let region = region_of(k, c.regions);
-        tasks.spawn(async move { arrival.append(&wal, region, entries, lag).await });
+        let stamps = stamps.cloned();
+        tasks.spawn(async move {
+            arrival
+                .append(&wal, region, entries, lag, stamps.as_deref())
+                .await
+        });
         while tasks.try_join_next().is_some() {}
     }
     let at = dispatcher.join().unwrap_or(seconds);
@@ -1352,7 +1392,7 @@ async fn write_reporting(
         })
     };
     let offered_seconds = match c.rate {
-        Some(rate) => Some(open_loop(c, rate, &wal, &recorder, &payloads, started).await),
+        Some(rate) => Some(open_loop(c, rate, &wal, &recorder, &payloads, started, None).await),
         None => {
             closed_loop(c, &wal, &recorder, &payloads, started).await;
             None
@@ -1474,12 +1514,13 @@ async fn write_reporting(
         line["recovery_ms_after"] = json!(round2(t.elapsed().as_secs_f64() * 1000.0));
         line["recovery_gets_after"] = json!(s.counting.counts().gets.load(Ordering::Relaxed));
     }
-    if c.idle_seconds > 0.0 {
+    let idle_seconds = c.idle_seconds.unwrap_or(0.0);
+    if idle_seconds > 0.0 {
         s.counting.reset();
-        tokio::time::sleep(secs(c.idle_seconds)).await;
-        line["idle_seconds"] = json!(c.idle_seconds);
+        tokio::time::sleep(secs(idle_seconds)).await;
+        line["idle_seconds"] = json!(idle_seconds);
         line["idle_requests"] = json!(s.counting.counts().requests());
-        cost_fields(&s.counting.counts(), c.idle_seconds, "idle_", &mut line);
+        cost_fields(&s.counting.counts(), idle_seconds, "idle_", &mut line);
     }
     Ok(WriteResult {
         line,
@@ -1986,6 +2027,7 @@ async fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
             println!("{}", replay(c, &s).await?);
         }
         Workload::Soak(a) => soak(a).await?,
+        Workload::Follow(a) => println!("{}", follow::follow(a).await?),
     }
     Ok(())
 }
