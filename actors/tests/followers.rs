@@ -385,10 +385,16 @@ async fn read_only_follower_probes_the_next_keys_without_listing() {
     assert_eq!(counts.lists.load(Ordering::Relaxed), l0);
     assert_eq!(counts.heads.load(Ordering::Relaxed), 0);
     assert_eq!(counts.puts.load(Ordering::Relaxed), 0);
-    // Backed off, it still follows.
+    // Backed off, it still follows, and backs off again: from the poll that found the
+    // object, the waits double from `interval` to a second (7 polls), then one a
+    // second, each one GET (and one found key's tail, header and segment).
     acked.extend(append(&owner, 1).await);
     catch_up(&mut got, acked.last().unwrap().id).await;
     assert_eq!(ids(&got), ids(&acked));
+    let g0 = counts.gets.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let gets = counts.gets.load(Ordering::Relaxed) - g0;
+    assert!(gets <= 20, "{gets} GETs in the 10 s after one object");
     drop(stream);
     stop(owner, join).await;
 }

@@ -790,8 +790,10 @@ impl PolledGrowth {
         } else if self.last != before {
             self.poll_interval
         } else {
+            // From zero (after a round that found every key full) too.
             self.wait
                 .saturating_mul(2)
+                .max(self.poll_interval)
                 .min(IDLE_POLL_INTERVAL.max(self.poll_interval))
         };
         Ok(true)
