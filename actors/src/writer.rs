@@ -33,7 +33,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use object_store_wal::internal::batch::SealedObject;
-use object_store_wal::internal::cache::SegmentId;
 use object_store_wal::internal::catalog::{Catalog, Retention};
 use object_store_wal::internal::epoch::WritePosition;
 use object_store_wal::internal::objects::WalIo;
@@ -202,19 +201,12 @@ impl WriterState {
                 } => {
                     let sequence = sealed.sequence();
                     // The readers' tail, before followers are woken: a read of these
-                    // entries sends no request.
-                    let epoch = sealed.header().epoch;
-                    self.args
-                        .io
-                        .segment_cache()
-                        .insert_all(sealed.segments().iter().map(|(region, payloads)| {
-                            let id = SegmentId {
-                                sequence,
-                                epoch,
-                                region: *region,
-                            };
-                            (id, payloads.clone())
-                        }));
+                    // entries (of a region being read) sends no request.
+                    self.args.io.segment_cache().hand_off(
+                        sequence,
+                        sealed.header().epoch,
+                        sealed.segments().iter().map(|(r, e)| (*r, e.as_slice())),
+                    );
                     self.args.commits.send_replace(sequence);
                     self.args.progress.acknowledged(sequence);
                     let c = &self.args.counters;

@@ -14,7 +14,6 @@ use std::sync::{Mutex, OnceLock};
 
 use bytes::Bytes;
 
-use crate::cache::Payloads;
 use crate::error::Error;
 use crate::format::{
     encode_object, encode_object_with, entry_id, EncodedObject, FormatError, Header, Link,
@@ -413,11 +412,8 @@ impl Batch {
             header.validate()?;
             Some(codec.clone())
         };
-        // Each region's entries, kept for the readers' tail (handles, not bytes).
-        let segments = std::mem::take(&mut self.regions)
-            .into_iter()
-            .map(|(region, entries)| (region, Payloads::from(entries)))
-            .collect();
+        // Each region's entries, kept for the readers' tail (moved, not copied).
+        let segments = std::mem::take(&mut self.regions).into_iter().collect();
         let receipts = self
             .appends
             .drain(..)
@@ -455,7 +451,7 @@ pub struct SealedObject {
     header: Header,
     /// Each region's entries, in region order: what a transformed object is encoded
     /// from, and what the writer hands to the readers' tail when it acknowledges.
-    segments: Vec<(u64, Payloads)>,
+    segments: Vec<(u64, Vec<Bytes>)>,
     /// A transformed object's transforms until it is encoded.
     deferred: Mutex<Option<SegmentCodec>>,
     encoded: OnceLock<std::result::Result<EncodedObject, FormatError>>,
@@ -503,7 +499,7 @@ impl SealedObject {
     }
 
     /// Each region's entries, in region order (the first at position 0).
-    pub fn segments(&self) -> &[(u64, Payloads)] {
+    pub fn segments(&self) -> &[(u64, Vec<Bytes>)] {
         &self.segments
     }
 

@@ -60,6 +60,8 @@ struct RegionUse {
 
 #[derive(Debug, Default)]
 struct Lru {
+    /// Follows under way, by region: their regions' tails are kept.
+    watched: HashMap<u64, usize>,
     bytes: u64,
     next_stamp: u64,
     segments: HashMap<SegmentId, Cached>,
@@ -217,6 +219,45 @@ impl SegmentCache {
         );
     }
 
+    /// The writer's hand-off of an acknowledged object (`sequence`, `epoch`): each
+    /// region's entries are kept if the region is read (a follow is under way, or a read
+    /// left a segment of it here), and cost nothing otherwise (a region nobody reads
+    /// costs one lookup).
+    pub fn hand_off<'a>(
+        &self,
+        sequence: u64,
+        epoch: u64,
+        segments: impl IntoIterator<Item = (u64, &'a [Bytes])>,
+    ) {
+        if self.region_limit == 0 {
+            return;
+        }
+        let mut lru = self.lru();
+        if lru.watched.is_empty() && lru.regions.is_empty() {
+            return;
+        }
+        for (region, entries) in segments {
+            if lru.watched.contains_key(&region) || lru.regions.contains_key(&region) {
+                let key = SegmentId {
+                    sequence,
+                    epoch,
+                    region,
+                };
+                self.insert_locked(&mut lru, key, Payloads::from(entries));
+            }
+        }
+    }
+
+    /// Marks `region` as followed until the guard is dropped: the writer hands its
+    /// segments over from now on.
+    pub fn watch(self: &Arc<Self>, region: u64) -> RegionWatch {
+        *self.lru().watched.entry(region).or_default() += 1;
+        RegionWatch {
+            cache: self.clone(),
+            region,
+        }
+    }
+
     /// Bytes held now (as counted: payloads and overheads).
     pub fn bytes(&self) -> u64 {
         self.lru().bytes
@@ -230,6 +271,25 @@ impl SegmentCache {
     /// Hits and misses so far.
     pub fn counts(&self) -> &CacheCounts {
         &self.counts
+    }
+}
+
+/// A follow's mark on its region ([`SegmentCache::watch`]); unmarks when dropped.
+#[derive(Debug)]
+pub struct RegionWatch {
+    cache: Arc<SegmentCache>,
+    region: u64,
+}
+
+impl Drop for RegionWatch {
+    fn drop(&mut self) {
+        let mut lru = self.cache.lru();
+        if let std::collections::hash_map::Entry::Occupied(mut e) = lru.watched.entry(self.region) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
     }
 }
 
@@ -321,6 +381,29 @@ mod tests {
             64
         );
         assert!(lru.regions.len() <= 64);
+    }
+
+    #[test]
+    fn the_hand_off_keeps_only_regions_that_are_read() {
+        let cache = Arc::new(SegmentCache::new(1 << 20, 1 << 20));
+        let entries = [Bytes::from_static(b"x")];
+        let object = || [(1, &entries[..]), (2, &entries[..]), (3, &entries[..])];
+        cache.hand_off(1, 1, object());
+        assert_eq!(cache.segments(), 0, "nobody reads: nothing kept");
+        // Region 2 is followed, region 3 was read (a fetched segment is here).
+        let watch = cache.watch(2);
+        cache.insert(key(1, 3), payloads(1));
+        cache.hand_off(2, 1, object());
+        assert!(cache.get(&key(2, 1)).is_none());
+        assert!(cache.get(&key(2, 2)).is_some());
+        assert!(cache.get(&key(2, 3)).is_some());
+        drop(watch);
+        cache.hand_off(3, 1, object());
+        assert!(
+            cache.get(&key(3, 2)).is_some(),
+            "its tail is still here: still read"
+        );
+        assert_eq!(cache.lru().watched.len(), 0);
     }
 
     #[test]

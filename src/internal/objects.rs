@@ -32,7 +32,7 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 
 use crate::batch::SegmentCodec;
-use crate::cache::{SegmentCache, DEFAULT_CACHE_BYTES, DEFAULT_CACHE_REGION_BYTES};
+use crate::cache::{RegionWatch, SegmentCache, DEFAULT_CACHE_BYTES, DEFAULT_CACHE_REGION_BYTES};
 use crate::config::{Config, HedgeAfter};
 use crate::error::{Error, Result};
 use crate::format::{
@@ -224,6 +224,12 @@ impl WalIo {
     /// The verified segments kept for reads.
     pub fn segment_cache(&self) -> &SegmentCache {
         &self.cache
+    }
+
+    /// Marks `region` as followed while the guard lives: the writer hands its segments
+    /// to the cache as it acknowledges them.
+    pub fn watch_region(&self, region: u64) -> RegionWatch {
+        self.cache.watch(region)
     }
 
     /// This view with `timeout` on every request and hedging after `hedge_after`.

@@ -28,7 +28,7 @@ use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
 use tracing::{debug, info_span, warn, Instrument};
 
-use crate::cache::{Payloads, SegmentId};
+use crate::cache::{Payloads, RegionWatch, SegmentId};
 use crate::catalog::{choose_chain, next_on_chain, walk_probes, Catalog, SegmentLocation};
 use crate::config::{Config, CorruptSegmentPolicy};
 use crate::error::{Error, Result};
@@ -624,8 +624,11 @@ pub fn follow_region(
         /// The object last found missing, after which the pass started again.
         missing: Option<u64>,
         ended: bool,
+        /// The region's tail is handed to the cache while the follow lives.
+        _watch: RegionWatch,
     }
     let state = Following {
+        _watch: io.watch_region(region),
         io,
         catalog,
         region,
@@ -1007,13 +1010,117 @@ impl PolledGrowth {
     }
 }
 
-impl ChainGrowth for PolledGrowth {
+/// A request to bring the catalog up to date now, with where to answer.
+type RefreshRequest = tokio::sync::oneshot::Sender<Result<()>>;
+
+impl PolledGrowth {
+    /// Polls in a task of its own, beside the follow that reads what it finds: the next
+    /// keys are probed while the last round's segments are fetched. Each extension of
+    /// the catalog bumps `grown`; a failed poll is left in `failed` and ends the task.
+    /// Ends when the follow drops its end (every receiver of `grown`).
+    async fn run(
+        mut self,
+        grown: tokio::sync::watch::Sender<u64>,
+        failed: Arc<std::sync::Mutex<Option<Error>>>,
+        mut refreshes: tokio::sync::mpsc::Receiver<RefreshRequest>,
+    ) {
+        enum Next {
+            Closed,
+            Refresh(RefreshRequest),
+            Polled(Result<bool>),
+        }
+        loop {
+            let before = self.last;
+            let next = tokio::select! {
+                _ = grown.closed() => Next::Closed,
+                request = refreshes.recv() => match request {
+                    Some(reply) => Next::Refresh(reply),
+                    None => Next::Closed,
+                },
+                polled = self.poll() => Next::Polled(polled),
+            };
+            match next {
+                Next::Closed => return,
+                Next::Refresh(reply) => {
+                    let _ = reply.send(self.extend().await);
+                }
+                Next::Polled(Ok(_)) => {}
+                Next::Polled(Err(e)) => {
+                    *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    grown.send_modify(|n| *n += 1);
+                    return;
+                }
+            }
+            if self.last != before {
+                grown.send_modify(|n| *n += 1);
+            }
+        }
+    }
+}
+
+/// A read-only follow's view of its [`PolledGrowth`] task.
+struct TailedGrowth {
+    grown: tokio::sync::watch::Receiver<u64>,
+    failed: Arc<std::sync::Mutex<Option<Error>>>,
+    refreshes: tokio::sync::mpsc::Sender<RefreshRequest>,
+}
+
+impl TailedGrowth {
+    /// Starts `growth`'s task and returns the follow's end of it.
+    fn spawn(growth: PolledGrowth, span: tracing::Span) -> Self {
+        let (grown_tx, grown) = tokio::sync::watch::channel(0);
+        let failed = Arc::new(std::sync::Mutex::new(None));
+        let (refreshes, refresh_rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(
+            growth
+                .run(grown_tx, failed.clone(), refresh_rx)
+                .instrument(span),
+        );
+        TailedGrowth {
+            grown,
+            failed,
+            refreshes,
+        }
+    }
+
+    fn failure(&self) -> Option<Error> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl ChainGrowth for TailedGrowth {
+    fn mark(&mut self) {
+        self.grown.borrow_and_update();
+    }
+
     fn grown(&mut self) -> BoxFuture<'_, Result<bool>> {
-        Box::pin(self.poll())
+        Box::pin(async move {
+            let alive = self.grown.changed().await.is_ok();
+            match self.failure() {
+                Some(e) => Err(e),
+                None => Ok(alive),
+            }
+        })
     }
 
     fn refresh(&mut self) -> BoxFuture<'_, Result<()>> {
-        Box::pin(self.extend())
+        Box::pin(async move {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            if self.refreshes.send(reply).await.is_err() {
+                return Err(self.failure().unwrap_or(Error::Stopped {
+                    durability: crate::error::Durability::NotWritten,
+                }));
+            }
+            match answer.await {
+                Ok(result) => result,
+                Err(_) => Err(self.failure().unwrap_or(Error::Stopped {
+                    durability: crate::error::Durability::NotWritten,
+                })),
+            }
+        })
     }
 }
 
@@ -1034,6 +1141,10 @@ pub fn follow_read_only(
     poll_interval: Duration,
 ) -> BoxStream<'static, Result<Entry>> {
     let span = info_span!("follow_read_only", prefix = %io.prefix(), region, from);
+    // As many segments fetched at once as keys are probed at once: a follower that
+    // fell behind catches up a round of objects per round trip, not two.
+    let mut config = config;
+    config.read_ahead = config.read_ahead.max(MAX_PROBES);
     let mut entries = stream::once(async move {
         let recovery = match recover(&io, config.recovery_concurrency).await {
             Ok(recovery) => recovery,
@@ -1049,6 +1160,7 @@ pub fn follow_read_only(
             .unwrap_or(Link::NONE);
         let catalog = Arc::new(RwLock::new(recovery.catalog));
         let growth = PolledGrowth::new(io.clone(), catalog.clone(), &config, poll_interval, last);
+        let growth = TailedGrowth::spawn(growth, tracing::Span::current());
         follow_region(io, catalog, region, from, &config, growth)
     })
     .flatten()
