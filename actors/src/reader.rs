@@ -62,8 +62,7 @@ impl Actor for ReaderActor {
                     state.catalog.clone(),
                     state.region,
                     from,
-                    state.config.read_ahead,
-                    state.config.corrupt_segment_policy,
+                    &state.config,
                 );
                 let rx = forward(entries, info_span!("read", region = state.region, from));
                 let _ = reply.send(Ok(rx));

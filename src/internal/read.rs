@@ -49,45 +49,32 @@ pub struct Entry {
 }
 
 /// Reads `region` from entry id `from` over a shared catalog, which may grow meanwhile:
-/// the segments are looked up one by one as the stream is polled. A damaged segment
-/// yields its [`Error::CorruptSegment`]; then the read ends (`Fail`) or goes on with the
-/// next segment (`Skip`).
+/// the segments are looked up one by one as the stream is polled. A read is a follow
+/// ([`follow_region`]) that ends at the chain's end: the same fetch, the same
+/// corrupt-segment policy ([`skips`]: a damaged segment yields its
+/// [`Error::CorruptSegment`], then the read ends under `Fail` or goes on under `Skip`).
 pub fn read_region(
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
     region: u64,
     from: u64,
-    read_ahead: usize,
-    policy: CorruptSegmentPolicy,
+    config: &Config,
 ) -> BoxStream<'static, Result<Entry>> {
-    region_segments(io, catalog, region, from, read_ahead)
-        .scan(false, move |failed, (_, result)| {
-            let item = if *failed {
-                None
-            } else {
-                match result {
-                    Ok(entries) => Some(stream::iter(
-                        entries
-                            .into_iter()
-                            .filter(|e| e.id >= from)
-                            .map(Ok)
-                            .collect::<Vec<_>>(),
-                    )),
-                    Err(e) => {
-                        *failed = !skips(policy, &e);
-                        Some(stream::iter(vec![Err(e)]))
-                    }
-                }
-            };
-            futures::future::ready(item)
-        })
-        .flatten()
-        .boxed()
+    follow_region(io, catalog, region, from, config, ChainEnd)
 }
 
-/// Whether a read under `policy` goes on past `error`: only a damaged segment under
-/// `Skip`. Any other error (a failed GET) ends it, since skipping would lose entries that
-/// are intact at rest.
+/// The growth of a read: none, it ends where the chain ends when it gets there.
+struct ChainEnd;
+
+impl ChainGrowth for ChainEnd {
+    fn grown(&mut self) -> BoxFuture<'_, Result<bool>> {
+        Box::pin(async { Ok(false) })
+    }
+}
+
+/// Whether a read, follow or replay under `policy` goes on past `error`: only past a
+/// damaged segment under `Skip`. Any other error (a failed GET) ends it, since skipping
+/// would lose entries that are intact at rest. The one place the policy is applied.
 fn skips(policy: CorruptSegmentPolicy, error: &Error) -> bool {
     policy == CorruptSegmentPolicy::Skip && matches!(error, Error::CorruptSegment { .. })
 }
@@ -149,7 +136,8 @@ fn reclaimed(catalog: &RwLock<Catalog>, sequence: u64, error: &Error) -> bool {
 }
 
 /// Fetches one segment with a ranged read of exactly its bytes and decodes it, verified
-/// (read again once if verification fails; damage found twice is reported).
+/// ([`fetch_verified`]), unless the segment cache holds it; what it fetched and verified
+/// goes into the cache.
 pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec<Entry>> {
     let record = &location.record;
     let id = SegmentId {
@@ -164,33 +152,87 @@ pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec
             record.first_entry_id,
         ));
     }
-    let checked = read_again_once(|| async {
-        let verify = |b: &Bytes| format::check_segment(b, record).is_ok();
-        let bytes = io
-            .read_range_verified(location.sequence, record.range(), &verify)
-            .await?;
-        let decoded = io.decode_segment(bytes, record, location.epoch);
-        if let Err(e) = &decoded {
-            debug!(sequence = location.sequence, region = record.region, error = %e, "segment failed verification");
-        }
-        Ok(decoded)
-    })
-    .await?;
-    let payloads = checked.map_err(|source| {
-        io.report_damaged_segment(location.sequence, record.region, &source);
-        Error::CorruptSegment {
-            key: io.key(location.sequence).to_string(),
-            region: record.region,
-            source,
-        }
-    })?;
-    let payloads = Payloads::from(payloads);
+    let fetched = fetch_verified(io, std::slice::from_ref(location)).await?;
+    let payloads = match fetched.into_iter().next() {
+        Some(payloads) => Payloads::from(payloads?),
+        None => Payloads::from(Vec::new()),
+    };
     io.segment_cache().insert(id, payloads.clone());
     Ok(entries_of(
         record,
         payloads.iter().cloned(),
         record.first_entry_id,
     ))
+}
+
+/// The one verified segment fetch every read path uses: reads the span of one object
+/// that covers `records` (its segments, sorted by offset) with one ranged read, checks
+/// each segment's CRC and decodes it, and reads the span again once if one fails. Over
+/// several stores a copy whose segments do not all verify is replaced by another first.
+/// Each record gets its payloads, or, failed twice, an [`Error::CorruptSegment`] naming
+/// the key and region (reported as damage): only that segment's region is affected.
+/// `Err` only if the span could not be read.
+async fn fetch_verified(
+    io: &WalIo,
+    records: &[SegmentLocation],
+) -> Result<Vec<Result<Vec<Bytes>>>> {
+    let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        return Ok(Vec::new());
+    };
+    let sequence = first.sequence;
+    let span = first.record.offset..last.record.range().end;
+    let segment_of = |bytes: &Bytes, record: &format::SegmentRecord| {
+        let start = usize::try_from(record.offset.checked_sub(span.start)?).ok()?;
+        let end = start.checked_add(usize::try_from(record.length).ok()?)?;
+        bytes
+            .get(start..end)
+            .map(|segment| bytes.slice_ref(segment))
+    };
+    let checked = read_again_once(|| async {
+        let verify = |b: &Bytes| {
+            records.iter().all(|loc| {
+                segment_of(b, &loc.record)
+                    .is_some_and(|segment| format::check_segment(&segment, &loc.record).is_ok())
+            })
+        };
+        let bytes = io.read_range_verified(sequence, span.clone(), &verify).await?;
+        let decoded: Vec<_> = records
+            .iter()
+            .map(|loc| {
+                let record = &loc.record;
+                let Some(segment) = segment_of(&bytes, record) else {
+                    return Err(format::FormatError::Truncated {
+                        part: "segment",
+                        needed: record.range().end.saturating_sub(span.start),
+                        got: bytes.len() as u64,
+                    });
+                };
+                let decoded = io.decode_segment(segment, record, loc.epoch);
+                if let Err(e) = &decoded {
+                    debug!(sequence, region = record.region, error = %e, "segment failed verification");
+                }
+                decoded
+            })
+            .collect();
+        let damaged = decoded.iter().any(|d| d.is_err());
+        Ok(if damaged { Err(decoded) } else { Ok(decoded) })
+    })
+    .await?;
+    let decoded = checked.unwrap_or_else(|decoded| decoded);
+    Ok(records
+        .iter()
+        .zip(decoded)
+        .map(|(loc, decoded)| {
+            decoded.map_err(|source| {
+                io.report_damaged_segment(sequence, loc.record.region, &source);
+                Error::CorruptSegment {
+                    key: io.key(sequence).to_string(),
+                    region: loc.record.region,
+                    source,
+                }
+            })
+        })
+        .collect())
 }
 
 /// The entries of a decoded segment with ids `>= min`.
@@ -482,84 +524,33 @@ impl Replay {
         if self.planner.ended_regions.contains(&region) {
             return None;
         }
-        if item.is_err() && self.policy == CorruptSegmentPolicy::Fail {
+        if matches!(&item, Err(e) if !skips(self.policy, e)) {
             self.planner.ended_regions.insert(region);
         }
         Some(item)
     }
 }
 
-/// Fetches the span of one object that covers `records` (sorted by offset) with one
-/// ranged read and decodes each segment, verified (the span is read again once if one
-/// fails verification). A segment that fails twice is reported and its error takes its
-/// place among the entries; the other segments' entries are all there.
+/// Fetches the segments of one object that cover `records` (sorted by offset) with one
+/// ranged read ([`fetch_verified`]): each intact segment's entries with ids at least
+/// `from` of its region, and a damaged segment's error in its place.
 async fn fetch_segments(
     io: &WalIo,
     records: Vec<SegmentLocation>,
     from: &HashMap<u64, u64>,
 ) -> Result<Vec<Result<Entry>>> {
-    let (Some(first), Some(last)) = (records.first(), records.last()) else {
-        return Ok(Vec::new());
-    };
-    let sequence = first.sequence;
-    let span = first.record.offset..last.record.range().end;
-    let checked = read_again_once(|| async {
-        // Over several stores a copy whose segments do not all verify is replaced by
-        // another; over one store (or when every copy fails) the checks below report it.
-        let verify = |b: &Bytes| {
-            records.iter().all(|loc| {
-                let start = (loc.record.offset - span.start) as usize;
-                b.get(start..start + loc.record.length as usize)
-                    .is_some_and(|segment| format::check_segment(segment, &loc.record).is_ok())
-            })
-        };
-        let bytes = io.read_range_verified(sequence, span.clone(), &verify).await?;
-        let mut entries = Vec::new();
-        let mut damaged = false;
-        for loc in &records {
-            let record = &loc.record;
-            let start = (record.offset - span.start) as usize;
-            let end = start + record.length as usize;
-            let Some(segment) = bytes.get(start..end) else {
-                return Err(Error::CorruptObject {
-                    key: io.key(sequence).to_string(),
-                    source: format::FormatError::Truncated {
-                        part: "segment",
-                        needed: end as u64,
-                        got: bytes.len() as u64,
-                    },
-                });
-            };
-            match io.decode_segment(bytes.slice_ref(segment), record, loc.epoch) {
-                Ok(payloads) => {
-                    let min = from.get(&record.region).copied().unwrap_or(0);
-                    entries.extend(entries_of(record, payloads, min).into_iter().map(Ok));
-                }
-                Err(source) => {
-                    debug!(sequence, region = record.region, error = %source, "segment failed verification");
-                    damaged = true;
-                    entries.push(Err(Error::CorruptSegment {
-                        key: io.key(sequence).to_string(),
-                        region: record.region,
-                        source,
-                    }));
-                }
+    let fetched = fetch_verified(io, &records).await?;
+    let mut entries = Vec::new();
+    for (loc, payloads) in records.iter().zip(fetched) {
+        match payloads {
+            Ok(payloads) => {
+                let min = from.get(&loc.record.region).copied().unwrap_or(0);
+                entries.extend(entries_of(&loc.record, payloads, min).into_iter().map(Ok));
             }
-        }
-        Ok(if damaged { Err(entries) } else { Ok(entries) })
-    })
-    .await?;
-    match checked {
-        Ok(entries) => Ok(entries),
-        Err(entries) => {
-            for item in &entries {
-                if let Err(Error::CorruptSegment { region, source, .. }) = item {
-                    io.report_damaged_segment(sequence, *region, source);
-                }
-            }
-            Ok(entries)
+            Err(e) => entries.push(Err(e)),
         }
     }
+    Ok(entries)
 }
 
 /// What tells a follower that the chain may have grown.

@@ -393,8 +393,7 @@ impl ObjectStoreLogStore {
             self.catalog.clone(),
             region,
             from,
-            self.config.read_ahead,
-            self.config.corrupt_segment_policy,
+            &self.config,
         )
     }
 
