@@ -217,7 +217,30 @@ pub enum ReaderMsg {
         /// Gets the stream.
         reply: RpcReplyPort<Result<EntryReceiver>>,
     },
+    /// Follow the region from `from`: what the catalog holds, then each object as it is
+    /// acknowledged.
+    Follow {
+        /// The first id wanted.
+        from: u64,
+        /// Bumped with every acknowledged sequence, and after each recovery.
+        commits: tokio::sync::watch::Receiver<u64>,
+        /// Gets the stream.
+        reply: RpcReplyPort<Result<EntryReceiver>>,
+    },
     /// Fault injection: panic.
     #[cfg(feature = "testing")]
     Panic,
+}
+
+impl ReaderMsg {
+    /// Answers the request with `error` (a reader that could not take it).
+    pub fn refuse(self, error: Error) {
+        match self {
+            ReaderMsg::Read { reply, .. } | ReaderMsg::Follow { reply, .. } => {
+                let _ = reply.send(Err(error));
+            }
+            #[cfg(feature = "testing")]
+            ReaderMsg::Panic => {}
+        }
+    }
 }

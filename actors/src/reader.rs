@@ -1,14 +1,29 @@
-//! Per-region reader actors: serve reads of one region lazily.
+//! Per-region reader actors: where a region's read state lives.
 //!
-//! A read looks the region's segments up in the shared catalog one at a time (so a read
-//! that starts after an append sees it), fetches each with one ranged read of exactly its
-//! bytes, checks its CRC, decodes it, and sends the entries into a bounded `flume`
-//! channel: a large replay never sits in memory at once, and nothing is fetched beyond
-//! `read_ahead` segments ahead of the consumer.
+//! A region's reader is started by its first read or follow and retired when the
+//! supervisor's [`MAX_READERS`](crate::supervisor::MAX_READERS) most recently read
+//! regions no longer include it. While it lives it holds the region's **tail**: the
+//! writer hands it every acknowledged object's segment of the region (`Bytes` clones of
+//! the sealed object, no copy) into the WAL's segment cache, so a read or follow whose
+//! next entry is recent is answered from memory. What it holds is bounded there: at most
+//! `Config::segment_cache_region_bytes` for the region (its oldest out first) and
+//! `Config::segment_cache_bytes` for all regions (least recently used out first).
+//! Subscribers share fetches: every read and follow of the region fetches a segment
+//! through the cache's table of fetches under way, so the followers of a region cost
+//! one GET per segment however many they are.
+//!
+//! Each read or follow streams from a task of its own (looking segments up in the shared
+//! catalog one at a time, so a read that starts after an append sees it; one ranged read
+//! of exactly a segment's bytes, its CRC checked, then decoded) into a bounded `flume`
+//! channel, at most `read_ahead` segments ahead of the consumer: a large replay never
+//! sits in memory at once. So a reader that panics is restarted without touching any
+//! stream under way: its followers go on (each holds the region's tail while it lives),
+//! and no other region's read notices.
 
 use std::sync::{Arc, RwLock};
 
 use futures::stream::{BoxStream, StreamExt};
+use object_store_wal::internal::cache::RegionWatch;
 use object_store_wal::internal::catalog::Catalog;
 use object_store_wal::internal::objects::WalIo;
 use object_store_wal::internal::read::{follow_region, read_region};
@@ -36,9 +51,16 @@ pub struct ReaderArgs {
 /// A region's reader actor.
 pub struct ReaderActor;
 
+/// What a reader holds: how to read, and the region's tail (see the module docs).
+pub struct ReaderState {
+    args: ReaderArgs,
+    /// The writer hands the region's segments to the cache while this lives.
+    _tail: RegionWatch,
+}
+
 impl Actor for ReaderActor {
     type Msg = ReaderMsg;
-    type State = ReaderArgs;
+    type State = ReaderState;
     type Arguments = ReaderArgs;
 
     async fn pre_start(
@@ -46,7 +68,10 @@ impl Actor for ReaderActor {
         _myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> std::result::Result<Self::State, ActorProcessingErr> {
-        Ok(args)
+        Ok(ReaderState {
+            _tail: args.io.watch_region(args.region),
+            args,
+        })
     }
 
     async fn handle(
@@ -55,6 +80,7 @@ impl Actor for ReaderActor {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> std::result::Result<(), ActorProcessingErr> {
+        let state = &state.args;
         match message {
             ReaderMsg::Read { from, reply } => {
                 let entries = read_region(
@@ -65,6 +91,21 @@ impl Actor for ReaderActor {
                     &state.config,
                 );
                 let rx = forward(entries, info_span!("read", region = state.region, from));
+                let _ = reply.send(Ok(rx));
+            }
+            ReaderMsg::Follow {
+                from,
+                commits,
+                reply,
+            } => {
+                let rx = follow(
+                    state.io.clone(),
+                    state.catalog.clone(),
+                    commits,
+                    state.region,
+                    from,
+                    &state.config,
+                );
                 let _ = reply.send(Ok(rx));
             }
             #[cfg(feature = "testing")]

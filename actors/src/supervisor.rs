@@ -15,8 +15,9 @@
 //! Nothing here grows with the log's history. Region readers are kept for the
 //! [`MAX_READERS`] regions read most recently; a reader past that is retired (its
 //! mailbox drained first) and a later read of its region starts a new one. A reader holds
-//! no state of its own (each read streams from a task of its own), so retiring one
-//! changes nothing a caller sees. Obsolete watermarks that hide nothing any more (their
+//! its region's tail (bounded by the segment cache, see [`crate::reader`]); each read and
+//! follow streams from a task of its own, so retiring one changes nothing a caller sees
+//! but where the region's next read finds its entries. Obsolete watermarks that hide nothing any more (their
 //! region has no live entry at or below them in the catalog, which drops what lies below
 //! the floor) are forgotten once they could outnumber the live regions; every later entry
 //! of such a region has a larger id, so forgetting one changes no read.
@@ -39,7 +40,7 @@ use crate::admission::Progress;
 use crate::messages::{
     AppendRequest, EntryReceiver, InternalMsg, ReaderMsg, RuntimeMsg, WalMsg, WriterMsg,
 };
-use crate::reader::{follow, forward, ReaderActor, ReaderArgs};
+use crate::reader::{forward, ReaderActor, ReaderArgs};
 use crate::reclaimer::{ReclaimerActor, ReclaimerArgs, ReclaimerMsg};
 use crate::recovery::{RecoveryActor, RecoveryArgs};
 use crate::stats::{Counters, WalStats};
@@ -499,15 +500,13 @@ impl SupervisorState {
             } => {
                 let from = self.visible_from(region, from);
                 Counters::add(&self.counters.reads, 1);
-                let rx = follow(
-                    self.io.clone(),
-                    self.catalog.clone(),
-                    self.commits.subscribe(),
-                    region,
+                let commits = self.commits.subscribe();
+                let follow = ReaderMsg::Follow {
                     from,
-                    &self.config,
-                );
-                let _ = reply.send(Ok(rx));
+                    commits,
+                    reply,
+                };
+                self.hand_to_reader(myself, region, follow).await?;
             }
             WalMsg::Obsolete { region, id, reply } => {
                 self.on_obsolete(region, id);
@@ -539,18 +538,25 @@ impl SupervisorState {
     ) -> Result<(), ActorProcessingErr> {
         let from = self.visible_from(region, from);
         Counters::add(&self.counters.reads, 1);
+        self.hand_to_reader(myself, region, ReaderMsg::Read { from, reply })
+            .await
+    }
+
+    /// Hands a read or follow to the region's reader, started on first use.
+    async fn hand_to_reader(
+        &mut self,
+        myself: &ActorRef<WalMsg>,
+        region: u64,
+        message: ReaderMsg,
+    ) -> Result<(), ActorProcessingErr> {
         let reader = self.reader(myself, region).await?;
-        if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read { reply, .. })) =
-            reader.cast(ReaderMsg::Read { from, reply })
-        {
+        if let Err(ractor::MessagingErr::SendErr(message)) = reader.cast(message) {
             // The reader died (or was retired) before its supervision event arrived:
-            // start a fresh one and hand it the read.
+            // start a fresh one and hand it the request.
             self.readers.remove(&region);
             let reader = self.reader(myself, region).await?;
-            if let Err(ractor::MessagingErr::SendErr(ReaderMsg::Read { reply, .. })) =
-                reader.cast(ReaderMsg::Read { from, reply })
-            {
-                let _ = reply.send(Err(stopped()));
+            if let Err(ractor::MessagingErr::SendErr(message)) = reader.cast(message) {
+                message.refuse(stopped());
             }
         }
         Ok(())

@@ -565,3 +565,89 @@ async fn a_dropped_read_only_follow_leaves_no_task() {
     .await
     .expect("the follow's tasks end");
 }
+
+/// All followers of a region share one fetch per segment: three follows started at
+/// once from the first id of a region nobody read while it was written (so nothing of it
+/// is in memory) cost one GET per segment together. The GETs take 20 ms (virtual time),
+/// so without shared fetches the three would each send one for the first segments.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn followers_of_a_region_share_one_fetch_per_segment() {
+    let counting = CountingStore::new(object_store_wal::testing::with_latency(
+        Arc::new(InMemory::new()),
+        Duration::ZERO,
+        Duration::from_millis(20),
+    ));
+    let store: Arc<dyn ObjectStore> = counting.clone();
+    let mut config = config_no_reclaim();
+    config.hedge_after = object_store_wal::HedgeAfter::Off;
+    let (wal, join) = spawn(&store, &config).await;
+    let mut region1 = Vec::new();
+    for i in 0..30 {
+        let parts = vec![
+            (1, vec![payload(format!("one-{i}"))]),
+            (2, vec![payload(format!("two-{i}"))]),
+        ];
+        let receipt = wal.append_many(parts.clone()).await.expect("append");
+        region1.extend(
+            acked_entries(&parts, &receipt)
+                .into_iter()
+                .filter(|e| e.region == 1),
+        );
+    }
+    let last = region1.last().expect("entries").id;
+    counting.reset();
+    let mut follows = Vec::new();
+    for _ in 0..3 {
+        follows.push(wal.follow(1, 0).await.expect("follow"));
+    }
+    let followed = futures::future::join_all(follows.iter().map(|rx| async move {
+        let mut got = Vec::new();
+        follow_until(rx, last, &mut got).await;
+        got
+    }))
+    .await;
+    for got in followed {
+        assert_eq!(got, region1);
+    }
+    assert_eq!(counting.counts().gets.load(Ordering::Relaxed), 30);
+    drop(follows);
+    stop(wal, join).await;
+}
+
+/// A region's reader holds its tail while it lives: after one read of a region, the
+/// writer hands the reader every object of it, and a re-read of the last 1,000 objects
+/// (1 KiB entries, within the default 4 MiB a region keeps) sends no GET.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_re_read_of_the_last_1000_objects_sends_no_get() {
+    let counting = CountingStore::new(Arc::new(InMemory::new()));
+    let store: Arc<dyn ObjectStore> = counting.clone();
+    let (wal, join) = spawn(&store, &config_no_reclaim()).await;
+    let read = |wal: WalHandle| async move {
+        let rx = wal.read(1, 0).await.expect("read");
+        let mut got = Vec::new();
+        while let Ok(item) = rx.recv_async().await {
+            got.push(item.expect("an entry"));
+        }
+        got
+    };
+    assert_eq!(read(wal.clone()).await, Vec::new());
+    let mut region1 = Vec::new();
+    for i in 0..1000u32 {
+        let mut entry = vec![0u8; 1024];
+        entry[..4].copy_from_slice(&i.to_be_bytes());
+        let parts = vec![
+            (1, vec![bytes::Bytes::from(entry)]),
+            (2, vec![payload(format!("two-{i}"))]),
+        ];
+        let receipt = wal.append_many(parts.clone()).await.expect("append");
+        region1.extend(
+            acked_entries(&parts, &receipt)
+                .into_iter()
+                .filter(|e| e.region == 1),
+        );
+    }
+    counting.reset();
+    assert_eq!(read(wal.clone()).await, region1);
+    assert_eq!(counting.counts().gets.load(Ordering::Relaxed), 0);
+    stop(wal, join).await;
+}

@@ -42,7 +42,8 @@ fn unescape(s: &str) -> String {
 }
 
 /// The text of an HTML fragment: `<summary>`s dropped (rustdoc's "Show 29 fields"),
-/// tags dropped, entities decoded, whitespace collapsed.
+/// tags dropped, entities decoded, rustdoc's notable-traits mark (ⓘ) dropped, whitespace
+/// collapsed.
 fn text(html: &str) -> String {
     let mut rest = html;
     let mut out = String::new();
@@ -60,6 +61,7 @@ fn text(html: &str) -> String {
         match c {
             '<' => in_tag = true,
             '>' if in_tag => in_tag = false,
+            'ⓘ' => {}
             c if !in_tag => plain.push(c),
             _ => {}
         }

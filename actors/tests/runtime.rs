@@ -1009,8 +1009,8 @@ fn child_ids(wal: &WalHandle) -> HashSet<ractor::ActorId> {
 }
 
 /// A region's reader panics; the supervisor starts a new one, and reads of the region
-/// (from the start and from an id) return its entries; other regions and the writer are
-/// not affected.
+/// (from the start and from an id) return its entries; a follow of the region goes on
+/// across the panics, each entry once; other regions and the writer are not affected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_reader_is_restarted() {
     let store = memory_store();
@@ -1043,6 +1043,8 @@ async fn failed_reader_is_restarted() {
         expected(&ledger, 7)
     );
     let epoch = stats(&wal).await.epoch;
+    // A follow of the region, started by its reader, outlives the reader's panics.
+    let follow = wal.follow(7, 0).await.expect("follow");
 
     for round in 0..3 {
         let before = child_ids(&wal);
@@ -1070,6 +1072,17 @@ async fn failed_reader_is_restarted() {
     ledger.record(parts, &result);
     let got = collect(wal.read(7, 0).await.expect("read")).await;
     assert_eq!(got, expected(&ledger, 7));
+    let followed = bounded("the follow to deliver the last append", async {
+        let mut followed = Vec::new();
+        while followed.len() < got.len() {
+            let item = follow.recv_async().await.expect("the follow ended early");
+            followed.push(item.expect("a followed entry"));
+        }
+        followed
+    })
+    .await;
+    assert_eq!(followed, got, "the follow across its reader's panics");
+    drop(follow);
     let s = stats(&wal).await;
     assert_eq!(
         (s.epoch, s.restarts),

@@ -13,12 +13,19 @@
 //! region's least recently used first, so a hot region cannot evict every other
 //! region's tail. A segment larger than the region bound is not kept. Keys name the
 //! object's sequence and epoch: another object at a reclaimed key is another key.
+//!
+//! Fetches are shared: a read that misses while another read fetches the same segment
+//! waits for that fetch ([`SegmentCache::lookup`]), so the followers of a region cost
+//! one GET per segment however many they are. A fetch is in the table exactly while
+//! its reader awaits it; if that reader is dropped, the waiting ones fetch again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+
+use crate::error::Result;
 
 /// `Config::segment_cache_bytes` by default.
 pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
@@ -58,10 +65,15 @@ struct RegionUse {
     order: BTreeMap<u64, SegmentId>,
 }
 
+/// Where a shared fetch's result arrives: `None` until it ends.
+type FetchResult = tokio::sync::watch::Receiver<Option<Result<Payloads>>>;
+
 #[derive(Debug, Default)]
 struct Lru {
     /// Follows under way, by region: their regions' tails are kept.
     watched: HashMap<u64, usize>,
+    /// Fetches under way, each with where its result arrives.
+    fetching: HashMap<SegmentId, FetchResult>,
     bytes: u64,
     next_stamp: u64,
     segments: HashMap<SegmentId, Cached>,
@@ -99,6 +111,69 @@ pub struct CacheCounts {
     pub hits: AtomicU64,
     /// Lookups that went to the store.
     pub misses: AtomicU64,
+    /// Lookups that waited for another read's fetch of the segment.
+    pub shared: AtomicU64,
+}
+
+/// What [`SegmentCache::lookup`] found.
+#[derive(Debug)]
+pub enum Lookup {
+    /// The segment, from memory.
+    Hit(Payloads),
+    /// Another read is fetching it: wait for that ([`SharedFetch::wait`]).
+    Wait(SharedFetch),
+    /// Nobody is: fetch it and hand the result to [`FetchLead::finish`].
+    Fetch(FetchLead),
+}
+
+/// Another read's fetch of a segment, under way.
+#[derive(Debug)]
+pub struct SharedFetch(FetchResult);
+
+impl SharedFetch {
+    /// That fetch's result; `None` if its reader was dropped before it ended (look up
+    /// again).
+    pub async fn wait(mut self) -> Option<Result<Payloads>> {
+        let result = self.0.wait_for(Option::is_some).await.ok()?;
+        result.clone()
+    }
+}
+
+/// The one fetch of a segment under way: the reads that look it up meanwhile wait for
+/// it. Dropped unfinished, it leaves the table and they look up again.
+#[derive(Debug)]
+pub struct FetchLead {
+    cache: Arc<SegmentCache>,
+    key: SegmentId,
+    result: tokio::sync::watch::Sender<Option<Result<Payloads>>>,
+    finished: bool,
+}
+
+impl FetchLead {
+    /// Ends the fetch: a verified segment is kept, and every waiting read gets `result`.
+    pub fn finish(mut self, result: Result<Payloads>) -> Result<Payloads> {
+        {
+            let mut lru = self.cache.lru();
+            if let Ok(payloads) = &result {
+                if self.cache.region_limit > 0 {
+                    self.cache
+                        .insert_locked(&mut lru, self.key, payloads.clone());
+                }
+            }
+            lru.fetching.remove(&self.key);
+        }
+        self.finished = true;
+        self.result.send_replace(Some(result.clone()));
+        result
+    }
+}
+
+impl Drop for FetchLead {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.cache.lru().fetching.remove(&self.key);
+        }
+    }
 }
 
 /// The bounded cache of verified segments, shared by every reader of a WAL (see the
@@ -138,13 +213,18 @@ impl SegmentCache {
 
     /// The segment's payloads, if cached (it becomes the most recently used).
     pub fn get(&self, key: &SegmentId) -> Option<Payloads> {
-        let mut lru = self.lru();
-        let stamp = lru.stamp();
-        let Some(cached) = lru.segments.get_mut(key) else {
-            drop(lru);
-            self.counts.misses.fetch_add(1, Ordering::Relaxed);
-            return None;
+        let found = Self::get_locked(&mut self.lru(), key);
+        let count = match found {
+            Some(_) => &self.counts.hits,
+            None => &self.counts.misses,
         };
+        count.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    fn get_locked(lru: &mut Lru, key: &SegmentId) -> Option<Payloads> {
+        let stamp = lru.stamp();
+        let cached = lru.segments.get_mut(key)?;
         let old = std::mem::replace(&mut cached.stamp, stamp);
         let payloads = cached.payloads.clone();
         lru.order.remove(&old);
@@ -153,9 +233,35 @@ impl SegmentCache {
             region.order.remove(&old);
             region.order.insert(stamp, *key);
         }
-        drop(lru);
-        self.counts.hits.fetch_add(1, Ordering::Relaxed);
         Some(payloads)
+    }
+
+    /// The segment from memory, or the fetch of it under way to wait for, or the fetch to
+    /// make (registered as under way until it is finished or dropped).
+    pub fn lookup(self: &Arc<Self>, key: SegmentId) -> Lookup {
+        let mut lru = self.lru();
+        // Under the lock a finished fetch is either kept or no longer under way.
+        if let Some(payloads) = Self::get_locked(&mut lru, &key) {
+            drop(lru);
+            self.counts.hits.fetch_add(1, Ordering::Relaxed);
+            return Lookup::Hit(payloads);
+        }
+        if let Some(fetching) = lru.fetching.get(&key) {
+            let fetching = fetching.clone();
+            drop(lru);
+            self.counts.shared.fetch_add(1, Ordering::Relaxed);
+            return Lookup::Wait(SharedFetch(fetching));
+        }
+        let (result, receiver) = tokio::sync::watch::channel(None);
+        lru.fetching.insert(key, receiver);
+        drop(lru);
+        self.counts.misses.fetch_add(1, Ordering::Relaxed);
+        Lookup::Fetch(FetchLead {
+            cache: self.clone(),
+            key,
+            result,
+            finished: false,
+        })
     }
 
     /// Keeps a segment (the most recently used), evicting the least recently used of its
@@ -414,5 +520,83 @@ mod tests {
         let off = SegmentCache::new(0, 0);
         off.insert(key(1, 1), payloads(0));
         assert_eq!(off.segments(), 0);
+    }
+
+    fn lead(lookup: Lookup) -> FetchLead {
+        match lookup {
+            Lookup::Fetch(lead) => lead,
+            other => panic!("expected to fetch, got {other:?}"),
+        }
+    }
+
+    fn waiting(lookup: Lookup) -> SharedFetch {
+        match lookup {
+            Lookup::Wait(fetch) => fetch,
+            other => panic!("expected to wait, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_of_a_segment_under_way_share_its_fetch() {
+        let cache = Arc::new(SegmentCache::new(1 << 20, 1 << 20));
+        let first = lead(cache.lookup(key(1, 5)));
+        let second = waiting(cache.lookup(key(1, 5)));
+        let third = waiting(cache.lookup(key(1, 5)));
+        // Another segment of the same object is another fetch.
+        drop(lead(cache.lookup(key(1, 6))));
+        let p = payloads(10);
+        assert_eq!(first.finish(Ok(p.clone())).ok(), Some(p.clone()));
+        for waiter in [second, third] {
+            assert_eq!(waiter.wait().await.and_then(|r| r.ok()), Some(p.clone()));
+        }
+        assert!(matches!(cache.lookup(key(1, 5)), Lookup::Hit(hit) if hit == p));
+        let counts = cache.counts();
+        assert_eq!(counts.misses.load(Ordering::Relaxed), 2);
+        assert_eq!(counts.shared.load(Ordering::Relaxed), 2);
+        assert_eq!(counts.hits.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failed_fetch_fails_its_waiters_and_is_not_kept() {
+        let cache = Arc::new(SegmentCache::new(1 << 20, 1 << 20));
+        let first = lead(cache.lookup(key(1, 5)));
+        let second = waiting(cache.lookup(key(1, 5)));
+        let gone = object_store::Error::NotFound {
+            path: "wal/1".to_string(),
+            source: "gone".into(),
+        };
+        let failed = first.finish(Err(crate::error::Error::store("get", "wal/1", gone)));
+        assert!(failed.is_err_and(|e| e.is_not_found()));
+        let shared = second.wait().await;
+        assert!(
+            matches!(&shared, Some(Err(e)) if e.is_not_found()),
+            "{shared:?}"
+        );
+        // The next read fetches again.
+        drop(lead(cache.lookup(key(1, 5))));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_fetch_sends_its_waiters_to_fetch_again() {
+        let cache = Arc::new(SegmentCache::new(1 << 20, 1 << 20));
+        let first = lead(cache.lookup(key(1, 5)));
+        let second = waiting(cache.lookup(key(1, 5)));
+        drop(first);
+        assert!(second.wait().await.is_none());
+        let again = lead(cache.lookup(key(1, 5)));
+        let p = payloads(3);
+        assert_eq!(again.finish(Ok(p.clone())).ok(), Some(p));
+    }
+
+    #[tokio::test]
+    async fn with_nothing_kept_fetches_are_still_shared() {
+        let cache = Arc::new(SegmentCache::new(0, 0));
+        let first = lead(cache.lookup(key(1, 5)));
+        let second = waiting(cache.lookup(key(1, 5)));
+        let p = payloads(3);
+        assert!(first.finish(Ok(p.clone())).is_ok());
+        assert_eq!(second.wait().await.and_then(|r| r.ok()), Some(p));
+        assert_eq!(cache.segments(), 0);
+        drop(lead(cache.lookup(key(1, 5))));
     }
 }

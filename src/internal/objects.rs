@@ -222,7 +222,7 @@ impl WalIo {
     }
 
     /// The verified segments kept for reads.
-    pub fn segment_cache(&self) -> &SegmentCache {
+    pub fn segment_cache(&self) -> &Arc<SegmentCache> {
         &self.cache
     }
 

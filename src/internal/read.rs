@@ -28,7 +28,7 @@ use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
 use tracing::{debug, info_span, warn, Instrument};
 
-use crate::cache::{Payloads, RegionWatch, SegmentId};
+use crate::cache::{Lookup, Payloads, RegionWatch, SegmentId};
 use crate::catalog::{choose_chain, next_on_chain, walk_probes, Catalog, SegmentLocation};
 use crate::config::{Config, CorruptSegmentPolicy};
 use crate::error::{Error, Result};
@@ -51,7 +51,7 @@ pub struct Entry {
 /// Reads `region` from entry id `from` over a shared catalog, which may grow meanwhile:
 /// the segments are looked up one by one as the stream is polled. A read is a follow
 /// ([`follow_region`]) that ends at the chain's end: the same fetch, the same
-/// corrupt-segment policy ([`skips`]: a damaged segment yields its
+/// corrupt-segment policy (`skips`: a damaged segment yields its
 /// [`Error::CorruptSegment`], then the read ends under `Fail` or goes on under `Skip`).
 pub fn read_region(
     io: WalIo,
@@ -136,8 +136,9 @@ fn reclaimed(catalog: &RwLock<Catalog>, sequence: u64, error: &Error) -> bool {
 }
 
 /// Fetches one segment with a ranged read of exactly its bytes and decodes it, verified
-/// ([`fetch_verified`]), unless the segment cache holds it; what it fetched and verified
-/// goes into the cache.
+/// (`fetch_verified`), unless the segment cache holds it or another read is fetching
+/// it (then its result is this one's: one GET however many read the segment at once);
+/// what it fetched and verified goes into the cache.
 pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec<Entry>> {
     let record = &location.record;
     let id = SegmentId {
@@ -145,19 +146,26 @@ pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec
         epoch: location.epoch,
         region: record.region,
     };
-    if let Some(payloads) = io.segment_cache().get(&id) {
-        return Ok(entries_of(
-            record,
-            payloads.iter().cloned(),
-            record.first_entry_id,
-        ));
-    }
-    let fetched = fetch_verified(io, std::slice::from_ref(location)).await?;
-    let payloads = match fetched.into_iter().next() {
-        Some(payloads) => Payloads::from(payloads?),
-        None => Payloads::from(Vec::new()),
+    let payloads = loop {
+        match io.segment_cache().lookup(id) {
+            Lookup::Hit(payloads) => break payloads,
+            Lookup::Wait(fetch) => match fetch.wait().await {
+                Some(result) => break result?,
+                // That read was dropped before its fetch ended: look again.
+                None => continue,
+            },
+            Lookup::Fetch(lead) => {
+                let fetched = match fetch_verified(io, std::slice::from_ref(location)).await {
+                    Ok(fetched) => match fetched.into_iter().next() {
+                        Some(payloads) => payloads.map(Payloads::from),
+                        None => Ok(Payloads::from(Vec::new())),
+                    },
+                    Err(e) => Err(e),
+                };
+                break lead.finish(fetched)?;
+            }
+        }
     };
-    io.segment_cache().insert(id, payloads.clone());
     Ok(entries_of(
         record,
         payloads.iter().cloned(),
