@@ -7,13 +7,15 @@
 //!   that never answers holds neither an open nor a stop.
 //! - A damaged copy is read past: the reader gets the entries from another copy.
 //! - A read-only follower delivers only decided objects: a writer's copy in one store,
-//!   never acknowledged, is passed over for what the next writer acknowledges.
+//!   never acknowledged, is passed over for what the next writer acknowledges. It finds
+//!   them by probing the next key in the stores, without listing.
 //! - An open with a store unlisted completes what may be decided through it, and a
 //!   replay then returns every acknowledged entry.
 //! - The quorum rules at the seam: an opening object that meets an identical twin is not
 //!   taken; a claim settles a hole once no other value can be decided there; a value
 //!   other stores decided answers the outcome table's row.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +31,7 @@ use object_store_wal::internal::read::Entry;
 use object_store_wal::internal::replicated::ReplicatedTransport;
 use object_store_wal::internal::transport::{StoreTransport, Transport};
 use object_store_wal::metrics::Metrics;
-use object_store_wal::testing::{DownHooks, DownStore};
+use object_store_wal::testing::{CountingStore, Counts, DownHooks, DownStore};
 use object_store_wal::{
     Config, Error, ErrorKind, HedgeAfter, ObjectStoreLogStore, RetryPolicy, WalStores,
 };
@@ -467,6 +469,64 @@ async fn a_follower_delivers_only_decided_objects() {
     let entry = follow.try_next().await.expect("follow").expect("an entry");
     assert_eq!(entry.payload, Bytes::from_static(b"after the reopen"));
     assert_eq!(entry.id >> 20, next.sequence);
+}
+
+/// A read-only follower over three stores finds each new object by probing the next key
+/// in every store for its decided value, not by listing: after its start no LIST while
+/// the writer appends; idle, one store is probed a poll (the next one each time), so 10
+/// idle seconds cost about as many GETs as over one store.
+#[tokio::test(start_paused = true)]
+async fn a_follower_over_three_stores_probes_without_listing() {
+    let stores = Stores::new();
+    let mut wal = stores.open().await.expect("open");
+    wal.append_and_flush(vec![(0, vec![Bytes::from_static(b"first")])])
+        .await
+        .expect("append");
+    let counting: Vec<Arc<CountingStore>> = stores
+        .down
+        .iter()
+        .map(|d| CountingStore::new(d.clone() as Arc<dyn ObjectStore>))
+        .collect();
+    let io = WalIo::for_stores(
+        counting
+            .iter()
+            .map(|c| c.clone() as Arc<dyn ObjectStore>)
+            .collect(),
+        &config(),
+    )
+    .expect("three stores");
+    let reader = ObjectStoreLogStore::open_read_only_io(io, config())
+        .await
+        .expect("read-only open");
+    let mut follow = reader.follow(0, 0, Duration::from_millis(10));
+    let entry = follow.try_next().await.expect("follow").expect("an entry");
+    assert_eq!(entry.payload, Bytes::from_static(b"first"));
+    let count = |of: fn(&Counts) -> &AtomicU64| -> u64 {
+        counting
+            .iter()
+            .map(|c| of(c.counts()).load(Ordering::Relaxed))
+            .sum()
+    };
+    let lists_at_start = count(|c| &c.lists);
+    for i in 0..5 {
+        let payload = Bytes::from(format!("next-{i}"));
+        wal.append_and_flush(vec![(0, vec![payload.clone()])])
+            .await
+            .expect("append");
+        let entry = follow.try_next().await.expect("follow").expect("an entry");
+        assert_eq!(entry.payload, payload);
+    }
+    assert_eq!(count(|c| &c.lists), lists_at_start, "the follower listed");
+
+    for c in &counting {
+        c.reset();
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    // About ten polls a second apart after the backoff's climb (10 ms doubling), one GET
+    // each; probing every store would be three times that.
+    let gets = count(|c| &c.gets);
+    assert!((9..=20).contains(&gets), "{gets} GETs in 10 idle seconds");
+    assert_eq!(count(|c| &c.lists), 0);
 }
 
 /// A key split between two values, neither decided (an earlier writer's object in one

@@ -728,11 +728,11 @@ const MIN_PROBE_TAIL: u64 = 2048;
 /// objects appear and back off, doubling, to [`IDLE_POLL_INTERVAL`] while none does, so
 /// an idle follower costs one GET a second.
 ///
-/// It lists (as [`extend`](Self::extend) does: one LIST after the chain end) when the
-/// next key stays absent longer than the owner is ever idle (`link_window`: the owner's
-/// floor may have passed this follower and its next key been reclaimed), when a probe
-/// meets an error other than not-found, and always over several stores, where an
-/// object is a decided value (probing Q copies is not built yet).
+/// Over several stores a key's object is its decided value
+/// ([`probe_decided`](Self::probe_decided)). It lists (as [`extend`](Self::extend) does:
+/// one LIST after the chain end) when the next key stays absent longer than the owner is
+/// ever idle (`link_window`: the owner's floor may have passed this follower and its
+/// next key been reclaimed), and when a probe meets an error other than not-found.
 struct PolledGrowth {
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
@@ -752,6 +752,8 @@ struct PolledGrowth {
     absent_since: Option<tokio::time::Instant>,
     /// How long the next key may stay absent before the follower lists.
     list_after_absent: Duration,
+    /// Over several stores, idle polls so far: each probes the next store in turn.
+    idle_polls: usize,
 }
 
 impl PolledGrowth {
@@ -774,18 +776,14 @@ impl PolledGrowth {
             tail_len: MIN_PROBE_TAIL,
             absent_since: None,
             list_after_absent: config.link_window(),
+            idle_polls: 0,
         }
     }
 
     async fn poll(&mut self) -> Result<bool> {
         tokio::time::sleep(self.wait).await;
         let before = self.last;
-        let more = if self.io.replicas().is_empty() {
-            self.probe().await?
-        } else {
-            self.extend().await?;
-            false
-        };
+        let more = self.probe().await?;
         self.wait = if more {
             // Every probed key held an object: poll again as soon as these are read.
             Duration::ZERO
@@ -808,11 +806,22 @@ impl PolledGrowth {
         // Idle, a probe is one request (the header only once the key holds an
         // object); active, the header is read beside the tail (one round trip).
         let header_at_once = self.wait <= self.poll_interval;
-        let probed = futures::future::join_all((0..self.probes as u64).map(|i| {
-            self.io
-                .probe_summary(first.saturating_add(i), self.tail_len, header_at_once)
-        }))
-        .await;
+        let replicas = self.io.replicas();
+        let probed = if replicas.is_empty() {
+            futures::future::join_all((0..self.probes as u64).map(|i| {
+                self.io
+                    .probe_summary(first.saturating_add(i), self.tail_len, header_at_once)
+            }))
+            .await
+        } else {
+            // Idle, one store is probed, each poll the next one (see `probe_decided`).
+            let idle = (!header_at_once).then_some(self.idle_polls);
+            self.idle_polls = self.idle_polls.wrapping_add(usize::from(idle.is_some()));
+            futures::future::join_all((0..self.probes as u64).map(|i| {
+                self.probe_decided(&replicas, first.saturating_add(i), header_at_once, idle)
+            }))
+            .await
+        };
         let mut summaries = Vec::with_capacity(probed.len());
         for result in probed {
             match result {
@@ -949,6 +958,78 @@ impl PolledGrowth {
 }
 
 impl PolledGrowth {
+    /// Over several stores, a probe of `sequence` finds its decided value (DESIGN.md:
+    /// "over several stores, object means decided value"): every store's copy is probed
+    /// and the value Q of them hold is the key's object; a key with no decided value yet
+    /// is absent (it ends the poll; a copy in fewer than Q stores may be a create that
+    /// was never acknowledged and that a later open claims over). A store whose probe
+    /// fails counts as holding no copy, unless every store's fails (then the error, and
+    /// the follower lists). Idle (`idle`: the count of idle polls), only one store is
+    /// probed, the next one each poll, and the others only if it holds a copy: a value
+    /// decided in Q of N stores is found within N - Q + 1 idle polls, at one GET a poll.
+    async fn probe_decided(
+        &self,
+        replicas: &[WalIo],
+        sequence: u64,
+        header_at_once: bool,
+        idle: Option<usize>,
+    ) -> Result<Option<ObjectSummary>> {
+        let n = replicas.len();
+        let probe = |store: usize| async move {
+            match replicas.get(store) {
+                Some(replica) => {
+                    replica
+                        .probe_summary(sequence, self.tail_len, header_at_once)
+                        .await
+                }
+                None => Ok(None),
+            }
+        };
+        let q = quorum(n);
+        let mut copies = ProbedCopies {
+            ids: vec![None; n],
+            summaries: Vec::new(),
+            failure: None,
+            failed: 0,
+        };
+        let mut first_store = None;
+        if let Some(polls) = idle.filter(|_| n > 0) {
+            let store = polls % n;
+            let first = probe(store).await;
+            if matches!(first, Ok(None)) {
+                return Ok(None);
+            }
+            copies.record(store, first);
+            first_store = Some(store);
+        }
+        let mut pending: futures::stream::FuturesUnordered<_> = (0..n)
+            .filter(|store| Some(*store) != first_store)
+            .map(|store| async move { (store, probe(store).await) })
+            .collect();
+        // Answers are taken as they come: a slow or down store holds the probe up only
+        // while the others leave the key's value open.
+        loop {
+            if let Some(value) = decided_value(&copies.ids) {
+                let summary = copies
+                    .summaries
+                    .into_iter()
+                    .find(|s| ValueId::of(s) == value);
+                return Ok(summary);
+            }
+            if copies.most_of_one_value() + pending.len() < q {
+                break;
+            }
+            match pending.next().await {
+                Some((store, result)) => copies.record(store, result),
+                None => break,
+            }
+        }
+        match copies.failure {
+            Some(e) if copies.failed == n => Err(e),
+            _ => Ok(None),
+        }
+    }
+
     /// Over several stores, only decided objects may be delivered (a copy in fewer than
     /// Q stores may be a writer's create that was never acknowledged and that a later
     /// open claims over): each store is listed (a store that has not answered soon after
@@ -1006,6 +1087,43 @@ impl PolledGrowth {
             }
         }
         Ok(())
+    }
+}
+
+/// What the probes of one key in several stores found so far.
+struct ProbedCopies {
+    /// Per store, the value of its copy, if it answered with one.
+    ids: Vec<Option<ValueId>>,
+    summaries: Vec<ObjectSummary>,
+    failure: Option<Error>,
+    failed: usize,
+}
+
+impl ProbedCopies {
+    fn record(&mut self, store: usize, result: Result<Option<ObjectSummary>>) {
+        match result {
+            Ok(Some(summary)) => {
+                if let Some(slot) = self.ids.get_mut(store) {
+                    *slot = Some(ValueId::of(&summary));
+                }
+                self.summaries.push(summary);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.failed += 1;
+                self.failure = Some(e);
+            }
+        }
+    }
+
+    /// The most copies any one value has.
+    fn most_of_one_value(&self) -> usize {
+        self.ids
+            .iter()
+            .flatten()
+            .map(|v| self.ids.iter().filter(|w| **w == Some(*v)).count())
+            .max()
+            .unwrap_or(0)
     }
 }
 
