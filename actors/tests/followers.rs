@@ -43,6 +43,16 @@ async fn follow_until(rx: &EntryReceiver, last: u64, got: &mut Vec<Entry>) {
     .await
 }
 
+/// Every entry of region 1, read to the end.
+async fn read_region_1(wal: &WalHandle) -> Vec<Entry> {
+    let rx = wal.read(1, 0).await.expect("read");
+    let mut got = Vec::new();
+    while let Ok(item) = rx.recv_async().await {
+        got.push(item.expect("an entry"));
+    }
+    got
+}
+
 async fn append_logged(wal: &WalHandle, ledger: &Mutex<Ledger>, parts: AppendParts) -> bool {
     let result = wal.append_many(parts.clone()).await;
     let ok = result.is_ok();
@@ -201,14 +211,12 @@ async fn a_read_at_the_tail_sends_no_request_to_the_store() {
         let (wal, join) = spawn(&store, &config).await;
         let mut region1 = Vec::new();
         let mut region2 = Vec::new();
-        // Region 2 is followed from the start; region 1 was read once (one GET).
+        // Region 2 is followed from the start; region 1 is read once (one GET).
         let follow = wal.follow(2, 0).await.expect("follow");
         for i in 0..20 {
             if i == 1 {
-                let rx = wal.read(1, 0).await.expect("read");
-                while let Ok(item) = rx.recv_async().await {
-                    item.expect("an entry");
-                }
+                // From now on region 1 has a reader, which holds its tail.
+                assert_eq!(read_region_1(&wal).await, region1);
             }
             let parts = vec![
                 (1, vec![payload(format!("one-{i}"))]),
@@ -227,19 +235,11 @@ async fn a_read_at_the_tail_sends_no_request_to_the_store() {
             }
         }
         counting.reset();
-        let read = |wal: WalHandle| async move {
-            let rx = wal.read(1, 0).await.expect("read");
-            let mut got = Vec::new();
-            while let Ok(item) = rx.recv_async().await {
-                got.push(item.expect("an entry"));
-            }
-            got
-        };
-        assert_eq!(read(wal.clone()).await, region1);
+        assert_eq!(read_region_1(&wal).await, region1);
         let mut followed = Vec::new();
         follow_until(&follow, region2.last().unwrap().id, &mut followed).await;
         assert_eq!(followed, region2);
-        assert_eq!(read(wal.clone()).await, region1, "re-read");
+        assert_eq!(read_region_1(&wal).await, region1, "re-read");
         let gets = counting.counts().gets.load(Ordering::Relaxed);
         if cache {
             assert_eq!(gets, 0, "reads at the tail sent GETs");
@@ -622,15 +622,7 @@ async fn a_re_read_of_the_last_1000_objects_sends_no_get() {
     let counting = CountingStore::new(Arc::new(InMemory::new()));
     let store: Arc<dyn ObjectStore> = counting.clone();
     let (wal, join) = spawn(&store, &config_no_reclaim()).await;
-    let read = |wal: WalHandle| async move {
-        let rx = wal.read(1, 0).await.expect("read");
-        let mut got = Vec::new();
-        while let Ok(item) = rx.recv_async().await {
-            got.push(item.expect("an entry"));
-        }
-        got
-    };
-    assert_eq!(read(wal.clone()).await, Vec::new());
+    assert_eq!(read_region_1(&wal).await, Vec::new());
     let mut region1 = Vec::new();
     for i in 0..1000u32 {
         let mut entry = vec![0u8; 1024];
@@ -647,7 +639,7 @@ async fn a_re_read_of_the_last_1000_objects_sends_no_get() {
         );
     }
     counting.reset();
-    assert_eq!(read(wal.clone()).await, region1);
+    assert_eq!(read_region_1(&wal).await, region1);
     assert_eq!(counting.counts().gets.load(Ordering::Relaxed), 0);
     stop(wal, join).await;
 }

@@ -12,8 +12,8 @@
 //! the same regions when K is the same). Every entry starts with 16 bytes: the
 //! nanoseconds from a shared instant to its append's call, and the arrival's number;
 //! a follower reads them back on delivery, so `e2e` is call to delivery, per entry and
-//! follower. Read requests are counted by a wrapper of this file ([`ReadCounts`]: GETs,
-//! HEADs, LISTs and bytes read), outermost on each handle; for local followers it is
+//! follower. Read requests are counted by a [`CountingStore`] (GETs, HEADs, LISTs and
+//! bytes read; no GET log), outermost on each handle; for local followers it is
 //! the WAL's handle, which the writer shares (it reads nothing while it writes).
 
 use std::collections::{BTreeSet, HashMap};
@@ -25,9 +25,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use clap::Args as ClapArgs;
 use futures::stream::{BoxStream, StreamExt};
 use hdrhistogram::Histogram;
-use object_store::path::Path;
-use object_store::{GetOptions, GetResult, ListResult, ObjectMeta, ObjectStore};
-use object_store_wal::testing::{Hooks, Wrapper};
+use object_store::ObjectStore;
+use object_store_wal::testing::CountingStore;
 use object_store_wal::{AppendReceipt, Entry, Error, ObjectStoreLogStore, WalStores};
 use serde_json::json;
 use tokio::task::JoinSet;
@@ -69,69 +68,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Read requests through a store handle: GETs (ranged or whole), HEADs (a `get_opts`
-/// with `head`), LISTs and the bytes GETs returned.
-#[derive(Debug, Default)]
-struct ReadCounts {
-    gets: AtomicU64,
-    heads: AtomicU64,
-    lists: AtomicU64,
-    get_bytes: AtomicU64,
-}
-
-#[async_trait::async_trait]
-impl Hooks for ReadCounts {
-    const NAME: &'static str = "ReadCounts";
-
-    async fn get_opts(
-        &self,
-        inner: &Arc<dyn ObjectStore>,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        let head = options.head;
-        let count = if head { &self.heads } else { &self.gets };
-        count.fetch_add(1, Ordering::Relaxed);
-        let result = inner.get_opts(location, options).await?;
-        if !head {
-            self.get_bytes.fetch_add(
-                result.range.end.saturating_sub(result.range.start),
-                Ordering::Relaxed,
-            );
-        }
-        Ok(result)
-    }
-
-    fn list(
-        &self,
-        inner: &Arc<dyn ObjectStore>,
-        prefix: Option<&Path>,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.lists.fetch_add(1, Ordering::Relaxed);
-        inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        inner: &Arc<dyn ObjectStore>,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.lists.fetch_add(1, Ordering::Relaxed);
-        inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        inner: &Arc<dyn ObjectStore>,
-        prefix: Option<&Path>,
-    ) -> object_store::Result<ListResult> {
-        self.lists.fetch_add(1, Ordering::Relaxed);
-        inner.list_with_delimiter(prefix).await
-    }
-}
-
-type Counted = Arc<Wrapper<ReadCounts>>;
+/// A handle counting its requests (GETs, HEADs, LISTs, bytes read), no GET log kept.
+type Counted = Arc<CountingStore>;
 
 /// The read counts of some handles, summed, at one instant.
 #[derive(Debug, Clone, Copy, Default)]
@@ -146,7 +84,7 @@ impl Reads {
     fn of(handles: &[Counted]) -> Reads {
         let mut sum = Reads::default();
         for h in handles {
-            let c = h.hooks();
+            let c = h.counts();
             sum.gets += c.gets.load(Ordering::Relaxed);
             sum.heads += c.heads.load(Ordering::Relaxed);
             sum.lists += c.lists.load(Ordering::Relaxed);
@@ -407,7 +345,7 @@ pub(super) async fn follow(
         replicas,
     } = stores(c)?;
     // Outermost on the WAL's handle: the local followers' reads.
-    let wal_reads = Wrapper::wrap(counted, ReadCounts::default());
+    let wal_reads = CountingStore::counts_only(counted);
     // Under the remote followers' handles: the same latency wrapper, or the store.
     let under: Arc<dyn ObjectStore> = match &latent {
         Some(l) => l.clone(),
@@ -437,7 +375,7 @@ pub(super) async fn follow(
     for (remote, k) in [(false, a.followers), (true, a.remote_followers)] {
         for region in spread(k, regions) {
             let entries = if remote {
-                let handle = Wrapper::wrap(under.clone(), ReadCounts::default());
+                let handle = CountingStore::counts_only(under.clone());
                 remote_handles.push(handle.clone());
                 let ro = ObjectStoreLogStore::open_read_only(
                     WalStores::one(handle as Arc<dyn ObjectStore>),
