@@ -578,9 +578,7 @@ async fn followers_of_a_region_share_one_fetch_per_segment() {
         Duration::from_millis(20),
     ));
     let store: Arc<dyn ObjectStore> = counting.clone();
-    let mut config = config_no_reclaim();
-    config.hedge_after = object_store_wal::HedgeAfter::Off;
-    let (wal, join) = spawn(&store, &config).await;
+    let (wal, join) = spawn(&store, &config_no_reclaim()).await;
     let mut region1 = Vec::new();
     for i in 0..30 {
         let parts = vec![

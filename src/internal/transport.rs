@@ -40,7 +40,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::FuturesUnordered;
@@ -522,7 +522,9 @@ impl StoreTransport {
             let closing = self.closing.clone();
             let (timed_out, stopped) = (timed_out.clone(), stopped.clone());
             Box::pin(async move {
-                let started = Instant::now();
+                // On tokio's clock, as the hedge delay's timer is: under a paused test
+                // clock a latency is the virtual time the request took.
+                let started = tokio::time::Instant::now();
                 match closing.run(tokio::time::timeout(bound, fut)).await {
                     None => (stopped, Outcome::Error),
                     Some(Ok(answer)) => {
