@@ -262,6 +262,10 @@ pub struct Config {
     /// recently used out first), so that a hot region does not evict the others' tails.
     /// 4 MiB by default.
     pub segment_cache_region_bytes: u64,
+    /// Region readers the runtime (the actors crate) keeps at most: one per region read
+    /// or followed recently, each holding its region's tail; past this the least
+    /// recently used is retired (its follows go on). 64 by default; 1 to 4096.
+    pub max_readers: usize,
 }
 
 /// When a request that has not answered is hedged: sent again, identical, with the first
@@ -347,6 +351,7 @@ impl Config {
             encryption_keys: None,
             segment_cache_bytes: crate::cache::DEFAULT_CACHE_BYTES,
             segment_cache_region_bytes: crate::cache::DEFAULT_CACHE_REGION_BYTES,
+            max_readers: 64,
         }
     }
 
@@ -391,6 +396,8 @@ impl Config {
         with_segment_cache_bytes(segment_cache_bytes: u64);
         /// With at most `segment_cache_region_bytes` of them per region.
         with_segment_cache_region_bytes(segment_cache_region_bytes: u64);
+        /// With at most `max_readers` region readers in the runtime.
+        with_max_readers(max_readers: usize);
         /// With `create_if_missing`: whether an open as the writer may start a new WAL.
         with_create_if_missing(create_if_missing: bool);
         /// With what recovery does with an unreadable object the chain may need.
@@ -443,6 +450,9 @@ impl Config {
         }
         if self.replay_concurrency == 0 {
             return bad("replay_concurrency", "must be at least 1");
+        }
+        if self.max_readers == 0 {
+            return bad("max_readers", "must be at least 1");
         }
         if self.segment_cache_region_bytes > self.segment_cache_bytes {
             return bad(
@@ -516,6 +526,7 @@ impl Config {
             ("recovery_concurrency", self.recovery_concurrency as u64),
             ("read_ahead", self.read_ahead as u64),
             ("replay_concurrency", self.replay_concurrency as u64),
+            ("max_readers", self.max_readers as u64),
             ("open_attempts", u64::from(self.open_attempts)),
             ("retry.max_attempts", u64::from(self.retry.max_attempts)),
         ];

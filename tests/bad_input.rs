@@ -41,6 +41,10 @@ fn invalid_configs() -> Vec<(&'static str, Config)> {
         c.reclaim_grace = c.max_create_duration * 2 - Duration::from_millis(1)
     });
     push("replay_concurrency", &|c| c.replay_concurrency = 0);
+    push("max_readers", &|c| c.max_readers = 0);
+    push("segment_cache_region_bytes", &|c| {
+        c.segment_cache_region_bytes = c.segment_cache_bytes + 1
+    });
     push("replay_budget_bytes", &|c| {
         c.replay_budget_bytes = c.max_batch_bytes - 1
     });
@@ -60,6 +64,7 @@ fn invalid_configs() -> Vec<(&'static str, Config)> {
     push("hedge_after", &|c| c.hedge_after = HedgeAfter::Fixed(huge));
     push("max_in_flight", &|c| c.max_in_flight = usize::MAX);
     push("replay_concurrency", &|c| c.replay_concurrency = 1 << 20);
+    push("max_readers", &|c| c.max_readers = usize::MAX);
     push("open_attempts", &|c| c.open_attempts = u32::MAX);
     push("max_pending_bytes", &|c| c.max_pending_bytes = u64::MAX);
     push("replay_budget_bytes", &|c| c.replay_budget_bytes = u64::MAX);

@@ -37,6 +37,9 @@ fn every_field_changed() -> Config {
     c.replay_budget_bytes = 256 << 20;
     c.create_if_missing = true;
     c.compression = Compression::Zstd { level: 5 };
+    c.segment_cache_bytes = 32 << 20;
+    c.segment_cache_region_bytes = 1 << 20;
+    c.max_readers = 16;
     c
 }
 
@@ -69,7 +72,10 @@ fn chained_setters_set_every_field() {
         .with_replay_concurrency(8)
         .with_replay_budget_bytes(256 << 20)
         .with_create_if_missing(true)
-        .with_compression(Compression::Zstd { level: 5 });
+        .with_compression(Compression::Zstd { level: 5 })
+        .with_segment_cache_bytes(32 << 20)
+        .with_segment_cache_region_bytes(1 << 20)
+        .with_max_readers(16);
     assert_eq!(chained, expected);
     chained.validate().expect("a valid config");
 }
@@ -229,6 +235,9 @@ mod file {
             replay_budget_bytes = 268435456
             create_if_missing = true
             compression = "zstd:5"
+            segment_cache_bytes = "32MiB"
+            segment_cache_region_bytes = "1 MiB"
+            max_readers = 16
         "#;
         assert_eq!(wal(text).expect("a valid section"), every_field_changed());
     }

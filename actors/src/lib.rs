@@ -10,16 +10,17 @@
 //! - The recovery actor: the open, off the supervisor's mailbox.
 //! - The writer: owns the batch and the sequence counter; seals, uploads
 //!   up to `max_in_flight` objects at once, acknowledges in sequence order.
-//! - A reader: one per region read or followed recently (at most [`MAX_READERS`], the
-//!   least recently used retired first); reads lazily through bounded channels. While
-//!   it lives it holds its region's tail: the writer hands it the region's segment of
-//!   every object it acknowledges (`Bytes` clones, no copy), kept in the WAL's segment
-//!   cache within `Config::segment_cache_region_bytes` for the region (4 MiB: about
-//!   3,500 segments of one 1 KiB entry) and `Config::segment_cache_bytes` for all (64
-//!   MiB), so a read, follow or re-read of recent entries sends no request. All reads
-//!   and follows of a region share each segment's fetch (one GET however many wait for
-//!   it). A reader that panics is restarted; the follows it started go on (each streams
-//!   from a task of its own) and other regions never notice.
+//! - A reader: one per region read or followed recently (at most
+//!   `Config::max_readers`, [`MAX_READERS`] by default, the least recently used retired
+//!   first); reads lazily through bounded channels. While it lives it holds its
+//!   region's tail: the writer hands it the region's segment of every object it
+//!   acknowledges (`Bytes` clones, no copy), kept in the WAL's segment cache within
+//!   `Config::segment_cache_region_bytes` for the region (4 MiB: about 3,500 segments
+//!   of one 1 KiB entry) and `Config::segment_cache_bytes` for all (64 MiB), so a read,
+//!   follow or re-read of recent entries sends no request. All reads and follows of a
+//!   region share each segment's fetch (one GET however many wait for it). A reader
+//!   that panics is restarted; the follows it started go on (each streams from a task
+//!   of its own) and other regions never notice.
 //! - The reclaimer: deletes the objects below the acknowledged
 //!   floor, `reclaim_grace` after it was acknowledged.
 //!

@@ -1,8 +1,8 @@
 //! Per-region reader actors: where a region's read state lives.
 //!
 //! A region's reader is started by its first read or follow and retired when the
-//! supervisor's [`MAX_READERS`](crate::supervisor::MAX_READERS) most recently read
-//! regions no longer include it. While it lives it holds the region's **tail**: the
+//! `Config::max_readers` most recently read regions (64 by default) no longer include
+//! it. While it lives it holds the region's **tail**: the
 //! writer hands it every acknowledged object's segment of the region (`Bytes` clones of
 //! the sealed object, no copy) into the WAL's segment cache, so a read or follow whose
 //! next entry is recent is answered from memory. What it holds is bounded there: at most

@@ -124,8 +124,8 @@ pub struct WalStats {
     /// Regions with entries in the catalog (a region whose entries all fell below the
     /// floor is dropped).
     pub catalog_regions: u64,
-    /// Region readers running: at most
-    /// [`MAX_READERS`](crate::supervisor::MAX_READERS).
+    /// Region readers running: at most `Config::max_readers`
+    /// ([`MAX_READERS`](crate::supervisor::MAX_READERS) by default).
     pub readers: u64,
     /// Requests waiting for an open to finish: at most
     /// [`MAX_QUEUED_REQUESTS`](crate::supervisor::MAX_QUEUED_REQUESTS).

@@ -13,11 +13,12 @@
 //! refused with [`Error::Backpressure`] (`NotWritten`), never queued.
 //!
 //! Nothing here grows with the log's history. Region readers are kept for the
-//! [`MAX_READERS`] regions read most recently; a reader past that is retired (its
-//! mailbox drained first) and a later read of its region starts a new one. A reader holds
-//! its region's tail (bounded by the segment cache, see [`crate::reader`]); each read and
-//! follow streams from a task of its own, so retiring one changes nothing a caller sees
-//! but where the region's next read finds its entries. Obsolete watermarks that hide nothing any more (their
+//! `Config::max_readers` regions read most recently ([`MAX_READERS`] by default); a
+//! reader past that is retired (its mailbox drained first) and a later read of its
+//! region starts a new one. A reader holds its region's tail (bounded by the segment
+//! cache, see [`crate::reader`]); each read and follow streams from a task of its own,
+//! so retiring one changes nothing a caller sees but where the region's next read finds
+//! its entries. Obsolete watermarks that hide nothing any more (their
 //! region has no live entry at or below them in the catalog, which drops what lies below
 //! the floor) are forgotten once they could outnumber the live regions; every later entry
 //! of such a region has a larger id, so forgetting one changes no read.
@@ -51,8 +52,9 @@ use crate::writer::{WriterActor, WriterArgs};
 /// next one is refused with [`Error::Backpressure`].
 pub const MAX_QUEUED_REQUESTS: usize = 4096;
 
-/// Region readers kept at most: the regions read most recently. A count, not an idle
-/// time, so that what is kept does not depend on timing; readers are cheap to start.
+/// Region readers kept at most by default (`Config::max_readers`): the regions read
+/// most recently. A count, not an idle time, so that what is kept does not depend on
+/// timing; readers are cheap to start.
 pub const MAX_READERS: usize = 64;
 
 /// How the supervisor restarts what fails.
@@ -372,7 +374,7 @@ impl SupervisorState {
     }
 
     /// The region's reader, started if it has none; the least recently used reader is
-    /// retired first when [`MAX_READERS`] are running.
+    /// retired first when `Config::max_readers` are running.
     async fn reader(
         &mut self,
         myself: &ActorRef<WalMsg>,
@@ -383,7 +385,7 @@ impl SupervisorState {
             r.last_read = self.reads;
             return Ok(r.actor.clone());
         }
-        while self.readers.len() >= MAX_READERS {
+        while self.readers.len() >= self.config.max_readers.max(1) {
             let Some(idle) = self
                 .readers
                 .iter()

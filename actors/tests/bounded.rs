@@ -155,14 +155,17 @@ async fn catalog_and_watermarks_stay_bounded_by_the_live_part() {
 // 2. Region readers are capped
 // ---------------------------------------------------------------------------------------
 
-/// Reads of more regions than [`MAX_READERS`] retire the least recently used readers; a
-/// read that was under way when its reader was retired still yields everything, and a
-/// later read of the retired region starts a new reader and yields every entry.
+/// Reads of more regions than `Config::max_readers` (8 here; [`MAX_READERS`] by default)
+/// retire the least recently used readers; a read that was under way when its reader was
+/// retired still yields everything, and a later read of the retired region starts a new
+/// reader and yields every entry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_readers_are_retired_and_restart_on_demand() {
     let store = memory_store();
-    let (wal, join) = spawn(&store, &config_no_reclaim()).await;
-    let regions = MAX_READERS as u64 + 10;
+    assert_eq!(config_no_reclaim().max_readers, MAX_READERS);
+    let config = config_no_reclaim().with_max_readers(8);
+    let (wal, join) = spawn(&store, &config).await;
+    let regions = 8 + 10;
     let mut acked: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
     for round in 0..3 {
         for region in 0..=regions {
@@ -183,10 +186,10 @@ async fn idle_readers_are_retired_and_restart_on_demand() {
             "region {region}"
         );
         let s = stats(&wal).await;
-        assert!(s.readers <= MAX_READERS as u64, "{s:?}");
+        assert!(s.readers <= 8, "{s:?}");
     }
     let s = stats(&wal).await;
-    assert_eq!(s.readers, MAX_READERS as u64, "readers kept");
+    assert_eq!(s.readers, 8, "readers kept");
     assert_eq!(
         ids(&collect(under_way).await),
         ids(&acked[&0]),
@@ -199,7 +202,7 @@ async fn idle_readers_are_retired_and_restart_on_demand() {
         ids(&acked[&0][1..])
     );
     let s = stats(&wal).await;
-    assert_eq!(s.readers, MAX_READERS as u64, "{s:?}");
+    assert_eq!(s.readers, 8, "{s:?}");
     assert_eq!(s.reads, regions + 3);
     stop(wal, join).await;
 }

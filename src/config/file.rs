@@ -50,6 +50,7 @@ struct Fields {
     encryption_keys: Option<String>,
     segment_cache_bytes: Option<ByteSize>,
     segment_cache_region_bytes: Option<ByteSize>,
+    max_readers: Option<usize>,
 }
 
 impl Fields {
@@ -97,6 +98,7 @@ impl Fields {
                 self.segment_cache_region_bytes,
                 d.segment_cache_region_bytes,
             ),
+            max_readers: self.max_readers.unwrap_or(d.max_readers),
             prefix: d.prefix,
         };
         config.validate()?;
