@@ -25,7 +25,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use clap::Args as ClapArgs;
 use futures::stream::{BoxStream, StreamExt};
 use hdrhistogram::Histogram;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use object_store_wal::testing::CountingStore;
 use object_store_wal::{AppendReceipt, Entry, Error, ObjectStoreLogStore, WalStores};
 use serde_json::json;
@@ -240,6 +240,41 @@ fn spread(k: u64, regions: u64) -> Vec<u64> {
     (0..k).map(|i| i * regions / k.max(1)).collect()
 }
 
+/// What a remote follower has to read of the run's objects at the least: every
+/// object's footer and trailer (to find its region's segment), and its region's
+/// segments.
+#[derive(Debug, Default)]
+struct Stored {
+    footer_bytes: u64,
+    segment_bytes: HashMap<u64, u64>,
+}
+
+impl Stored {
+    /// Reads every object under `prefix` (on the base store, uncounted).
+    async fn of(
+        store: &Arc<dyn ObjectStore>,
+        prefix: &str,
+    ) -> Result<Stored, Box<dyn std::error::Error>> {
+        let mut stored = Stored::default();
+        let prefix = object_store::path::Path::from(prefix);
+        let mut listing = store.list(Some(&prefix));
+        while let Some(meta) = listing.next().await {
+            let bytes = store.get(&meta?.location).await?.bytes().await?;
+            let Ok(summary) = object_store_wal::format::decode_object_summary(&bytes) else {
+                continue;
+            };
+            let records = &summary.footer.records;
+            stored.footer_bytes += (object_store_wal::format::TRAILER_LEN
+                + object_store_wal::format::Footer::encoded_len(records.len()))
+                as u64;
+            for r in records {
+                *stored.segment_bytes.entry(r.region).or_default() += r.length;
+            }
+        }
+        Ok(stored)
+    }
+}
+
 /// The fields of one kind of follower, under `prefix`.
 struct Kind<'a> {
     prefix: &'a str,
@@ -252,6 +287,7 @@ impl Kind<'_> {
     fn fields(
         &self,
         acked: &HashMap<u64, Vec<u64>>,
+        stored: &Stored,
         (load_s, idle_s, entry_bytes): (f64, f64, usize),
         line: &mut serde_json::Value,
     ) -> Result<(), Box<dyn std::error::Error>> {
@@ -304,6 +340,22 @@ impl Kind<'_> {
         line[format!("{p}followed_bytes_per_s")] = json!(round2(followed));
         line[format!("{p}read_amplification")] = json!(if followed > 0.0 {
             round2(self.load.get_bytes as f64 / load_s.max(1e-9) / followed)
+        } else {
+            0.0
+        });
+        // The bound on a remote follower's reads: twice its region's stored
+        // bytes plus every object's footer (and trailer).
+        let bound = self
+            .followers
+            .iter()
+            .map(|f| {
+                stored.footer_bytes + 2 * stored.segment_bytes.get(&f.region).copied().unwrap_or(0)
+            })
+            .sum::<u64>() as f64;
+        line[format!("{p}footer_bytes_per_s")] =
+            json!(round2(stored.footer_bytes as f64 / load_s.max(1e-9)));
+        line[format!("{p}get_bytes_over_bound")] = json!(if bound > 0.0 {
+            round2(self.load.get_bytes as f64 / bound)
         } else {
             0.0
         });
@@ -491,6 +543,7 @@ pub(super) async fn follow(
     let remote_idle = Reads::of(&remote_handles).since(remote_before);
     stop(&wal).await?;
     tasks.shutdown().await;
+    let stored = Stored::of(&s.base, &cfg.prefix).await?;
 
     let ok = recorder.ok.load(Ordering::Relaxed);
     let issued = recorder.issued.load(Ordering::Relaxed);
@@ -535,7 +588,12 @@ pub(super) async fn follow(
         idle: if remote { remote_idle } else { local_idle },
     });
     for kind in &kinds {
-        kind.fields(&acked, (load_s, idle_elapsed, c.entry_bytes), &mut line)?;
+        kind.fields(
+            &acked,
+            &stored,
+            (load_s, idle_elapsed, c.entry_bytes),
+            &mut line,
+        )?;
     }
     let [local_rows, remote_rows] = lock(&by_second).clone();
     line["local_e2e_max_ms_by_second"] = json!(local_rows);
