@@ -633,6 +633,7 @@ impl Counting {
                 (&sum.puts, &c.puts),
                 (&sum.put_bytes, &c.put_bytes),
                 (&sum.gets, &c.gets),
+                (&sum.heads, &c.heads),
                 (&sum.get_bytes, &c.get_bytes),
                 (&sum.lists, &c.lists),
                 (&sum.listed_keys, &c.listed_keys),

@@ -1672,10 +1672,10 @@ impl Explorer {
                 "an acknowledged object is present"
             );
             if facts.mask & (1 << seq) == 0 {
-                let chain = self.chain(&s.store, Self::keys(&s.store));
                 let why = format!(
-                    "{who} {} is not on the chain {chain:?} of {}",
+                    "{who} {} is not on the chain {:?} of {}",
                     self.desc(id),
+                    facts.chain,
                     self.store_desc(&s.store)
                 );
                 if fin {

@@ -43,16 +43,6 @@ async fn follow_until(rx: &EntryReceiver, last: u64, got: &mut Vec<Entry>) {
     .await
 }
 
-/// Every entry of region 1, read to the end.
-async fn read_region_1(wal: &WalHandle) -> Vec<Entry> {
-    let rx = wal.read(1, 0).await.expect("read");
-    let mut got = Vec::new();
-    while let Ok(item) = rx.recv_async().await {
-        got.push(item.expect("an entry"));
-    }
-    got
-}
-
 async fn append_logged(wal: &WalHandle, ledger: &Mutex<Ledger>, parts: AppendParts) -> bool {
     let result = wal.append_many(parts.clone()).await;
     let ok = result.is_ok();
@@ -216,7 +206,7 @@ async fn a_read_at_the_tail_sends_no_request_to_the_store() {
         for i in 0..20 {
             if i == 1 {
                 // From now on region 1 has a reader, which holds its tail.
-                assert_eq!(read_region_1(&wal).await, region1);
+                assert_eq!(read(&wal, 1, 0).await, region1);
             }
             let parts = vec![
                 (1, vec![payload(format!("one-{i}"))]),
@@ -235,11 +225,11 @@ async fn a_read_at_the_tail_sends_no_request_to_the_store() {
             }
         }
         counting.reset();
-        assert_eq!(read_region_1(&wal).await, region1);
+        assert_eq!(read(&wal, 1, 0).await, region1);
         let mut followed = Vec::new();
         follow_until(&follow, region2.last().unwrap().id, &mut followed).await;
         assert_eq!(followed, region2);
-        assert_eq!(read_region_1(&wal).await, region1, "re-read");
+        assert_eq!(read(&wal, 1, 0).await, region1, "re-read");
         let gets = counting.counts().gets.load(Ordering::Relaxed);
         if cache {
             assert_eq!(gets, 0, "reads at the tail sent GETs");
@@ -278,7 +268,6 @@ async fn read_only_follower_probes_the_next_keys_without_listing() {
 
     let counting = CountingStore::new(inner.clone());
     let interval = Duration::from_millis(10);
-    let started = tokio::time::Instant::now();
     let follower = ObjectStoreLogStore::open_read_only(counting.clone(), config.clone())
         .await
         .expect("read-only open");
@@ -377,7 +366,6 @@ async fn read_only_follower_probes_the_next_keys_without_listing() {
         .map(|e| (entry_sequence(e.id), 1))
         .collect();
     assert_eq!(segments, region1);
-    let _ = started;
 
     // Idle: the polls back off to one a second, each one GET of the next key's tail.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -620,7 +608,7 @@ async fn a_re_read_of_the_last_1000_objects_sends_no_get() {
     let counting = CountingStore::new(Arc::new(InMemory::new()));
     let store: Arc<dyn ObjectStore> = counting.clone();
     let (wal, join) = spawn(&store, &config_no_reclaim()).await;
-    assert_eq!(read_region_1(&wal).await, Vec::new());
+    assert_eq!(read(&wal, 1, 0).await, Vec::new());
     let mut region1 = Vec::new();
     for i in 0..1000u32 {
         let mut entry = vec![0u8; 1024];
@@ -637,7 +625,7 @@ async fn a_re_read_of_the_last_1000_objects_sends_no_get() {
         );
     }
     counting.reset();
-    assert_eq!(read_region_1(&wal).await, region1);
+    assert_eq!(read(&wal, 1, 0).await, region1);
     assert_eq!(counting.counts().gets.load(Ordering::Relaxed), 0);
     stop(wal, join).await;
 }

@@ -155,10 +155,8 @@ impl FetchLead {
         {
             let mut lru = self.cache.lru();
             if let Ok(payloads) = &result {
-                if self.cache.region_limit > 0 {
-                    self.cache
-                        .insert_locked(&mut lru, self.key, payloads.clone());
-                }
+                self.cache
+                    .insert_locked(&mut lru, self.key, payloads.clone());
             }
             lru.fetching.remove(&self.key);
         }
@@ -268,19 +266,7 @@ impl SegmentCache {
     /// region, then of all, to stay within the bounds; one larger than the region bound
     /// is not kept.
     pub fn insert(&self, key: SegmentId, payloads: Payloads) {
-        self.insert_all([(key, payloads)]);
-    }
-
-    /// [`insert`](Self::insert) of several segments (an object's regions), under one
-    /// lock.
-    pub fn insert_all(&self, segments: impl IntoIterator<Item = (SegmentId, Payloads)>) {
-        if self.region_limit == 0 {
-            return;
-        }
-        let mut lru = self.lru();
-        for (key, payloads) in segments {
-            self.insert_locked(&mut lru, key, payloads);
-        }
+        self.insert_locked(&mut self.lru(), key, payloads);
     }
 
     fn insert_locked(&self, lru: &mut Lru, key: SegmentId, payloads: Payloads) {

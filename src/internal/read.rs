@@ -81,9 +81,8 @@ fn skips(policy: CorruptSegmentPolicy, error: &Error) -> bool {
 
 /// The segments of `region` holding ids `>= from`, looked up one by one in the catalog
 /// as the stream is polled, each with what fetching it gave, in order, at most
-/// `read_ahead` ahead of the consumer. A segment whose object is gone (not found) and no
-/// longer in the catalog is passed over: the catalog dropped it below a floor (its
-/// entries obsolete) and the reclaimer deleted it before the read got to it.
+/// `read_ahead` ahead of the consumer. (A segment not found is the follow's to judge:
+/// [`follow_region`] looks again over an up-to-date catalog.)
 fn region_segments(
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
@@ -91,7 +90,6 @@ fn region_segments(
     from: u64,
     read_ahead: usize,
 ) -> BoxStream<'static, (SegmentLocation, Result<Vec<Entry>>)> {
-    let catalog_of_reads = catalog.clone();
     let locations = stream::unfold(from, move |next| {
         let catalog = catalog.clone();
         async move {
@@ -110,11 +108,6 @@ fn region_segments(
             async move { (location, fetch_segment(&io, &location).await) }
         })
         .buffered(read_ahead.max(1))
-        .filter(move |(location, fetched)| {
-            let passed_over = matches!(fetched,
-                Err(e) if reclaimed(&catalog_of_reads, location.sequence, e));
-            futures::future::ready(!passed_over)
-        })
         .boxed()
 }
 
@@ -664,13 +657,10 @@ pub fn follow_region(
                 }
             };
             match pass.next().await {
-                Some((_, Ok(entries))) => {
+                Some((_, Ok(mut entries))) => {
                     let next = s.next;
-                    s.pending = entries
-                        .into_iter()
-                        .filter(|e| e.id >= next)
-                        .collect::<Vec<_>>()
-                        .into_iter();
+                    entries.retain(|e| e.id >= next);
+                    s.pending = entries.into_iter();
                 }
                 Some((location, Err(e)))
                     if e.is_not_found() && s.missing != Some(location.sequence) =>
@@ -682,6 +672,8 @@ pub fn follow_region(
                         s.ended = true;
                         return Some((Err(e), s));
                     }
+                    // Warns when it left the catalog: the next pass goes on above it.
+                    reclaimed(&s.catalog, location.sequence, &e);
                 }
                 Some((location, Err(e))) => {
                     if skips(s.policy, &e) {
