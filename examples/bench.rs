@@ -63,7 +63,7 @@
 //! **Cost.** Every `write` line has `requests_per_hour` (put, get, list, delete: the
 //! run's counts scaled to an hour; a LIST is billed per page of 1,000 keys) and
 //! `usd_per_month` under each price table of `support/prices.rs` (S3 Standard, S3 Express
-//! One Zone, GCS Standard, Azure Blob hot; dated and cited in the README's "What it
+//! One Zone, GCS Standard, Azure Blob hot; dated and cited in docs/COSTS.md, "What it
 //! costs"); `--idle-seconds` adds the same for the idle time (`idle_requests_per_hour`,
 //! `idle_usd_per_month`).
 //!

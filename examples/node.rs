@@ -24,7 +24,7 @@
 //!
 //! With `--metrics-addr 127.0.0.1:9464` the node installs a Prometheus exporter
 //! (`metrics-exporter-prometheus`) before it spawns the WAL and serves the WAL's
-//! metrics there (`curl http://127.0.0.1:9464/metrics`; the README lists them); both
+//! metrics there (`curl http://127.0.0.1:9464/metrics`; docs/OPERATIONS.md lists them); both
 //! WALs of the run share the prefix, so their counts add up.
 //!
 //! ```text

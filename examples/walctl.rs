@@ -274,7 +274,7 @@ async fn open_inspect(
         {
             eprintln!(
                 "walctl: recovery is blocked: {e}; showing what point-in-time recovery would \
-                 keep (see the README's runbook for a damaged object)"
+                 keep (see docs/OPERATIONS.md, runbook for a damaged object)"
             );
             let inspect = config.with_recovery_mode(RecoveryMode::PointInTime);
             let wal = ObjectStoreLogStore::open_read_only(stores, inspect).await?;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's "What it costs": request counts at idle, light, moderate and saturating
+# docs/COSTS.md ("What it costs"): request counts at idle, light, moderate and saturating
 # load for several `min_object_interval` values, 20 ms PUT / 10 ms GET latency, 100
 # regions, 1 KiB entries, regions truncating 8 objects behind (so the reclaimer lists
 # and deletes as a node's would). Writes docs/cost_sweep.jsonl (one `bench write` line

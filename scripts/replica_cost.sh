@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's cost rows for one log over three stores: three S3 Express One Zone
+# docs/COSTS.md's cost rows for one log over three stores: three S3 Express One Zone
 # buckets (6 ms PUT / 4 ms GET each, `--replicas 3`) beside one S3 Standard bucket
 # (20 ms PUT / 10 ms GET), at the same `min_object_interval` (20 ms) and loads as
 # scripts/cost_sweep.sh. Requests and bytes are summed over the stores, so the per-GB

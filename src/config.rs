@@ -25,14 +25,12 @@
 //! it; a deserializer carries only that message, not the typed error.
 //!
 //! Two shapes: `Config` itself (the knobs and `prefix`; the node builds the store
-//! apart) and `WalSection` (the knobs and `url`, naming the store and the prefix in
-//! one string, as [`split_store_url`](crate::split_store_url) splits it).
+//! apart) and [`WalSection`](crate::WalSection) (the knobs and `url`, naming the store
+//! and the prefix in one string, as [`split_store_url`](crate::split_store_url) splits
+//! it). Both `Deserialize` impls are in the crate's `section` module, above the stores
+//! a `WalSection` builds; this module uses none of them.
 
-#[cfg(feature = "serde")]
-mod file;
-#[cfg(feature = "serde")]
-pub use file::WalSection;
-
+use object_store::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,6 +88,11 @@ pub enum RecoveryMode {
     PointInTime,
 }
 
+/// `Config::segment_cache_bytes` by default.
+pub(crate) const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// `Config::segment_cache_region_bytes` by default.
+pub(crate) const DEFAULT_CACHE_REGION_BYTES: u64 = 4 * 1024 * 1024;
+
 /// The largest duration any field takes: a year (a retention-minded node may keep
 /// objects for weeks through `reclaim_grace`).
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
@@ -97,6 +100,8 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 pub const MAX_COUNT: u64 = 4096;
 /// The largest byte budget any field takes: 64 GiB.
 pub const MAX_BYTES: u64 = 64 << 30;
+// A decoder without a configuration bounds a segment by the same size.
+const _: () = assert!(MAX_BYTES == format::UNCONFIGURED_MAX_DECODED);
 
 fn too_large(field: &'static str, reason: &str) -> Result<()> {
     Err(Error::Config {
@@ -227,7 +232,7 @@ pub struct Config {
     /// within this of the one before. Once the store's latencies are known, a data
     /// create up to 1 MiB is given up sooner (an unknown outcome, retried with the same
     /// bytes): after 8 times the recent 99th percentile, at least 1 s, at most this (see
-    /// [`crate::hedge`]).
+    /// the store's hedging rules).
     pub request_timeout: Duration,
     /// Objects a replay of many regions fetches at once.
     pub replay_concurrency: usize,
@@ -253,7 +258,7 @@ pub struct Config {
     /// ([`crate::transform`]). None by default: nothing is encrypted, and an encrypted
     /// segment cannot be read (its reads fail, naming the key id).
     pub encryption_keys: Option<Keys>,
-    /// Bytes of verified segments kept in memory for reads (`internal::cache`): each
+    /// Bytes of verified segments kept in memory for reads (`internal::store::cache`): each
     /// region's entries of every object the writer acknowledges, and every segment a
     /// read fetched, least recently used out first. A read, follow or re-read of what
     /// it holds sends no request. 64 MiB by default; 0 keeps nothing.
@@ -293,9 +298,9 @@ pub enum HedgeAfter {
 }
 
 /// The default hedge's percentile.
-const ADAPTIVE_PERCENTILE: u8 = 90;
+pub(crate) const ADAPTIVE_PERCENTILE: u8 = 90;
 /// The default hedge's floor.
-const ADAPTIVE_FLOOR: Duration = Duration::from_millis(10);
+pub(crate) const ADAPTIVE_FLOOR: Duration = Duration::from_millis(10);
 
 impl Default for HedgeAfter {
     fn default() -> Self {
@@ -349,8 +354,8 @@ impl Config {
             recovery_mode: RecoveryMode::Strict,
             compression: Compression::Off,
             encryption_keys: None,
-            segment_cache_bytes: crate::cache::DEFAULT_CACHE_BYTES,
-            segment_cache_region_bytes: crate::cache::DEFAULT_CACHE_REGION_BYTES,
+            segment_cache_bytes: DEFAULT_CACHE_BYTES,
+            segment_cache_region_bytes: DEFAULT_CACHE_REGION_BYTES,
             max_readers: 64,
         }
     }
@@ -410,7 +415,7 @@ impl Config {
 
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<()> {
-        crate::objects::validate_prefix(&self.prefix)?;
+        validate_prefix(&self.prefix)?;
         let bad = |field: &'static str, reason: &str| {
             Err(Error::Config {
                 field,
@@ -559,4 +564,30 @@ impl Config {
     pub fn link_window(&self) -> Duration {
         self.reclaim_grace.saturating_sub(self.max_create_duration)
     }
+}
+
+/// Checks a WAL prefix: non-empty, relative, no trailing `/`, no empty, `.` or `..`
+/// component.
+pub(crate) fn validate_prefix(prefix: &str) -> Result<Path> {
+    let bad = |reason| Error::InvalidPrefix {
+        prefix: prefix.to_string(),
+        reason,
+    };
+    if prefix.is_empty() {
+        return Err(bad("it is empty"));
+    }
+    if prefix.starts_with('/') {
+        return Err(bad("it starts with '/'; prefixes are relative"));
+    }
+    if prefix.ends_with('/') {
+        return Err(bad("it ends with '/'"));
+    }
+    for part in prefix.split('/') {
+        match part {
+            "" => return Err(bad("it has an empty component")),
+            "." | ".." => return Err(bad("it has a '.' or '..' component")),
+            _ => {}
+        }
+    }
+    Path::parse(prefix).map_err(|_| bad("it is not a valid object store path"))
 }

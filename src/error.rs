@@ -513,7 +513,7 @@ mod tests {
     }
 
     /// The store's refusals, in each shape `object_store` reports one, are told from every
-    /// other error (README, "What each store error means").
+    /// other error (docs/OPERATIONS.md, "What each store error means").
     #[test]
     fn refusals_are_told_from_other_store_errors() {
         use std::io::ErrorKind::{Other, PermissionDenied};

@@ -38,13 +38,13 @@ use std::sync::Arc;
 
 use futures::stream::{BoxStream, StreamExt};
 
-use crate::batch::SegmentCodec;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::format;
-use crate::objects::{Listing, WalIo};
-use crate::quorum::{decided_value, ValueId};
-use crate::stores::WalStores;
+use crate::internal::store::codec::SegmentCodec;
+use crate::internal::store::objects::{Listing, WalIo};
+use crate::internal::store::quorum::{decided_value, ValueId};
+use crate::internal::store::stores::WalStores;
 
 /// Read-only access to a prefix's objects in one store, or in each of several
 /// ([`stores`](Inspector::stores)).
@@ -132,7 +132,7 @@ impl Inspector {
         let mut codec = SegmentCodec::of(config);
         codec.max_decoded = crate::config::MAX_BYTES;
         Ok(Inspector {
-            io: stores.into().into_io(config)?.with_codec(codec),
+            io: WalIo::for_stores(stores.into().into_stores(), config)?.with_codec(codec),
         })
     }
 
@@ -313,7 +313,7 @@ mod tests {
     }
 
     async fn written(store: Arc<InMemory>) -> u64 {
-        let mut wal = crate::ObjectStoreLogStore::open(store, config())
+        let mut wal = crate::internal::sequential::ObjectStoreLogStore::open(store, config())
             .await
             .expect("open");
         let receipt = wal

@@ -131,37 +131,34 @@
 //! [`Config`], [`WalStores`], [`Error`] with its [`Durability`], [`Entry`], the
 //! receipts, [`ChainSummary`], [`RequestCounts`], and [`store_from_url`]. [`format`](mod@format) restates
 //! the normative byte layout; [`inspect`] looks at a prefix's objects store by store for
-//! tools (`walctl` is built on it and the rest of this public API alone). The steps both front ends are built from live in one hidden module,
-//! `internal`: public only so the actor crate and the tests can reach them,
-//! with no stability promise.
+//! tools (`walctl` is built on it and the rest of this public API alone). The steps
+//! both front ends are built from live in one hidden module, `internal`: public only so
+//! the actor crate and the tests can reach them, with no stability promise.
 //!
-//! The lifecycle, module by module: [`config`] is validated first; `open` recovers the
-//! chain into a `catalog` and fences earlier instances; an `epoch` seals `batch`es into
-//! objects that `persist` creates and measures on the `clock`; `read` serves regions,
-//! replays and followers from the catalog; `sequential` drives these steps one object at
-//! a time.
+//! The map, from the store up (one folder per section of DESIGN.md; each uses only the
+//! ones before it, and all of them use [`config`], [`error`], [`format`](mod@format),
+//! [`transform`] and [`metrics`](mod@metrics), which use none of them):
 //!
-//! The map, from the store up:
-//!
-//! - **Transport** (`transport`): requests to a store, with timeouts, hedging, counting
-//!   and the closing gate, behind one narrow trait, `Transport` (create, get, list,
-//!   delete, close). The only module that calls `object_store`.
-//! - **Objects** (`objects`, `persist`): what a WAL key and object are: keys, listings,
-//!   summaries, conditional creates and DESIGN.md's outcome table. They reach the store
-//!   only through `Transport`. One log over several stores is a `Transport` over N of
-//!   them, between these two layers: the objects above do not change.
-//! - **Pure rules** (`format`, `batch`, `catalog`, `epoch`, `hedge`, `clock`): no I/O.
-//!   `quorum` holds the rules of one log over several stores (a create's N answers, an
-//!   open's verdict per key, settled holes, a dead store's skipping); `replicated`
-//!   applies them as a `Transport` over N stores, and the open's recovery over N stores
-//!   (listing each, completing, deciding) is in `open`. A caller chooses one store or
-//!   several with [`WalStores`].
-//! - **The write protocol** (`protocol`): one epoch's rules as a state machine without
-//!   I/O (events in: admitted, create answered, time, stop; actions out: start a create,
-//!   acknowledge, fail, publish a floor, the epoch ended), as quinn-proto is under quinn.
-//! - **Front ends** drive it: `sequential` ([`ObjectStoreLogStore`]) one object at a
-//!   time here, and the actor runtime's writer in `object-store-wal-actors` (mailbox,
-//!   timers, upload tasks).
+//! - **`internal::store`**: requests to a store, with timeouts, hedging, counting and
+//!   the closing gate, behind one narrow trait, `Transport` (create, get, list, delete,
+//!   close), the only code that calls `object_store`; one log over several stores as a
+//!   `Transport` over N of them (`quorum` holds its rules, `replicated` applies them);
+//!   what a WAL key and object are, reached only through `Transport`. A caller chooses
+//!   one store or several with [`WalStores`].
+//! - **`internal::chain`**: which objects form the chain, what an opening claims, the
+//!   catalog of the live chain; pure.
+//! - **`internal::write`**: batches sealed into objects, an epoch's position, one
+//!   create resolved by DESIGN.md's outcome table, and the write protocol: one epoch's
+//!   rules as a state machine without I/O (events in: admitted, create answered, time,
+//!   stop; actions out: start a create, acknowledge, fail, publish a floor, the epoch
+//!   ended), as quinn-proto is under quinn.
+//! - **`internal::open`**: recovery (over one store or N) and the opening object that
+//!   fences earlier instances.
+//! - **`internal::read`**: verified fetches, replays of many regions, follows, and the
+//!   read-only follower's tailing without listing.
+//! - **Front ends** drive these: `internal::sequential` ([`ObjectStoreLogStore`]) one
+//!   object at a time here, and the actor runtime's writer in `object-store-wal-actors`
+//!   (mailbox, timers, upload tasks).
 
 pub mod config;
 pub mod error;
@@ -170,33 +167,41 @@ pub mod inspect;
 #[doc(hidden)]
 pub mod internal;
 pub mod metrics;
-mod stores;
+#[cfg(feature = "serde")]
+mod section;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod transform;
 
-// Inside the crate, the internal modules keep their short paths.
-pub(crate) use internal::{
-    batch, cache, catalog, clock, epoch, hedge, objects, open, persist, protocol, quorum, read,
-    replicated, sequential, transport,
-};
-
-pub use batch::{AppendParts, AppendReceipt, RegionIds};
-pub use clock::{BootClock, CreateClock};
-#[cfg(feature = "serde")]
-pub use config::WalSection;
 pub use config::{Config, CorruptSegmentPolicy, HedgeAfter, RecoveryMode, RetryPolicy};
-pub use epoch::WritePosition;
 pub use error::{BackpressureLimit, Durability, EpochEndReason, Error, ErrorKind, Result};
 pub use format::{entry_id, FormatError, Header, Link};
-pub use open::{DamagedSegment, GivenUp, ObjectInfo, RecoveryReport, UnreadObject};
-pub use read::Entry;
-pub use sequential::{ChainSummary, FlushReceipt, ObjectStoreLogStore};
-pub use stores::WalStores;
-pub use transport::{split_store_url, store_and_prefix_from_url, store_from_url, RequestCounts};
+pub use internal::open::{DamagedSegment, GivenUp, ObjectInfo, RecoveryReport, UnreadObject};
+pub use internal::read::Entry;
+pub use internal::sequential::{ChainSummary, FlushReceipt, ObjectStoreLogStore};
+#[doc(inline)]
+pub use internal::store::stores::WalStores;
+pub use internal::store::transport::RequestCounts;
+pub use internal::store::url::{split_store_url, store_and_prefix_from_url, store_from_url};
+pub use internal::write::batch::{AppendParts, AppendReceipt, RegionIds};
+pub use internal::write::clock::{BootClock, CreateClock};
+pub use internal::write::epoch::WritePosition;
+#[cfg(feature = "serde")]
+pub use section::WalSection;
 
 /// The README's Rust blocks, compiled (and the ones that need no store, run) by
 /// `cargo test --doc`, so a snippet that no longer compiles fails the tests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// docs/GUIDE.md's Rust blocks, compiled (and the ones that need no store, run) by
+/// `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/GUIDE.md")]
+pub struct GuideDoctests;
+
+/// docs/OPERATIONS.md's Rust blocks, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/OPERATIONS.md")]
+pub struct OperationsDoctests;

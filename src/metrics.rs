@@ -2,7 +2,7 @@
 //!
 //! The WAL only emits; the node installs whatever recorder (exporter) it uses, before it
 //! opens or spawns the WAL: the handles are registered once per open, from the WAL's
-//! [`WalIo`](crate::objects::WalIo), and a handle registered while no recorder was installed
+//! [`WalIo`](crate::internal::store::objects::WalIo), and a handle registered while no recorder was installed
 //! stays a no-op. With no recorder nothing is exported and each update is a call on a
 //! no-op handle. The actor runtime's `WalStats` stays for callers that poll.
 //!
@@ -33,7 +33,7 @@
 //! | `wal_recovery_duration_seconds` | histogram | `prefix` | Per open as the writer that succeeded: from the first listing to the opening object created, every attempt of the open included. |
 //! | `wal_replay_duration_seconds` | histogram | `prefix` | Per replay of many regions that ran to its end: from its start to its last entry handed on (a consumer that reads slowly lengthens it; a replay dropped early is not recorded; actor runtime). |
 //!
-//! Choices: requests are counted where they end in the [`transport`](crate::transport),
+//! Choices: requests are counted where they end in the [`transport`](crate::internal::store::transport),
 //! the only module that calls the store, so the counts hold for both front ends and for every caller
 //! (recovery, writer, readers, reclaimer). The sequential front end
 //! ([`ObjectStoreLogStore`](crate::ObjectStoreLogStore)) emits everything not marked
@@ -44,9 +44,6 @@ use std::time::Duration;
 
 use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, Unit};
 pub use ::metrics::{Counter, Gauge, Histogram};
-
-use crate::batch::SealedObject;
-use crate::open::Opened;
 
 /// A request's kind, the `op` label of `wal_requests_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +110,7 @@ impl Outcome {
 
 /// The metric handles of one WAL, registered once with its `prefix` label (see the
 /// module doc for what each means). Shared by the clones of its
-/// [`WalIo`](crate::objects::WalIo); the actor runtime reaches it there.
+/// [`WalIo`](crate::internal::store::objects::WalIo); the actor runtime reaches it there.
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct Metrics {
@@ -202,27 +199,40 @@ impl Metrics {
         self.requests[op as usize][outcome as usize].increment(1);
     }
 
-    /// An open as the writer succeeded after `took`: its epoch, floor and catalog.
-    pub fn opened(&self, opened: &Opened, took: Duration) {
+    /// An open as the writer succeeded after `took`, in `epoch` with `floor`, its catalog
+    /// holding `live_objects`.
+    pub fn opened(&self, epoch: u64, floor: u64, live_objects: usize, took: Duration) {
         self.recovery_duration.record(took);
-        self.epoch.set(opened.epoch.epoch as f64);
-        self.floor_sequence.set(opened.epoch.floor as f64);
-        self.live_objects
-            .set(opened.recovery.catalog.object_count() as f64);
-    }
-
-    /// `sealed` was acknowledged, `since_seal` after it was sealed; the catalog now holds
-    /// `live_objects`. (Each append's latency is the front end's to record.)
-    pub fn acknowledged(&self, sealed: &SealedObject, since_seal: Duration, live_objects: usize) {
-        self.objects_created.increment(1);
-        self.objects_created_bytes.increment(sealed.encoded_len());
-        self.entries_acknowledged.increment(sealed.entries);
-        self.appends_acknowledged
-            .increment(sealed.receipts.len() as u64);
-        self.seal_to_durable.record(since_seal);
-        self.floor_sequence.set(sealed.header().floor as f64);
+        self.epoch.set(epoch as f64);
+        self.floor_sequence.set(floor as f64);
         self.live_objects.set(live_objects as f64);
     }
+
+    /// An object was acknowledged, `since_seal` after it was sealed; the catalog now holds
+    /// `live_objects`. (Each append's latency is the front end's to record.)
+    pub fn acknowledged(&self, object: Acknowledged, since_seal: Duration, live_objects: usize) {
+        self.objects_created.increment(1);
+        self.objects_created_bytes.increment(object.bytes);
+        self.entries_acknowledged.increment(object.entries);
+        self.appends_acknowledged.increment(object.appends);
+        self.seal_to_durable.record(since_seal);
+        self.floor_sequence.set(object.floor as f64);
+        self.live_objects.set(live_objects as f64);
+    }
+}
+
+/// What [`Metrics::acknowledged`] counts of an acknowledged object.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acknowledged {
+    /// Its encoded bytes.
+    pub bytes: u64,
+    /// The entries it holds.
+    pub entries: u64,
+    /// The appends it acknowledges.
+    pub appends: u64,
+    /// The floor its header carries.
+    pub floor: u64,
 }
 
 /// Names, units and help texts, for exporters that show them (Prometheus's `# HELP`).

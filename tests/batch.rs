@@ -11,8 +11,9 @@ use bytes::Bytes;
 use object_store_wal::format::{
     decode_object, entry_id, entry_sequence, FormatError, Link, EMPTY_OBJECT_LEN,
 };
-use object_store_wal::internal::batch::{
-    object_len, AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted, SegmentCodec,
+use object_store_wal::internal::store::codec::SegmentCodec;
+use object_store_wal::internal::write::batch::{
+    object_len, AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted,
 };
 use object_store_wal::Error;
 use proptest::prelude::*;

@@ -4,7 +4,7 @@
 //! only through `Catalog::insert`. `Retention` forgets watermarks that hide nothing.
 
 use object_store_wal::format::{entry_id, entry_sequence, Header, Link, SegmentRecord};
-use object_store_wal::internal::catalog::{Catalog, Retention, STALE_SLACK};
+use object_store_wal::internal::chain::catalog::{Catalog, Retention, STALE_SLACK};
 use object_store_wal::Error;
 
 fn header(sequence: u64, floor: u64) -> Header {

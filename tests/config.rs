@@ -489,13 +489,13 @@ mod file {
         assert_eq!((one.len(), one.quorum_size()), (1, 1));
     }
 
-    /// The README's example section reads as it says.
+    /// The guide's example section (docs/GUIDE.md) reads as it says.
     #[test]
-    fn the_readme_example_reads() {
-        let readme = include_str!("../README.md");
+    fn the_guides_example_reads() {
+        let readme = include_str!("../docs/GUIDE.md");
         let start = readme
             .find("```toml\n")
-            .expect("a TOML example in the README")
+            .expect("a TOML example in the guide")
             + 8;
         let len = readme[start..].find("```").expect("its end");
         let text = &readme[start..start + len];
@@ -505,7 +505,7 @@ mod file {
             node: toml::Table,
             wal: WalSection,
         }
-        let node: NodeToml = toml::from_str(text).expect("the README's example");
+        let node: NodeToml = toml::from_str(text).expect("the guide's example");
         assert_eq!(node.wal.store_url, "s3://my-bucket/nodes/node-7");
         assert_eq!(node.wal.config.prefix, "wal");
         assert_eq!(

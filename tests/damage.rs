@@ -10,7 +10,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 use object_store_wal::format::{entry_id, HEADER_LEN};
-use object_store_wal::internal::objects::object_key;
+use object_store_wal::internal::store::keys::object_key;
 use object_store_wal::{Config, Error, GivenUp, ObjectStoreLogStore, RecoveryMode};
 
 const PREFIX: &str = "wal";

@@ -102,7 +102,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
 use object_store_wal::format::{Header, Link};
-use object_store_wal::internal::catalog::{choose_chain, plan_opening, walk_probes};
+use object_store_wal::internal::chain::catalog::{choose_chain, plan_opening, walk_probes};
 
 /// Sequences are 1..NSEQ; the scenarios stay well below.
 const NSEQ: usize = 16;

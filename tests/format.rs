@@ -19,7 +19,7 @@ use object_store_wal::format::{
     entry_position, entry_sequence, DecodedObject, Footer, FormatError, Header, Link,
     ObjectSummary, SegmentDamage, SegmentRecord, Trailer, EMPTY_OBJECT_LEN, MAX_SEQUENCE,
 };
-use object_store_wal::internal::batch::Batch;
+use object_store_wal::internal::write::batch::Batch;
 use object_store_wal::testing::{
     repair_footer_crc, repair_header_crc, repair_object_crc, repair_segment_crc,
 };

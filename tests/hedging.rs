@@ -16,12 +16,13 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{GetOptions, GetResult, ObjectStore, ObjectStoreExt};
 use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
-use object_store_wal::internal::hedge::{ATTEMPT_FLOOR, MIN_SAMPLES};
-use object_store_wal::internal::objects::{object_key, CreateAttempt, CreateKind, WalIo};
-use object_store_wal::internal::persist::{persist, PersistOutcome};
-use object_store_wal::internal::transport::{
+use object_store_wal::internal::store::hedge::{ATTEMPT_FLOOR, MIN_SAMPLES};
+use object_store_wal::internal::store::keys::object_key;
+use object_store_wal::internal::store::objects::{CreateAttempt, CreateKind, WalIo};
+use object_store_wal::internal::store::transport::{
     ListVisitor, Request, RequestStats, StoreTransport, Transport,
 };
+use object_store_wal::internal::write::persist::{persist, PersistOutcome};
 use object_store_wal::metrics::Metrics;
 use object_store_wal::testing::{CountingStore, FaultStore, Hooks, Wrapper};
 use object_store_wal::{Error, HedgeAfter, RetryPolicy};

@@ -38,8 +38,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use object_store_wal::format::{Header, Link};
-use object_store_wal::internal::catalog::{choose_chain, plan_opening_above};
-use object_store_wal::internal::quorum::{
+use object_store_wal::internal::chain::catalog::{choose_chain, plan_opening_above};
+use object_store_wal::internal::store::quorum::{
     decided_value, hole_settled, key_state, opening_won, quorum, write_verdict, CopyAnswer,
     KeyState, Listed, ValueId, WriteVerdict,
 };

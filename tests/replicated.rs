@@ -25,11 +25,12 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{self, encode_object, EncodedObject, Header, Link};
-use object_store_wal::internal::objects::{object_key, CreateAttempt, CreateKind, WalIo};
-use object_store_wal::internal::quorum::{DOWN_AFTER_FAILURES, PROBE_INTERVAL};
 use object_store_wal::internal::read::Entry;
-use object_store_wal::internal::replicated::ReplicatedTransport;
-use object_store_wal::internal::transport::{StoreTransport, Transport};
+use object_store_wal::internal::store::keys::object_key;
+use object_store_wal::internal::store::objects::{CreateAttempt, CreateKind, WalIo};
+use object_store_wal::internal::store::quorum::{DOWN_AFTER_FAILURES, PROBE_INTERVAL};
+use object_store_wal::internal::store::replicated::ReplicatedTransport;
+use object_store_wal::internal::store::transport::{StoreTransport, Transport};
 use object_store_wal::metrics::Metrics;
 use object_store_wal::testing::{CountingStore, Counts, DownHooks, DownStore};
 use object_store_wal::{
@@ -331,11 +332,12 @@ async fn a_value_that_can_never_be_decided_answers_the_outcome_table() {
     put(&memory[2], &higher).await;
     let ours = object(4, 5, false);
     let outcome =
-        object_store_wal::internal::persist::persist(&io, &ours, &RetryPolicy::default()).await;
+        object_store_wal::internal::write::persist::persist(&io, &ours, &RetryPolicy::default())
+            .await;
     assert!(
         matches!(
             outcome,
-            object_store_wal::internal::persist::PersistOutcome::Fenced { fenced_by: 9 }
+            object_store_wal::internal::write::persist::PersistOutcome::Fenced { fenced_by: 9 }
         ),
         "{outcome:?}"
     );

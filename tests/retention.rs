@@ -21,10 +21,11 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use object_store_wal::format::{decode_header, encode_object, EncodedObject, Header, Link};
-use object_store_wal::internal::catalog::Catalog;
-use object_store_wal::internal::objects::{object_key, WalIo};
-use object_store_wal::internal::persist::{persist_within, PersistOutcome};
+use object_store_wal::internal::chain::catalog::Catalog;
 use object_store_wal::internal::read::{replay_regions, ReplayLimits};
+use object_store_wal::internal::store::keys::object_key;
+use object_store_wal::internal::store::objects::WalIo;
+use object_store_wal::internal::write::persist::{persist_within, PersistOutcome};
 use object_store_wal::testing::{CreateFault, FaultStore, Hooks, ManualClock, Wrapper};
 use object_store_wal::{
     Config, Durability, Entry, EpochEndReason, Error, ObjectStoreLogStore, RetryPolicy,

@@ -26,11 +26,12 @@ use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
-use object_store_wal::internal::objects::{
-    object_key, CreateAttempt, CreateKind, WalIo, TAIL_READ_BYTES,
-};
-use object_store_wal::internal::persist::{persist, PersistOutcome};
 use object_store_wal::internal::read::{replay_regions, ReplayLimits};
+use object_store_wal::internal::store::keys::object_key;
+use object_store_wal::internal::store::objects::{
+    CreateAttempt, CreateKind, WalIo, TAIL_READ_BYTES,
+};
+use object_store_wal::internal::write::persist::{persist, PersistOutcome};
 use object_store_wal::testing::CountingStore;
 use object_store_wal::{entry_id, AppendParts, Config, ObjectStoreLogStore, RetryPolicy};
 
@@ -527,7 +528,7 @@ async fn s3_creates_carry_a_checksum_of_their_bytes() {
         .expect("the server's address");
     let (proxy, seen) = recording_proxy(upstream).await;
     let parsed = url::Url::parse(&url).expect("a URL");
-    let s3 = object_store_wal::internal::transport::s3_builder(&parsed)
+    let s3 = object_store_wal::internal::store::url::s3_builder(&parsed)
         .with_endpoint(format!("http://{proxy}"))
         .build()
         .expect("an S3 store");

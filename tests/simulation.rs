@@ -59,7 +59,8 @@ use std::time::{Duration, Instant as WallInstant};
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
-use object_store_wal::internal::objects::{object_key, WalIo};
+use object_store_wal::internal::store::keys::object_key;
+use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::testing::{
     DownHooks, DownStore, FaultCounts, FaultRates, FaultStore, SplitMix64,
 };

@@ -23,12 +23,14 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use object_store_wal::format::{self, encode_object, EncodedObject, FormatError, Header, Link};
-use object_store_wal::internal::batch::{Batch, BatchLimits, SealedObject, SegmentCodec};
-use object_store_wal::internal::epoch::{seal_next, WritePosition};
-use object_store_wal::internal::objects::{object_key, parse_key, WalIo};
 use object_store_wal::internal::open::open_instance_above;
-use object_store_wal::internal::persist::{persist, PersistOutcome};
 use object_store_wal::internal::read::{follow_region, replay_regions, ReplayLimits};
+use object_store_wal::internal::store::codec::SegmentCodec;
+use object_store_wal::internal::store::keys::{object_key, parse_key};
+use object_store_wal::internal::store::objects::WalIo;
+use object_store_wal::internal::write::batch::{Batch, BatchLimits, SealedObject};
+use object_store_wal::internal::write::epoch::{seal_next, WritePosition};
+use object_store_wal::internal::write::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{CountingStore, CreateFault, FaultStore, GetRecord};
 use object_store_wal::{
     entry_id, AppendParts, BootClock, Config, CorruptSegmentPolicy, DamagedSegment, Durability,

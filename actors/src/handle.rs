@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use object_store_wal::internal::objects::WalIo;
+use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::{
     AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Error, Result,
     WalStores,
@@ -94,7 +94,7 @@ pub async fn spawn_wal_with(
     parent: Option<ActorCell>,
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
     config.validate()?;
-    let io = stores.into().into_io(&config)?;
+    let io = WalIo::for_stores(stores.into().into_stores(), &config)?;
     spawn_wal_io(io, config, restarts, clock, parent).await
 }
 

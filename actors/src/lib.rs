@@ -43,7 +43,7 @@
 //! node's choice of allocator and runtime, on which a library takes no side: glibc's
 //! allocator keeps the high-water mark of a transient backlog, jemalloc returns it; a
 //! runtime's blocking pool (where a local file store's calls run) keeps every thread a
-//! burst started. The README's "Memory bounded by the live part" has the numbers.
+//! burst started. docs/GUIDE.md's "Memory bounded by the live part" has the numbers.
 //!
 //! ## What each error means for the caller
 //!
@@ -84,7 +84,7 @@ pub use entries::{EntryReceiver, EntryStream, ReadEnded};
 #[doc(hidden)]
 pub use handle::spawn_wal_io;
 pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
-pub use messages::{AppendRequest, RuntimeMsg, WalMsg};
+pub use messages::{AppendRequest, RuntimeMsg, WalMsg, MAX_QUEUED_REQUESTS};
 pub use object_store_wal::{Durability, Error, WalStores};
 pub use stats::WalStats;
-pub use supervisor::{RestartPolicy, MAX_QUEUED_REQUESTS, MAX_READERS};
+pub use supervisor::{RestartPolicy, MAX_READERS};

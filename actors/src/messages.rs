@@ -6,13 +6,18 @@
 //! [`durability`](Error::durability) says whether a failed append may still be replayed.
 
 use object_store_wal::internal::open::Opened;
-use object_store_wal::internal::persist::PersistOutcome;
+use object_store_wal::internal::write::persist::PersistOutcome;
 use object_store_wal::{AppendParts, AppendReceipt, Error, Result};
 use ractor::RpcReplyPort;
 
 use crate::stats::WalStats;
 
 pub use crate::entries::EntryReceiver;
+
+/// Requests (appends, reads, watermarks, positions) that wait for an open at most; also
+/// the most appends the writer keeps waiting for room under `max_pending_bytes`. The
+/// next one is refused with [`Error::Backpressure`](object_store_wal::Error::Backpressure).
+pub const MAX_QUEUED_REQUESTS: usize = 4096;
 
 /// One append: its parts (one region or several, landing atomically in one object).
 /// Built with [`AppendRequest::new`]; later releases may add fields.

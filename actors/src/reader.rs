@@ -23,10 +23,10 @@
 use std::sync::{Arc, RwLock};
 
 use futures::stream::{BoxStream, StreamExt};
-use object_store_wal::internal::cache::RegionWatch;
-use object_store_wal::internal::catalog::Catalog;
-use object_store_wal::internal::objects::WalIo;
+use object_store_wal::internal::chain::catalog::Catalog;
 use object_store_wal::internal::read::{follow_region, read_region};
+use object_store_wal::internal::store::cache::RegionWatch;
+use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::{Config, Entry, Result};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info_span, Instrument};

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use object_store_wal::internal::objects::WalIo;
+use object_store_wal::internal::store::objects::WalIo;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};

@@ -4,8 +4,8 @@
 use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
-use object_store_wal::internal::objects::WalIo;
 use object_store_wal::internal::open::open_instance_above;
+use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::{Config, CreateClock, Error};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tracing::{info_span, Instrument};

@@ -128,7 +128,7 @@ pub struct WalStats {
     /// ([`MAX_READERS`](crate::supervisor::MAX_READERS) by default).
     pub readers: u64,
     /// Requests waiting for an open to finish: at most
-    /// [`MAX_QUEUED_REQUESTS`](crate::supervisor::MAX_QUEUED_REQUESTS).
+    /// [`MAX_QUEUED_REQUESTS`](crate::messages::MAX_QUEUED_REQUESTS).
     pub queued: u64,
     /// Obsolete watermarks kept (by the WAL's one `Retention`): about the live regions
     /// (those that hide nothing any more are forgotten).

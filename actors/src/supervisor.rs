@@ -28,10 +28,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use object_store_wal::internal::catalog::{Catalog, Retention};
-use object_store_wal::internal::objects::WalIo;
+use object_store_wal::internal::chain::catalog::{Catalog, Retention};
 use object_store_wal::internal::open::Opened;
 use object_store_wal::internal::read::{replay_regions, ReplayLimits};
+use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::{BackpressureLimit, Config, CreateClock, Durability, Error};
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::time::Instant;
@@ -40,17 +40,13 @@ use tracing::{error, info, info_span, warn};
 use crate::admission::Progress;
 use crate::messages::{
     AppendRequest, EntryReceiver, InternalMsg, ReaderMsg, RuntimeMsg, WalMsg, WriterMsg,
+    MAX_QUEUED_REQUESTS,
 };
 use crate::reader::{forward, ReaderActor, ReaderArgs};
 use crate::reclaimer::{ReclaimerActor, ReclaimerArgs, ReclaimerMsg};
 use crate::recovery::{RecoveryActor, RecoveryArgs};
 use crate::stats::{Counters, WalStats};
 use crate::writer::{WriterActor, WriterArgs};
-
-/// Requests (appends, reads, watermarks, positions) that wait for an open at most; also
-/// the most appends the writer keeps waiting for room under `max_pending_bytes`. The
-/// next one is refused with [`Error::Backpressure`].
-pub const MAX_QUEUED_REQUESTS: usize = 4096;
 
 /// Region readers kept at most by default (`Config::max_readers`): the regions read
 /// most recently. A count, not an idle time, so that what is kept does not depend on

@@ -1,5 +1,5 @@
 //! The writer actor: the mailbox, timers and upload tasks around the core's write
-//! protocol ([`object_store_wal::internal::protocol`]), which holds the open batch, the sequence
+//! protocol ([`object_store_wal::internal::write::protocol`]), which holds the open batch, the sequence
 //! counter and every rule of writing an epoch (sealing, starting creates, acknowledging
 //! in sequence order, failing, ending the epoch, publishing floors). The actor feeds it
 //! events and carries out its actions:
@@ -32,12 +32,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use object_store_wal::internal::batch::SealedObject;
-use object_store_wal::internal::catalog::{Catalog, Retention};
-use object_store_wal::internal::epoch::WritePosition;
-use object_store_wal::internal::objects::WalIo;
-use object_store_wal::internal::persist::{persist_within, PersistOutcome};
-use object_store_wal::internal::protocol::{
+use object_store_wal::internal::chain::catalog::{Catalog, Retention};
+use object_store_wal::internal::store::objects::WalIo;
+use object_store_wal::internal::write::batch::SealedObject;
+use object_store_wal::internal::write::epoch::WritePosition;
+use object_store_wal::internal::write::persist::{persist_within, PersistOutcome};
+use object_store_wal::internal::write::protocol::{
     payload_bytes, Action, Admitted, Limits, Now, SharedChain, WhenFull, WriteProtocol,
 };
 use object_store_wal::{AppendReceipt, BackpressureLimit, Config, CreateClock, Durability, Error};
@@ -46,10 +46,9 @@ use tokio::time::Instant;
 use tracing::{debug, info_span, warn, Instrument};
 
 use crate::admission::Progress;
-use crate::messages::{AppendRequest, InternalMsg, WalMsg, WriterMsg};
+use crate::messages::{AppendRequest, InternalMsg, WalMsg, WriterMsg, MAX_QUEUED_REQUESTS};
 use crate::reclaimer::ReclaimerMsg;
 use crate::stats::Counters;
-use crate::supervisor::MAX_QUEUED_REQUESTS;
 use crate::task::AbortOnDrop;
 
 /// Everything the writer starts with.
@@ -221,7 +220,7 @@ impl WriterState {
                     // Before the answers: a caller answered sees its bytes released.
                     Counters::set(&c.pending_bytes, self.protocol.pending_bytes());
                     let metrics = self.args.io.metrics();
-                    metrics.acknowledged(&sealed, sealed_at.elapsed(), live_objects);
+                    metrics.acknowledged(sealed.acknowledged(), sealed_at.elapsed(), live_objects);
                     for (pending, receipt) in waiters.into_iter().zip(sealed.receipts.iter()) {
                         metrics.append_to_durable.record(pending.admitted.elapsed());
                         reply(pending.waiter, Ok(receipt.clone()));

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use object_store_wal::format::{decode_header, entry_id, Header};
-use object_store_wal::internal::batch::object_len;
+use object_store_wal::internal::write::batch::object_len;
 use object_store_wal::testing::{CreateFault, FaultStore};
 use object_store_wal::{
     AppendParts, AppendReceipt, Config, Durability, Entry, EpochEndReason, Error, HedgeAfter,

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use object_store_wal::format::entry_sequence;
-use object_store_wal::internal::catalog::STALE_SLACK;
+use object_store_wal::internal::chain::catalog::STALE_SLACK;
 use object_store_wal::testing::FaultStore;
 use object_store_wal::{AppendParts, AppendReceipt, BackpressureLimit, Durability, Entry, Error};
 use object_store_wal_actors::{spawn_wal, AppendRequest, WalHandle, WalMsg, WalStats};

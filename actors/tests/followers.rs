@@ -22,7 +22,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use object_store_wal::format::{entry_sequence, HEADER_LEN};
-use object_store_wal::internal::objects::parse_key;
+use object_store_wal::internal::store::keys::parse_key;
 use object_store_wal::testing::{CountingStore, CreateFault, FaultStore};
 use object_store_wal::{
     AppendParts, Durability, Entry, EpochEndReason, Error, ObjectStoreLogStore,

@@ -24,7 +24,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{decode_header, decode_object_summary, entry_sequence};
-use object_store_wal::internal::objects::parse_key;
+use object_store_wal::internal::store::keys::parse_key;
 use object_store_wal::testing::{
     CountingStore, FaultStore, Hooks, ManualClock, TokioClock, Wrapper,
 };

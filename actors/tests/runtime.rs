@@ -32,8 +32,8 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use object_store_wal::format::{decode_header, Header};
-use object_store_wal::internal::batch::object_len;
-use object_store_wal::internal::objects::object_key;
+use object_store_wal::internal::store::keys::object_key;
+use object_store_wal::internal::write::batch::object_len;
 use object_store_wal::testing::{CreateFault, CreateHold, FaultStore};
 use object_store_wal::{
     AppendParts, AppendReceipt, BackpressureLimit, Config, Durability, Entry, EpochEndReason,

@@ -26,7 +26,7 @@ pub struct PriceTable {
     pub retrieval_per_gib: f64,
 }
 
-/// The tables `bench` reports, as listed in the README's "What it costs" with their
+/// The tables `bench` reports, as listed in docs/COSTS.md with their
 /// sources and dates.
 pub const TABLES: [PriceTable; 4] = [
     // S3 Standard, us-east-1: PUT/COPY/POST/LIST $0.005 per 1,000, GET $0.0004, DELETE free.

@@ -1,7 +1,7 @@
 //! The sequential front end: [`ObjectStoreLogStore`], for callers without actors.
 //!
 //! It drives the same write protocol as the actor runtime's writer
-//! ([`crate::protocol`]), one object at a time: the open (recovery and fencing), then
+//! ([`crate::internal::write::protocol`]), one object at a time: the open (recovery and fencing), then
 //! [`append`](ObjectStoreLogStore::append) into the open batch and
 //! [`flush`](ObjectStoreLogStore::flush) to seal, persist and commit it as the next
 //! object of the epoch. A failed flush ends the epoch;
@@ -22,19 +22,19 @@ use tokio::time::Instant;
 use futures::stream::BoxStream;
 use tracing::{info_span, warn, Instrument};
 
-use crate::batch::{AppendParts, AppendReceipt};
-use crate::catalog::{Catalog, Retention};
-use crate::clock::{BootClock, CreateClock};
 use crate::config::Config;
-use crate::epoch::WritePosition;
 use crate::error::{Error, Result};
-use crate::objects::WalIo;
-use crate::open::{open_instance, recover_in, Opened, RecoveryReport};
-use crate::persist::{persist_within, PersistOutcome};
-use crate::protocol::{Action, Limits, Now, SharedChain, WhenFull, WriteProtocol};
-use crate::read::{follow_read_only, read_region, replay_regions, Entry, ReplayLimits};
-use crate::stores::WalStores;
-use crate::transport::RequestCounts;
+use crate::internal::chain::catalog::{Catalog, Retention};
+use crate::internal::open::{open_instance, recover_in, Opened, RecoveryReport};
+use crate::internal::read::{follow_read_only, read_region, replay_regions, Entry, ReplayLimits};
+use crate::internal::store::objects::WalIo;
+use crate::internal::store::stores::WalStores;
+use crate::internal::store::transport::RequestCounts;
+use crate::internal::write::batch::{AppendParts, AppendReceipt};
+use crate::internal::write::clock::{BootClock, CreateClock};
+use crate::internal::write::epoch::WritePosition;
+use crate::internal::write::persist::{persist_within, PersistOutcome};
+use crate::internal::write::protocol::{Action, Limits, Now, SharedChain, WhenFull, WriteProtocol};
 
 /// The receipt of one flushed object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,7 +115,7 @@ impl ObjectStoreLogStore {
     /// is one store, or several that hold one log ([`WalStores::quorum`]).
     pub async fn open(stores: impl Into<WalStores>, config: Config) -> Result<Self> {
         config.validate()?;
-        let io = stores.into().into_io(&config)?;
+        let io = WalIo::for_stores(stores.into().into_stores(), &config)?;
         Self::open_io(io, config).await
     }
 
@@ -152,7 +152,7 @@ impl ObjectStoreLogStore {
     /// holds.
     pub async fn open_read_only(stores: impl Into<WalStores>, config: Config) -> Result<Self> {
         config.validate()?;
-        let io = stores.into().into_io(&config)?;
+        let io = WalIo::for_stores(stores.into().into_stores(), &config)?;
         Self::open_read_only_io(io, config).await
     }
 
@@ -311,7 +311,7 @@ impl ObjectStoreLogStore {
                     ..
                 } => {
                     let metrics = self.io.metrics();
-                    metrics.acknowledged(&sealed, sealed_at.elapsed(), live_objects);
+                    metrics.acknowledged(sealed.acknowledged(), sealed_at.elapsed(), live_objects);
                     for pending in waiters {
                         metrics.append_to_durable.record(pending.admitted.elapsed());
                     }

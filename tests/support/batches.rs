@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use object_store_wal::format::{entry_id, DecodedObject, Link};
-use object_store_wal::internal::batch::{AppendParts, Batch, BatchLimits, SegmentCodec};
+use object_store_wal::internal::store::codec::SegmentCodec;
+use object_store_wal::internal::write::batch::{AppendParts, Batch, BatchLimits};
 use proptest::prelude::*;
 
 /// An entry: empty now and then, else up to 39 random bytes.
@@ -88,7 +89,10 @@ pub fn decoded_entries(d: &DecodedObject) -> Expected {
 }
 
 /// Seals `batch` at `at`, which must be a valid header.
-pub fn seal(batch: &mut Batch, at: SealAt) -> object_store_wal::internal::batch::SealedObject {
+pub fn seal(
+    batch: &mut Batch,
+    at: SealAt,
+) -> object_store_wal::internal::write::batch::SealedObject {
     batch
         .seal(
             at.sequence,

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use futures::stream::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
-use object_store_wal::internal::objects::{object_key, parse_key};
+use object_store_wal::internal::store::keys::{object_key, parse_key};
 use object_store_wal::{Config, Entry, RetryPolicy};
 use object_store_wal_actors::{spawn_wal, EntryReceiver, RestartPolicy, WalHandle, WalStats};
 use tokio::task::JoinHandle;

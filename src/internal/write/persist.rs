@@ -16,12 +16,12 @@ use bytes::Bytes;
 
 use tracing::{debug, warn};
 
-use crate::clock::CreateClock;
 use crate::config::RetryPolicy;
 use crate::error::{Durability, EpochEndReason, Error};
 use crate::format::{self, EncodedObject};
-use crate::objects::{read_again_once, CreateAttempt, WalIo};
-use crate::protocol::create_too_slow;
+use crate::internal::store::objects::{read_again_once, CreateAttempt, WalIo};
+use crate::internal::write::clock::CreateClock;
+use crate::internal::write::epoch::create_too_slow;
 
 /// The definite result of persisting one object (DESIGN.md's outcome table).
 #[derive(Debug, Clone)]
@@ -100,7 +100,7 @@ pub async fn persist_within(
 /// Creates an object and resolves the answer to a definite outcome: an unknown outcome
 /// is retried with the identical bytes (with backoff) until it is definite or the retry
 /// bound is spent; an `AlreadyExists` is resolved by reading the object at the key.
-/// Once `io` is closed ([`WalIo::close`](crate::objects::WalIo::close)) the outcome is unknown at once.
+/// Once `io` is closed ([`WalIo::close`](crate::internal::store::objects::WalIo::close)) the outcome is unknown at once.
 pub async fn persist(io: &WalIo, object: &EncodedObject, retry: &RetryPolicy) -> PersistOutcome {
     let sequence = object.header().sequence;
     let mut attempt = 1;

@@ -12,9 +12,7 @@ use std::sync::Arc;
 
 use object_store::ObjectStore;
 
-use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::objects::WalIo;
 
 /// The stores one WAL lives in: one, or an odd number of at least 3 that hold it
 /// together (each object durable once a majority of them holds it).
@@ -79,7 +77,7 @@ impl WalStores {
 
     /// How many stores must hold an object for it to be durable: `N / 2 + 1`.
     pub fn quorum_size(&self) -> usize {
-        crate::quorum::quorum(self.stores.len())
+        crate::internal::store::quorum::quorum(self.stores.len())
     }
 
     /// The stores, in the order given.
@@ -87,11 +85,10 @@ impl WalStores {
         &self.stores
     }
 
-    /// The store access of the WAL under `config.prefix` in these stores (for the actor
-    /// runtime).
+    /// The stores, taken out (the store access, `WalIo::for_stores`, is built from them).
     #[doc(hidden)]
-    pub fn into_io(self, config: &Config) -> Result<WalIo> {
-        WalIo::for_stores(self.stores, config)
+    pub fn into_stores(self) -> Vec<Arc<dyn ObjectStore>> {
+        self.stores
     }
 }
 

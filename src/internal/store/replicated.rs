@@ -3,7 +3,7 @@
 //!
 //! Every store holds byte-identical objects under the same keys; what the objects above
 //! see is one store whose objects are the *decided* values (held by a quorum
-//! `Q = N / 2 + 1`). The rules are [`crate::quorum`]'s; this layer applies them to the
+//! `Q = N / 2 + 1`). The rules are [`crate::internal::store::quorum`]'s; this layer applies them to the
 //! stores' answers:
 //!
 //! - A create goes to every store at once. Each store's answer is classified by the
@@ -44,11 +44,11 @@ use tokio::time::Instant;
 
 use crate::config::HedgeAfter;
 use crate::error::{Durability, Error, Result};
-use crate::quorum::{
+use crate::internal::store::quorum::{
     decided_value, hole_settled, opening_won, quorum, unlisted_after, write_verdict, CopyAnswer,
     StoreHealth, ValueId, WriteVerdict,
 };
-use crate::transport::{
+use crate::internal::store::transport::{
     CreateAttempt, CreateKind, ListVisitor, Request, RequestStats, Transport, Verify,
     DEFAULT_REQUEST_TIMEOUT,
 };

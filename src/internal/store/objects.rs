@@ -1,10 +1,10 @@
 //! The WAL's objects on a store: keys, listings, summaries, conditional creates; the one
 //! layer that knows what a WAL key and a WAL object are.
 //!
-//! It reaches the store only through [`Transport`] ([`crate::transport`]): requests,
+//! It reaches the store only through [`Transport`] ([`crate::internal::store::transport`]): requests,
 //! timeouts, hedging and closing are the transport's, and a replication layer that
 //! implements [`Transport`] over several stores slides in beneath without a change here.
-//! What a create's answer means (DESIGN.md's outcome table) is [`crate::persist`]'s, on
+//! What a create's answer means (DESIGN.md's outcome table) is [`crate::internal::write::persist`]'s, on
 //! top of this module.
 //!
 //! - Keys: `<prefix>/<20-digit sequence>.wal`; any other key under the prefix is
@@ -31,23 +31,24 @@ use bytes::Bytes;
 use object_store::path::Path;
 use object_store::ObjectStore;
 
-use crate::batch::SegmentCodec;
-use crate::cache::{RegionWatch, SegmentCache, DEFAULT_CACHE_BYTES, DEFAULT_CACHE_REGION_BYTES};
+use crate::config::validate_prefix;
 use crate::config::{Config, HedgeAfter};
+use crate::config::{DEFAULT_CACHE_BYTES, DEFAULT_CACHE_REGION_BYTES};
 use crate::error::{Error, Result};
 use crate::format::{
     self, EncodedObject, FormatError, ObjectSummary, SegmentDamage, SegmentRecord,
-    EMPTY_OBJECT_LEN, HEADER_LEN, MAX_SEQUENCE, TRAILER_LEN,
+    EMPTY_OBJECT_LEN, HEADER_LEN, TRAILER_LEN,
 };
+use crate::internal::store::cache::{RegionWatch, SegmentCache};
+use crate::internal::store::codec::SegmentCodec;
+use crate::internal::store::keys::{object_key, parse_key};
+use crate::internal::store::replicated::ReplicatedTransport;
+pub use crate::internal::store::transport::{
+    CreateAttempt, CreateKind, RequestStats, HEDGE_MAX_BYTES,
+};
+use crate::internal::store::transport::{StoreTransport, Transport, Verify};
 use crate::metrics::Metrics;
-use crate::replicated::ReplicatedTransport;
-pub use crate::transport::{CreateAttempt, CreateKind, RequestStats, HEDGE_MAX_BYTES};
-use crate::transport::{StoreTransport, Transport, Verify};
 
-/// Digits of the zero-padded sequence in a key.
-pub const SEQUENCE_DIGITS: usize = 20;
-/// Suffix of every WAL key.
-pub const KEY_SUFFIX: &str = ".wal";
 /// Bytes read from the end of a large object to get its trailer and, usually, its footer.
 pub const TAIL_READ_BYTES: u64 = 64 * 1024;
 
@@ -78,51 +79,6 @@ pub struct Listing {
     pub objects: Vec<ListedObject>,
     /// Keys under the prefix that are not WAL objects.
     pub foreign: Vec<String>,
-}
-
-/// Checks a WAL prefix: non-empty, relative, no trailing `/`, no empty, `.` or `..`
-/// component.
-pub fn validate_prefix(prefix: &str) -> Result<Path> {
-    let bad = |reason| Error::InvalidPrefix {
-        prefix: prefix.to_string(),
-        reason,
-    };
-    if prefix.is_empty() {
-        return Err(bad("it is empty"));
-    }
-    if prefix.starts_with('/') {
-        return Err(bad("it starts with '/'; prefixes are relative"));
-    }
-    if prefix.ends_with('/') {
-        return Err(bad("it ends with '/'"));
-    }
-    for part in prefix.split('/') {
-        match part {
-            "" => return Err(bad("it has an empty component")),
-            "." | ".." => return Err(bad("it has a '.' or '..' component")),
-            _ => {}
-        }
-    }
-    Path::parse(prefix).map_err(|_| bad("it is not a valid object store path"))
-}
-
-/// The key of the object with `sequence` under `prefix`.
-pub fn object_key(prefix: &Path, sequence: u64) -> Path {
-    Path::from(format!("{prefix}/{sequence:020}{KEY_SUFFIX}"))
-}
-
-/// The sequence named by `key`, if it is a WAL key directly under `prefix`.
-pub fn parse_key(prefix: &Path, key: &Path) -> Option<u64> {
-    let name = key
-        .as_ref()
-        .strip_prefix(prefix.as_ref())?
-        .strip_prefix('/')?;
-    let digits = name.strip_suffix(KEY_SUFFIX)?;
-    if digits.len() != SEQUENCE_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let sequence: u64 = digits.parse().ok()?;
-    (1..=MAX_SEQUENCE).contains(&sequence).then_some(sequence)
 }
 
 /// The WAL's view of one prefix, through a [`Transport`].
@@ -183,7 +139,7 @@ impl WalIo {
     }
 
     /// The WAL under `config.prefix` over several stores (one log, a quorum of copies:
-    /// [`crate::replicated`]), each with the configuration's timeout and hedging; one
+    /// [`crate::internal::store::replicated`]), each with the configuration's timeout and hedging; one
     /// store is [`for_config`](Self::for_config). Callers use [`crate::WalStores`].
     pub fn for_stores(stores: Vec<Arc<dyn ObjectStore>>, config: &Config) -> Result<Self> {
         let mut stores = stores;

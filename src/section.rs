@@ -1,5 +1,7 @@
-//! The `Deserialize` impls of the configuration (feature `serde`); the file form they
-//! read is described in the [`config`](crate::config) module docs.
+//! The configuration file (feature `serde`): the `Deserialize` impls of [`Config`] and
+//! [`WalSection`]; the file form they read is described in the [`config`](crate::config)
+//! module docs. Apart from `config` because a `WalSection` builds the stores its URLs
+//! name, and `config` sits below the stores.
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,9 +12,9 @@ use object_store::ObjectStore;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use super::{Config, CorruptSegmentPolicy, HedgeAfter, RecoveryMode, RetryPolicy};
+use crate::config::{Config, CorruptSegmentPolicy, HedgeAfter, RecoveryMode, RetryPolicy};
 use crate::error::{Error, Result};
-use crate::stores::WalStores;
+use crate::internal::store::stores::WalStores;
 use crate::transform::{Compression, Keys, StaticKeys};
 
 /// Every field of a `[wal]` section, none required: the prefix comes as `prefix` (a
@@ -151,7 +153,7 @@ pub struct WalSection {
 impl WalSection {
     /// Builds the store [`store_url`](Self::store_url) names.
     pub fn store(&self) -> Result<Arc<dyn ObjectStore>> {
-        crate::transport::store_from_url(&self.store_url)
+        crate::internal::store::url::store_from_url(&self.store_url)
     }
 
     /// Builds every store [`store_urls`](Self::store_urls) names: one, or several that
@@ -160,7 +162,7 @@ impl WalSection {
         let stores = self
             .store_urls
             .iter()
-            .map(|u| crate::transport::store_from_url(u))
+            .map(|u| crate::internal::store::url::store_from_url(u))
             .collect::<Result<Vec<_>>>()?;
         WalStores::quorum(stores)
     }
@@ -194,7 +196,7 @@ impl<'de> Deserialize<'de> for WalSection {
         let mut prefix: Option<String> = None;
         for url in &urls {
             let (store_url, p) =
-                crate::transport::split_store_url(url).map_err(de::Error::custom)?;
+                crate::internal::store::url::split_store_url(url).map_err(de::Error::custom)?;
             match &prefix {
                 Some(first) if *first != p => {
                     return Err(de::Error::custom(format!(
@@ -283,8 +285,8 @@ impl<'de> Visitor<'de> for HedgeAfterVisitor {
         }
         let a = Adaptive::deserialize(de::value::MapAccessDeserializer::new(map))?;
         Ok(HedgeAfter::Adaptive {
-            percentile: a.percentile.unwrap_or(super::ADAPTIVE_PERCENTILE),
-            floor: a.floor.unwrap_or(super::ADAPTIVE_FLOOR),
+            percentile: a.percentile.unwrap_or(crate::config::ADAPTIVE_PERCENTILE),
+            floor: a.floor.unwrap_or(crate::config::ADAPTIVE_FLOOR),
         })
     }
 }

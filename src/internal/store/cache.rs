@@ -27,11 +27,6 @@ use bytes::Bytes;
 
 use crate::error::Result;
 
-/// `Config::segment_cache_bytes` by default.
-pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
-/// `Config::segment_cache_region_bytes` by default.
-pub const DEFAULT_CACHE_REGION_BYTES: u64 = 4 * 1024 * 1024;
-
 /// Bytes counted per cached entry beyond its payload (its `Bytes` handle).
 pub const ENTRY_OVERHEAD: u64 = 32;
 /// Bytes counted per cached segment beyond its entries (key, order, maps).

@@ -40,29 +40,21 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::batch::{
-    AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted, SealedObject, SegmentCodec,
-};
-use crate::catalog::{Catalog, Retention};
 use crate::config::Config;
-use crate::epoch::{Epoch, WritePosition};
 use crate::error::{Durability, EpochEndReason, Error, Result};
-use crate::persist::PersistOutcome;
+use crate::internal::chain::catalog::{Catalog, Retention};
+use crate::internal::store::codec::SegmentCodec;
+use crate::internal::write::batch::{
+    AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted, SealedObject,
+};
+use crate::internal::write::epoch::{Epoch, WritePosition};
+use crate::internal::write::persist::PersistOutcome;
 
 /// The longest a batch that could be sealed at once gathers first.
 pub const MAX_GATHER: Duration = Duration::from_millis(5);
 
 /// The granularity of tokio's timers: a timer fires up to this late.
 const TIMER_TICK: Duration = Duration::from_millis(1);
-
-/// The rule for every create: one that took longer than `max_create_duration`, from its
-/// first attempt to its definite answer, is never acknowledged (DESIGN.md "Reclaiming
-/// space"): it may have landed on a key a newer instance reclaimed meanwhile. Returns
-/// how long it took when past the bound.
-pub fn create_too_slow(started: Duration, now: Duration, max: Duration) -> Option<Duration> {
-    let took = now.saturating_sub(started);
-    (took > max).then_some(took)
-}
 
 /// The moment an event happens, on both clocks the protocol reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1190,16 +1182,5 @@ mod tests {
             }
             h.finish();
         }
-    }
-
-    /// The stop's bound: a create slower than `max_create_duration` is never
-    /// acknowledged, one at the bound is.
-    #[test]
-    fn a_create_past_the_bound_is_too_slow() {
-        let max = Duration::from_secs(60);
-        let start = Duration::from_secs(5);
-        assert_eq!(create_too_slow(start, start + max, max), None);
-        let past = max + Duration::from_millis(1);
-        assert_eq!(create_too_slow(start, start + past, max), Some(past));
     }
 }

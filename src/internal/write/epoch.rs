@@ -11,9 +11,19 @@
 
 use std::time::Duration;
 
-use crate::batch::{Batch, SealedObject, SegmentCodec};
 use crate::error::{Durability, EpochEndReason, Error, Result};
 use crate::format::Link;
+use crate::internal::store::codec::SegmentCodec;
+use crate::internal::write::batch::{Batch, SealedObject};
+
+/// The rule for every create: one that took longer than `max_create_duration`, from its
+/// first attempt to its definite answer, is never acknowledged (DESIGN.md "Reclaiming
+/// space"): it may have landed on a key a newer instance reclaimed meanwhile. Returns
+/// how long it took when past the bound.
+pub fn create_too_slow(started: Duration, now: Duration, max: Duration) -> Option<Duration> {
+    let took = now.saturating_sub(started);
+    (took > max).then_some(took)
+}
 
 /// Where an epoch writes next: its number, the next sequence, the link the next object
 /// carries (the last object sealed, so every object links back through its epoch to the
@@ -155,5 +165,23 @@ impl Epoch {
         }
         self.last_create_started = now;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::create_too_slow;
+
+    /// The stop's bound: a create slower than `max_create_duration` is never
+    /// acknowledged, one at the bound is.
+    #[test]
+    fn a_create_past_the_bound_is_too_slow() {
+        let max = Duration::from_secs(60);
+        let start = Duration::from_secs(5);
+        assert_eq!(create_too_slow(start, start + max, max), None);
+        let past = max + Duration::from_millis(1);
+        assert_eq!(create_too_slow(start, start + past, max), Some(past));
     }
 }

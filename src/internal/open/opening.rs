@@ -1,0 +1,250 @@
+//! The writer's open (DESIGN.md "Opening an instance", steps 3 and 4): after recovery,
+//! claim every hole above the chain end and, only once every claim is created, create
+//! the opening object above everything present, in a new epoch: that fences every
+//! earlier instance. An `AlreadyExists` or an unknown outcome is never taken as success:
+//! the open starts over from a fresh listing, reusing the summaries it already read.
+//!
+//! A writer that reopens after its epoch ended may also name a sequence to open above
+//! ([`open_instance_above`]): the highest whose entry ids it handed out at admission.
+//! DESIGN.md puts the opening object at `M + 1`, `M` the largest sequence present; ids
+//! handed out in objects that were never created are not present, so `M` is taken at
+//! least that high, and the sequences up to it are claimed like any other hole (the
+//! fencing argument is the same for a larger `M`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::stream::{self, StreamExt};
+use tracing::{debug, info, info_span, Instrument};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::format::{encode_object, EncodedObject, Link};
+use crate::internal::chain::catalog::plan_opening_above;
+use crate::internal::store::objects::{CreateAttempt, CreateKind, SummaryRead, WalIo};
+use crate::internal::write::clock::{BootClock, CreateClock};
+use crate::internal::write::epoch::create_too_slow;
+use crate::internal::write::epoch::WritePosition;
+
+use super::recover::*;
+
+/// An instance that finished opening: its recovered catalog and its epoch.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    /// The recovery (the catalog includes the opening object).
+    pub recovery: Recovered,
+    /// Where writing starts.
+    pub epoch: WritePosition,
+    /// When the opening object's create started, on the open's [`CreateClock`].
+    pub opening_started: Duration,
+}
+
+/// The whole open (DESIGN.md "Opening an instance", steps 1 to 4): recover, claim every
+/// hole above the chain end, and only once every claim is created, create the opening
+/// object. An `AlreadyExists` or an unknown outcome is never taken as success: the open
+/// starts over from the listing, at most `config.open_attempts` times.
+pub async fn open_instance(io: &WalIo, config: &Config) -> Result<Opened> {
+    open_instance_with(io, config, &BootClock).await
+}
+
+/// [`open_instance`], noting on `clock` when the opening object's create started (the
+/// writer bounds the time from each create to the next: [`Config::link_window`]).
+pub async fn open_instance_with(
+    io: &WalIo,
+    config: &Config,
+    clock: &dyn CreateClock,
+) -> Result<Opened> {
+    open_instance_above(io, config, clock, 0).await
+}
+
+/// [`open_instance_with`] for an instance that reopens after its epoch ended: the
+/// opening object goes above `above` as well as above everything present, and every
+/// absent sequence up to it is claimed ([`plan_opening_above`]). The actor runtime
+/// passes the highest sequence whose entry ids it handed out at admission, so that ids
+/// of objects never created (refused, stopped, or lost to an unknown outcome) are
+/// never given again by a later epoch.
+pub async fn open_instance_above(
+    io: &WalIo,
+    config: &Config,
+    clock: &dyn CreateClock,
+    above: u64,
+) -> Result<Opened> {
+    let started = tokio::time::Instant::now();
+    let mut last = String::new();
+    let mut cache: BTreeMap<u64, SummaryRead> = BTreeMap::new();
+    let mut replica_cache: ReplicaCache = Vec::new();
+    let replicated = !io.replicas().is_empty();
+    // The store error that ended the last attempt, returned if it was the last one.
+    let mut store_error: Option<Error> = None;
+    for attempt in 1..=config.open_attempts {
+        if attempt > 1 {
+            tokio::time::sleep(config.retry.backoff(attempt - 1)).await;
+        }
+        store_error = None;
+        let failed_read = &mut store_error;
+        let span = info_span!("open", prefix = %io.prefix(), attempt);
+        let step = async {
+            // The plan rests on this listing: see the age check before the opening.
+            let listed_at = clock.now();
+            let mode = config.recovery_mode;
+            let recovered = if replicated {
+                recover_replicas(
+                    io,
+                    config.recovery_concurrency,
+                    &mut replica_cache,
+                    true,
+                    mode,
+                )
+                .await
+            } else {
+                recover_cached(io, config.recovery_concurrency, &mut cache, mode).await
+            };
+            let mut recovery = match recovered {
+                Ok(recovery) => recovery,
+                // A listing or a read that failed, or a key no quorum settles yet:
+                // start over, keeping the summaries read (a large prefix under
+                // occasional read errors still opens).
+                Err(e @ (Error::Store { .. } | Error::NoQuorum { .. })) => {
+                    let why = format!("recovery failed: {e}");
+                    *failed_read = Some(e);
+                    return Ok(Err(why));
+                }
+                Err(e) => return Err(e),
+            };
+            // Unreadable objects that point-in-time recovery went on without still hold
+            // their keys: never claimed, never reused.
+            let present: Vec<u64> = recovery
+                .report
+                .objects
+                .iter()
+                .map(|o| o.header.sequence)
+                .chain(recovery.report.given_up_damaged.iter().map(|u| u.sequence))
+                .collect();
+            // Nothing to recover: a new WAL only when the caller said so.
+            if recovery.report.max_sequence == 0 && !config.create_if_missing {
+                return Err(Error::WalMissing {
+                    location: io.location(),
+                });
+            }
+            // Over several stores `M` counts every copy listed, decided or not, and the
+            // sequences without a decided value up to it are claimed; over one store it
+            // is the largest present.
+            let largest = above.max(recovery.report.max_sequence);
+            let plan = plan_opening_above(&present, recovery.report.chain_end.as_ref(), largest)?;
+            let claims: Vec<EncodedObject> = plan
+                .claims
+                .iter()
+                .map(|h| encode_object(h, std::iter::empty()))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| Error::EncodeFailed {
+                    what: "a claim".into(),
+                    reason: e.to_string(),
+                })?;
+            let outcomes: Vec<CreateAttempt> = stream::iter(claims)
+                .map(|c| {
+                    let io = io.clone();
+                    async move { io.create(&c, CreateKind::Claim).await }
+                })
+                .buffer_unordered(config.recovery_concurrency.max(1))
+                .collect()
+                .await;
+            for outcome in outcomes {
+                match outcome {
+                    CreateAttempt::Created => {}
+                    CreateAttempt::Unsupported => return Err(io.unsupported()),
+                    CreateAttempt::Refused(e) => return Err(e),
+                    CreateAttempt::AlreadyExists { .. } => {
+                        return Ok(Err("a claim found its sequence taken".to_string()))
+                    }
+                    CreateAttempt::Unknown(e) => {
+                        return Ok(Err(format!("a claim's outcome is unknown: {e}")))
+                    }
+                }
+            }
+            let opening = encode_object(&plan.opening, std::iter::empty()).map_err(|e| {
+                Error::EncodeFailed {
+                    what: "the opening object".into(),
+                    reason: e.to_string(),
+                }
+            })?;
+            let opening_started = clock.now();
+            // The same bound as between two creates of an epoch (`Config::link_window`):
+            // a newer instance that opened after the listing may have reclaimed keys
+            // since, and an opening object planned on an older listing could land on one
+            // of them unfenced, above objects that instance acknowledged.
+            let age = opening_started.saturating_sub(listed_at);
+            if age > config.link_window() {
+                return Ok(Err(format!(
+                    "the listing is {age:?} old, past the link window, before the opening object"
+                )));
+            }
+            match io.create(&opening, CreateKind::Opening).await {
+                CreateAttempt::Created => {
+                    // Like any create (`max_create_duration`): one that stalled may have
+                    // landed on a key reclaimed meanwhile.
+                    let now = clock.now();
+                    let too_slow =
+                        create_too_slow(opening_started, now, config.max_create_duration);
+                    if let Some(took) = too_slow {
+                        return Ok(Err(format!(
+                            "the opening object's create took {took:?}, past max_create_duration"
+                        )));
+                    }
+                }
+                CreateAttempt::Unsupported => return Err(io.unsupported()),
+                CreateAttempt::Refused(e) => return Err(e),
+                CreateAttempt::AlreadyExists { .. } => {
+                    return Ok(Err("the opening object's sequence was taken".to_string()))
+                }
+                CreateAttempt::Unknown(e) => {
+                    return Ok(Err(format!("the opening object's outcome is unknown: {e}")))
+                }
+            }
+            recovery.catalog.insert(&plan.opening, &[], opening.len())?;
+            info!(
+                epoch = plan.epoch,
+                sequence = plan.opening.sequence,
+                claims = plan.claims.len(),
+                orphans = recovery.report.orphans,
+                damaged_segments = recovery.report.damaged_segments.len(),
+                unread_below_floor = recovery.report.unread_below_floor.len(),
+                "opened"
+            );
+            Ok(Ok(Opened {
+                opening_started,
+                recovery,
+                epoch: WritePosition {
+                    epoch: plan.epoch,
+                    next_sequence: plan.opening.sequence + 1,
+                    link: Link {
+                        sequence: plan.opening.sequence,
+                        epoch: plan.epoch,
+                    },
+                    floor: plan.opening.floor,
+                },
+            }))
+        };
+        match step.instrument(span).await? {
+            Ok(opened) => {
+                io.metrics().opened(
+                    opened.epoch.epoch,
+                    opened.epoch.floor,
+                    opened.recovery.catalog.object_count(),
+                    started.elapsed(),
+                );
+                return Ok(opened);
+            }
+            Err(why) => {
+                debug!(attempt, why = %why, "open starts over");
+                last = why;
+            }
+        }
+    }
+    if let Some(e) = store_error {
+        return Err(e);
+    }
+    Err(Error::OpenContended {
+        attempts: config.open_attempts,
+        last,
+    })
+}

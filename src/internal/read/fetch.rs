@@ -1,0 +1,215 @@
+//! One verified fetch: a span of an object's segments read with one ranged read of
+//! exactly their bytes, each segment verified (CRC) before it is decoded and read once
+//! more if verification fails; the segment cache answers first and shares fetches under
+//! way. Damage stays local (FORMAT.md, "What a reader verifies"): a segment that fails
+//! its checks twice is reported ([`WalIo::report_damaged_segment`]) and fails only its own
+//! region, as an [`Error::CorruptSegment`] naming the key and region. Under
+//! [`CorruptSegmentPolicy::Fail`] that region's read ends there; under `Skip` the error
+//! is yielded as the report of the hole and the region's read goes on after it
+//! ([`skips`]), alike for a read, a follow and each region of a replay.
+
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use futures::stream::{self, BoxStream, StreamExt};
+use tracing::{debug, warn};
+
+use crate::config::CorruptSegmentPolicy;
+use crate::error::{Error, Result};
+use crate::format::{self};
+use crate::internal::chain::catalog::{Catalog, SegmentLocation};
+use crate::internal::store::cache::{Lookup, Payloads, SegmentId};
+use crate::internal::store::objects::{read_again_once, WalIo};
+
+/// One replayed entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Its region.
+    pub region: u64,
+    /// The id it was acknowledged with.
+    pub id: u64,
+    /// Its payload.
+    pub payload: Bytes,
+}
+
+/// Whether a read, follow or replay under `policy` goes on past `error`: only past a
+/// damaged segment under `Skip`. Any other error (a failed GET) ends it, since skipping
+/// would lose entries that are intact at rest. The one place the policy is applied.
+pub(crate) fn skips(policy: CorruptSegmentPolicy, error: &Error) -> bool {
+    policy == CorruptSegmentPolicy::Skip && matches!(error, Error::CorruptSegment { .. })
+}
+
+/// The segments of `region` holding ids `>= from`, looked up one by one in the catalog
+/// as the stream is polled, each with what fetching it gave, in order, at most
+/// `read_ahead` ahead of the consumer. (A segment not found is the follow's to judge:
+/// [`follow_region`] looks again over an up-to-date catalog.)
+pub(crate) fn region_segments(
+    io: WalIo,
+    catalog: Arc<RwLock<Catalog>>,
+    region: u64,
+    from: u64,
+    read_ahead: usize,
+) -> BoxStream<'static, (SegmentLocation, Result<Vec<Entry>>)> {
+    let locations = stream::unfold(from, move |next| {
+        let catalog = catalog.clone();
+        async move {
+            let location = catalog
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .segments_from(region, next)
+                .first()
+                .copied()?;
+            Some((location, location.record.last_entry_id + 1))
+        }
+    });
+    locations
+        .map(move |location| {
+            let io = io.clone();
+            async move { (location, fetch_segment(&io, &location).await) }
+        })
+        .buffered(read_ahead.max(1))
+        .boxed()
+}
+
+/// Whether `error`, met reading the object at `sequence`, says the reclaimer deleted it
+/// after `catalog` dropped it below a floor (its entries obsolete): a read passes over
+/// such an object, with a warning. An object not found that the catalog still holds is
+/// an error.
+pub(crate) fn reclaimed(catalog: &RwLock<Catalog>, sequence: u64, error: &Error) -> bool {
+    let reclaimed = error.is_not_found()
+        && catalog
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .object(sequence)
+            .is_none();
+    if reclaimed {
+        warn!(sequence, "an object was reclaimed below the floor before it was read; the read goes on above the floor");
+    }
+    reclaimed
+}
+
+/// Fetches one segment with a ranged read of exactly its bytes and decodes it, verified
+/// (`fetch_verified`), unless the segment cache holds it or another read is fetching
+/// it (then its result is this one's: one GET however many read the segment at once);
+/// what it fetched and verified goes into the cache.
+pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec<Entry>> {
+    let record = &location.record;
+    let id = SegmentId {
+        sequence: location.sequence,
+        epoch: location.epoch,
+        region: record.region,
+    };
+    let payloads = loop {
+        match io.segment_cache().lookup(id) {
+            Lookup::Hit(payloads) => break payloads,
+            Lookup::Wait(fetch) => match fetch.wait().await {
+                Some(result) => break result?,
+                // That read was dropped before its fetch ended: look again.
+                None => continue,
+            },
+            Lookup::Fetch(lead) => {
+                let fetched = match fetch_verified(io, std::slice::from_ref(location)).await {
+                    Ok(fetched) => match fetched.into_iter().next() {
+                        Some(payloads) => payloads.map(Payloads::from),
+                        None => Ok(Payloads::from(Vec::new())),
+                    },
+                    Err(e) => Err(e),
+                };
+                break lead.finish(fetched)?;
+            }
+        }
+    };
+    Ok(entries_of(
+        record,
+        payloads.iter().cloned(),
+        record.first_entry_id,
+    ))
+}
+
+/// The one verified segment fetch every read path uses: reads the span of one object
+/// that covers `records` (its segments, sorted by offset) with one ranged read, checks
+/// each segment's CRC and decodes it, and reads the span again once if one fails. Over
+/// several stores a copy whose segments do not all verify is replaced by another first.
+/// Each record gets its payloads, or, failed twice, an [`Error::CorruptSegment`] naming
+/// the key and region (reported as damage): only that segment's region is affected.
+/// `Err` only if the span could not be read.
+pub(crate) async fn fetch_verified(
+    io: &WalIo,
+    records: &[SegmentLocation],
+) -> Result<Vec<Result<Vec<Bytes>>>> {
+    let (Some(first), Some(last)) = (records.first(), records.last()) else {
+        return Ok(Vec::new());
+    };
+    let sequence = first.sequence;
+    let span = first.record.offset..last.record.range().end;
+    let segment_of = |bytes: &Bytes, record: &format::SegmentRecord| {
+        let start = usize::try_from(record.offset.checked_sub(span.start)?).ok()?;
+        let end = start.checked_add(usize::try_from(record.length).ok()?)?;
+        bytes
+            .get(start..end)
+            .map(|segment| bytes.slice_ref(segment))
+    };
+    let checked = read_again_once(|| async {
+        let verify = |b: &Bytes| {
+            records.iter().all(|loc| {
+                segment_of(b, &loc.record)
+                    .is_some_and(|segment| format::check_segment(&segment, &loc.record).is_ok())
+            })
+        };
+        let bytes = io.read_range_verified(sequence, span.clone(), &verify).await?;
+        let decoded: Vec<_> = records
+            .iter()
+            .map(|loc| {
+                let record = &loc.record;
+                let Some(segment) = segment_of(&bytes, record) else {
+                    return Err(format::FormatError::Truncated {
+                        part: "segment",
+                        needed: record.range().end.saturating_sub(span.start),
+                        got: bytes.len() as u64,
+                    });
+                };
+                let decoded = io.decode_segment(segment, record, loc.epoch);
+                if let Err(e) = &decoded {
+                    debug!(sequence, region = record.region, error = %e, "segment failed verification");
+                }
+                decoded
+            })
+            .collect();
+        let damaged = decoded.iter().any(|d| d.is_err());
+        Ok(if damaged { Err(decoded) } else { Ok(decoded) })
+    })
+    .await?;
+    let decoded = checked.unwrap_or_else(|decoded| decoded);
+    Ok(records
+        .iter()
+        .zip(decoded)
+        .map(|(loc, decoded)| {
+            decoded.map_err(|source| {
+                io.report_damaged_segment(sequence, loc.record.region, &source);
+                Error::CorruptSegment {
+                    key: io.key(sequence).to_string(),
+                    region: loc.record.region,
+                    source,
+                }
+            })
+        })
+        .collect())
+}
+
+/// The entries of a decoded segment with ids `>= min`.
+pub(crate) fn entries_of(
+    record: &format::SegmentRecord,
+    payloads: impl IntoIterator<Item = Bytes>,
+    min: u64,
+) -> Vec<Entry> {
+    payloads
+        .into_iter()
+        .zip(record.first_entry_id..)
+        .filter(|(_, id)| *id >= min)
+        .map(|(payload, id)| Entry {
+            region: record.region,
+            id,
+            payload,
+        })
+        .collect()
+}
