@@ -1691,6 +1691,7 @@ async fn limit(
                 link,
                 floor: 0,
                 claim: false,
+                id_offset: 0,
             };
             let object = encode_object(&header, regions.iter().map(|(r, e)| (*r, &e[..])))?;
             link = Link {
@@ -1792,6 +1793,7 @@ async fn build_chain(
                 link,
                 floor: position.floor,
                 claim: false,
+                id_offset: 0,
             };
             let mut by_region: std::collections::BTreeMap<u64, Vec<Bytes>> = Default::default();
             for j in 0..per {

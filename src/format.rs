@@ -75,6 +75,7 @@ mod tests {
                 link: Link::NONE,
                 floor: 0,
                 claim: false,
+                id_offset: 0,
             },
             std::iter::empty(),
         )
@@ -92,6 +93,7 @@ mod tests {
                 },
                 floor: 3,
                 claim: false,
+                id_offset: 0,
             },
             [(7u64, &r7[..]), (42u64, &r42[..])],
         )
@@ -111,6 +113,7 @@ mod tests {
                 },
                 floor: 0,
                 claim: true,
+                id_offset: 0,
             },
             std::iter::empty(),
         )

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use object_store_wal::format::{
-    decode_object, entry_id, entry_sequence, FormatError, Link, EMPTY_OBJECT_LEN,
+    decode_object, entry_id, entry_sequence, FormatError, Header, Link, EMPTY_OBJECT_LEN,
 };
 use object_store_wal::internal::store::codec::SegmentCodec;
 use object_store_wal::internal::write::batch::{
@@ -26,6 +26,17 @@ use batches::{append, decoded_entries, expected_from_receipts, seal, unlimited, 
 // ---------------------------------------------------------------------------------------
 // 1. Admission rules.
 // ---------------------------------------------------------------------------------------
+
+fn header(sequence: u64) -> Header {
+    Header {
+        sequence,
+        epoch: 1,
+        link: Link::NONE,
+        floor: 0,
+        claim: false,
+        id_offset: 0,
+    }
+}
 
 fn bs(s: &'static str) -> Bytes {
     Bytes::from_static(s.as_bytes())
@@ -326,14 +337,12 @@ fn batch_seal_with_invalid_header_keeps_the_batch() {
     assert!(matches!(batch.admit(vec![(1, vec![bs("a")])]), Ok(0)));
     assert_eq!(
         batch
-            .seal(0, 1, Link::NONE, 0, &SegmentCodec::identity())
+            .seal(header(0), &SegmentCodec::identity())
             .unwrap_err(),
         FormatError::SequenceOutOfRange(0)
     );
     assert_eq!(batch.append_count(), 1);
-    let sealed = batch
-        .seal(1, 1, Link::NONE, 0, &SegmentCodec::identity())
-        .unwrap();
+    let sealed = batch.seal(header(1), &SegmentCodec::identity()).unwrap();
     assert_eq!(sealed.receipts[0].parts[0].first_id, entry_id(1, 0));
     assert_eq!(
         decode_object(&sealed.encoded().expect("encoded").to_bytes())
@@ -398,7 +407,7 @@ proptest! {
                     prop_assert!(with_batch <= max_object_bytes);
                     prop_assert_eq!(i, admitted.len());
                     admitted.push(parts);
-                    told.push(batch.receipt(i, sequence).expect("the receipt of an admitted append"));
+                    told.push(batch.receipt(i, sequence, 0).expect("the receipt of an admitted append"));
                 }
                 Err(NotAdmitted::Full(back)) => {
                     prop_assert!(alone <= max_object_bytes);
@@ -409,9 +418,9 @@ proptest! {
                     model_regions.clear();
                     model_bytes = 0;
                     prop_assert!(matches!(batch.admit(back), Ok(0)));
-                    prop_assert!(batch.receipt(1, sequence).is_none());
+                    prop_assert!(batch.receipt(1, sequence, 0).is_none());
                     admitted.push(parts);
-                    told.push(batch.receipt(0, sequence).expect("the receipt of an admitted append"));
+                    told.push(batch.receipt(0, sequence, 0).expect("the receipt of an admitted append"));
                 }
                 Err(NotAdmitted::Invalid(Error::AppendTooLarge { bytes, max })) => {
                     prop_assert_eq!(bytes, alone);

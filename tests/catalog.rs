@@ -21,6 +21,7 @@ fn header(sequence: u64, floor: u64) -> Header {
         },
         floor,
         claim: false,
+        id_offset: 0,
     }
 }
 

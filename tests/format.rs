@@ -17,7 +17,8 @@ use object_store_wal::format::{
     check_object as check_whole, check_object_crc, decode_footer, decode_header, decode_object,
     decode_object_summary, decode_segment, decode_summary, decode_trailer, encode_object, entry_id,
     entry_position, entry_sequence, DecodedObject, Footer, FormatError, Header, Link,
-    ObjectSummary, SegmentDamage, SegmentRecord, Trailer, EMPTY_OBJECT_LEN, MAX_SEQUENCE,
+    ObjectSummary, SegmentDamage, SegmentRecord, Trailer, EMPTY_OBJECT_LEN, EMPTY_OBJECT_LEN_V3,
+    MAX_SEQUENCE,
 };
 use object_store_wal::internal::write::batch::Batch;
 use object_store_wal::testing::{
@@ -72,6 +73,7 @@ fn empty_header() -> Header {
         link: Link::NONE,
         floor: 0,
         claim: false,
+        id_offset: 0,
     }
 }
 
@@ -85,6 +87,7 @@ fn full_header() -> Header {
         },
         floor: 3,
         claim: false,
+        id_offset: 0,
     }
 }
 
@@ -98,6 +101,7 @@ fn claim_header() -> Header {
         },
         floor: 0,
         claim: true,
+        id_offset: 0,
     }
 }
 
@@ -581,8 +585,8 @@ fn reject_bad_trailer_magic() {
 }
 
 #[test]
-fn reject_version_not_1_or_2() {
-    for version in [0u16, 3, u16::MAX] {
+fn reject_version_not_1_2_or_3() {
+    for version in [0u16, 4, u16::MAX] {
         let mut b = encode_full();
         wr16(&mut b, H_VERSION, version);
         reseal(&mut b);
@@ -1359,6 +1363,7 @@ fn valid_object() -> impl Strategy<Value = Vec<u8>> {
                 link: at.link,
                 floor: at.floor,
                 claim: claim && segments.is_empty(),
+                id_offset: 0,
             };
             encode_object(&header, segments.iter().map(|(r, e)| (*r, e.as_slice())))
                 .unwrap()
@@ -1410,6 +1415,7 @@ proptest! {
                 link: at.link,
                 floor: at.floor,
                 claim: false,
+                id_offset: 0,
             }
         );
         prop_assert_eq!(
@@ -1567,4 +1573,152 @@ proptest! {
             prop_assert_eq!(&again[..], tail);
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Version 3: an id offset in a 64-byte header (FORMAT.md "Version 3").
+// ---------------------------------------------------------------------------------------
+
+/// FORMAT.md's version 3 vectors, computed from the page alone (Python's `struct` and
+/// `zlib.crc32`): an opening object with id offset 100, and the full vector's segments
+/// in object 9 with id offset 1000 (ids from `1009 << 20`).
+const V3_EMPTY_HEX: &str = "475457414c4f424a0300000005000000000000000600000000000000040000000000000003000000000000000200000000000000640000000000000098e13a410000000000000000475457414c54524c4000000000000000080000000000000069df226537e7b4cb";
+const V3_FULL_HEX: &str = "475457414c4f424a0300000009000000000000000500000000000000070000000000000005000000000000000300000000000000e803000000000000b7c38949030000007878780500000068656c6c6f00000000020000000000000007000000000000000000103f000000000000103f0000000040000000000000000700000000000000fbf65e4f000000002a000000000000000000103f000000000100103f0000000047000000000000000d00000000000000de71a94500000000475457414c54524c5400000000000000680000000000000040c21c4580c03fe6";
+
+fn v3_empty_header() -> Header {
+    Header {
+        sequence: 5,
+        epoch: 6,
+        link: Link {
+            sequence: 4,
+            epoch: 3,
+        },
+        floor: 2,
+        claim: false,
+        id_offset: 100,
+    }
+}
+
+fn v3_full_header() -> Header {
+    Header {
+        id_offset: 1000,
+        ..full_header()
+    }
+}
+
+#[test]
+fn vector_v3_empty_object() {
+    let expected = unhex(V3_EMPTY_HEX);
+    let encoded = encode_object(&v3_empty_header(), std::iter::empty()).unwrap();
+    assert_eq!(encoded.version(), 3);
+    let bytes = encoded.to_bytes();
+    assert_eq!(&bytes[..], &expected[..]);
+    assert_eq!(bytes.len(), EMPTY_OBJECT_LEN_V3);
+    assert_eq!(EMPTY_OBJECT_LEN_V3, 104);
+    // The id offset at 52..60, the header CRC of 0..60 at 60..64.
+    assert_eq!(rd64(&bytes, 52), 100);
+    assert_eq!(rd32(&bytes, 60), crc32fast::hash(&bytes[..60]));
+    assert_eq!(decode_header(&bytes).unwrap(), v3_empty_header());
+    let summary = decode_object_summary(&bytes).unwrap();
+    assert_eq!(summary.header, v3_empty_header());
+    assert_eq!(summary.trailer.footer_offset, 64);
+    check_object_crc(&bytes, &summary.trailer).unwrap();
+}
+
+#[test]
+fn vector_v3_full_object() {
+    let expected = unhex(V3_FULL_HEX);
+    let (r7, r42) = (region7(), region42());
+    let encoded = encode_object(&v3_full_header(), [(7u64, &r7[..]), (42u64, &r42[..])]).unwrap();
+    let bytes = encoded.to_bytes();
+    assert_eq!(&bytes[..], &expected[..]);
+    let decoded = decode(&bytes).unwrap();
+    assert_eq!(decoded.summary.header, v3_full_header());
+    assert_eq!(v3_full_header().id_base(), 1009);
+    let records = &decoded.summary.footer.records;
+    assert_eq!(records[0].offset, 64);
+    assert_eq!(records[0].first_entry_id, entry_id(1009, 0));
+    assert_eq!(records[1].first_entry_id, 1_058_013_184);
+    assert_eq!(records[1].last_entry_id, entry_id(1009, 1));
+    assert_eq!(decoded.segments[0].1, r7);
+    assert_eq!(decoded.segments[1].1, r42);
+    // A segment decodes alone, by its record.
+    let r = records[1];
+    let stored = Bytes::copy_from_slice(&bytes[r.offset as usize..][..r.length as usize]);
+    assert_eq!(decode_segment(stored, &r).unwrap(), r42);
+}
+
+/// One byte layout names each object: an id offset of 0 is written as version 1 or 2,
+/// and a version 3 header that carries 0 is refused.
+#[test]
+fn a_version_3_header_carries_a_nonzero_id_offset() {
+    assert_eq!(
+        encode_object(&empty_header(), std::iter::empty())
+            .unwrap()
+            .version(),
+        1
+    );
+    let mut b = unhex(V3_EMPTY_HEX);
+    wr64(&mut b, 52, 0);
+    repair_header_crc(&mut b).unwrap();
+    assert_eq!(decode_header(&b), Err(FormatError::ZeroIdOffset));
+}
+
+#[test]
+fn an_id_base_past_2_pow_44_is_refused() {
+    let header = Header {
+        id_offset: MAX_SEQUENCE - 4,
+        ..v3_empty_header()
+    };
+    let refused = FormatError::IdOffsetOutOfRange {
+        sequence: 5,
+        id_offset: MAX_SEQUENCE - 4,
+    };
+    assert_eq!(
+        encode_object(&header, std::iter::empty()).unwrap_err(),
+        refused
+    );
+    let mut b = unhex(V3_EMPTY_HEX);
+    wr64(&mut b, 52, MAX_SEQUENCE - 4);
+    repair_header_crc(&mut b).unwrap();
+    assert_eq!(decode_header(&b), Err(refused));
+    // One below: the largest id base.
+    let largest = Header {
+        id_offset: MAX_SEQUENCE - 5,
+        ..v3_empty_header()
+    };
+    let bytes = encode_object(&largest, std::iter::empty())
+        .unwrap()
+        .to_bytes();
+    assert_eq!(decode_header(&bytes).unwrap().id_base(), MAX_SEQUENCE);
+}
+
+/// A version 3 footer's ids count from the id base, and its segments from byte 64.
+#[test]
+fn a_version_3_footer_follows_the_id_offset() {
+    let full = unhex(V3_FULL_HEX);
+    let rec0 = 64 + 7 + 13 + 8;
+    let mut b = full.clone();
+    wr64(&mut b, rec0 + R_FIRST, entry_id(9, 0));
+    wr64(&mut b, rec0 + R_LAST, entry_id(9, 0));
+    reseal(&mut b);
+    assert!(matches!(
+        summary_err(&b),
+        FormatError::EntryIdRange { region: 7, .. }
+    ));
+    let mut b = full;
+    wr64(&mut b, rec0 + R_OFFSET, 56);
+    reseal(&mut b);
+    assert!(matches!(
+        summary_err(&b),
+        FormatError::SegmentPlacement { .. }
+    ));
+}
+
+#[test]
+fn a_version_above_3_is_unsupported() {
+    let mut b = unhex(V3_EMPTY_HEX);
+    wr16(&mut b, H_VERSION, 4);
+    repair_header_crc(&mut b).unwrap();
+    assert_eq!(decode_header(&b), Err(FormatError::UnsupportedVersion(4)));
 }

@@ -51,6 +51,7 @@ fn object(sequence: u64) -> EncodedObject {
         },
         floor: 0,
         claim: false,
+        id_offset: 0,
     };
     let payloads = [Bytes::from_static(b"entry")];
     let segments = [(7u64, &payloads[..])];

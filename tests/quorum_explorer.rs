@@ -72,6 +72,7 @@ impl V {
             },
             floor: 0,
             claim: self.claim,
+            id_offset: 0,
         }
     }
 
@@ -457,7 +458,7 @@ impl State {
         let chain = choose_chain(&headers);
         let end = chain.last().and_then(|s| headers.get(s)).copied();
         let present: Vec<u64> = headers.keys().copied().collect();
-        let Ok(plan) = plan_opening_above(&present, end.as_ref(), largest) else {
+        let Ok(plan) = plan_opening_above(&present, end.as_ref(), largest, 0) else {
             return self.openers[o].restart();
         };
         if plan.opening.sequence as usize > KEYS - 1 {

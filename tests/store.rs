@@ -112,6 +112,7 @@ on_every_store!(
     region_read_fetches_only_its_segment,
     config_errors_name_the_field,
     invalid_prefixes_are_refused,
+    ids_follow_the_id_offset_and_never_run_backwards,
 );
 
 fn memory_store() -> Arc<dyn ObjectStore> {
@@ -153,6 +154,7 @@ fn header(sequence: u64, epoch: u64, link: (u64, u64), floor: u64) -> Header {
         },
         floor,
         claim: false,
+        id_offset: 0,
     }
 }
 
@@ -358,6 +360,7 @@ async fn empty_prefix(store: Arc<dyn ObjectStore>) {
                 epoch: 2
             },
             floor: 0,
+            id_offset: 0,
         }
     );
     assert_eq!(keys(&store).await, vec![key(1).to_string()]);
@@ -427,6 +430,85 @@ async fn one_chain(store: Arc<dyn ObjectStore>) {
         ids(&[(1, 0, "a"), (1, 1, "b"), (2, 0, "c"), (5, 0, "d")])
     );
     assert_eq!(on_chain(ro.report()), vec![1, 2, 3, 4, 5]);
+}
+
+/// Version 3 objects (FORMAT.md): a chain whose id offset rises mid-way replays each
+/// entry with the id its object's id base gives; a read from an id inside the jump finds
+/// the next entry; a new epoch counts its ids from above every id offset present, an
+/// orphan's included (DESIGN.md "Regions moving between nodes"), so a region's ids
+/// never run backwards; and an object that lowers the offset is refused.
+async fn ids_follow_the_id_offset_and_never_run_backwards(store: Arc<dyn ObjectStore>) {
+    let with_offset = |h: Header, id_offset: u64| Header { id_offset, ..h };
+    put_object(&store, header(1, 2, (0, 0), 0), &[(1, &["a"])]).await;
+    put_object(
+        &store,
+        with_offset(header(2, 2, (1, 2), 0), 40),
+        &[(1, &["b", "c"])],
+    )
+    .await;
+    put_object(
+        &store,
+        with_offset(header(3, 2, (2, 2), 0), 40),
+        &[(2, &["x"])],
+    )
+    .await;
+    // An orphan of an older epoch with a larger offset.
+    put_object(
+        &store,
+        with_offset(header(4, 1, (1, 1), 0), 90),
+        &[(3, &["o"])],
+    )
+    .await;
+
+    let ro = open_ro(&store).await;
+    assert_eq!(on_chain(ro.report()), vec![1, 2, 3]);
+    assert_eq!(orphans(ro.report()), vec![4]);
+    assert_eq!(
+        replay(&ro, 1, 0).await,
+        ids(&[(1, 0, "a"), (42, 0, "b"), (42, 1, "c")])
+    );
+    assert_eq!(
+        replay(&ro, 1, entry_id(2, 0)).await,
+        ids(&[(42, 0, "b"), (42, 1, "c")])
+    );
+    assert_eq!(replay(&ro, 1, entry_id(42, 1)).await, ids(&[(42, 1, "c")]));
+    assert_eq!(replay(&ro, 2, 0).await, ids(&[(43, 0, "x")]));
+    assert_eq!(ro.last_entry_id(1), Some(entry_id(42, 1)));
+
+    // The opening object (5) and the next object (6) carry the orphan's offset, 90.
+    let mut wal = open(&store).await;
+    let opening = get_bytes(&store, &key(5)).await;
+    assert_eq!(
+        format::decode_header(&opening).expect("decodes"),
+        with_offset(header(5, 6, (3, 2), 0), 90)
+    );
+    assert_eq!(opening.len(), format::EMPTY_OBJECT_LEN_V3);
+    let receipt = wal
+        .append_and_flush(parts(&[(1, &["d"])]))
+        .await
+        .expect("append");
+    assert_eq!(
+        (receipt.sequence, receipt.parts[0].first_id),
+        (6, entry_id(96, 0))
+    );
+    let ro = open_ro(&store).await;
+    assert_eq!(
+        replay(&ro, 1, 0).await,
+        ids(&[(1, 0, "a"), (42, 0, "b"), (42, 1, "c"), (96, 0, "d")])
+    );
+
+    // An object that lowers the offset along the chain: recovery refuses it, by name.
+    put_object(
+        &store,
+        with_offset(header(7, 6, (6, 6), 0), 89),
+        &[(1, &["e"])],
+    )
+    .await;
+    let e = expect_err(ObjectStoreLogStore::open_read_only(store.clone(), config()).await);
+    assert!(
+        matches!(e, Error::InconsistentChain { sequence: 7, .. }),
+        "{e:?}"
+    );
 }
 
 async fn orphans_below_and_above_the_chain_end(store: Arc<dyn ObjectStore>) {
@@ -611,10 +693,10 @@ async fn damaged_object_names_its_key(store: Arc<dyn ObjectStore>) {
         v[at] ^= 0x01;
         Bytes::from(v)
     };
-    let mut version_3 = good.to_vec();
-    version_3[8] = 3;
-    let crc = crc32fast::hash(&version_3[..52]);
-    version_3[52..56].copy_from_slice(&crc.to_le_bytes());
+    let mut version_4 = good.to_vec();
+    version_4[8] = 4;
+    let crc = crc32fast::hash(&version_4[..52]);
+    version_4[52..56].copy_from_slice(&crc.to_le_bytes());
 
     let footer_at = good.len() - 32 - 8 - 48;
     // A damaged segment is not among them: it fails only reads of its region
@@ -624,7 +706,7 @@ async fn damaged_object_names_its_key(store: Arc<dyn ObjectStore>) {
         ("footer byte", flip(footer_at + 10)),
         ("trailer magic", flip(good.len() - 30)),
         ("truncated", good.slice(..60)),
-        ("version 3", Bytes::from(version_3)),
+        ("version 4", Bytes::from(version_4)),
     ];
     let expected_key = key(2).to_string();
     for (what, bytes) in damages {
@@ -649,7 +731,7 @@ async fn damaged_object_names_its_key(store: Arc<dyn ObjectStore>) {
                             matches!(source, FormatError::CrcMismatch { part: "footer", .. }),
                             "{what}: {source:?}"
                         ),
-                        "version 3" => assert_eq!(source, &FormatError::UnsupportedVersion(3)),
+                        "version 4" => assert_eq!(source, &FormatError::UnsupportedVersion(4)),
                         "truncated" => {
                             assert!(
                                 matches!(source, FormatError::Truncated { .. }),
@@ -1094,6 +1176,7 @@ async fn open_claims_holes_and_writes_the_opening_object(store: Arc<dyn ObjectSt
                 epoch: 8
             },
             floor: 2,
+            id_offset: 0,
         }
     );
     let present: Vec<u64> = stored(&store).await.into_keys().collect();

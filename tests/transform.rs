@@ -34,6 +34,7 @@ fn header() -> Header {
         },
         floor: 3,
         claim: false,
+        id_offset: 0,
     }
 }
 

@@ -21,8 +21,9 @@ use futures::stream::StreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use object_store_wal::format::{entry_sequence, HEADER_LEN};
+use object_store_wal::format::entry_sequence;
 use object_store_wal::internal::store::keys::parse_key;
+use object_store_wal::internal::store::objects::HEADER_READ_BYTES;
 use object_store_wal::testing::{CountingStore, CreateFault, FaultStore};
 use object_store_wal::{
     AppendParts, Durability, Entry, EpochEndReason, Error, ObjectStoreLogStore,
@@ -351,7 +352,7 @@ async fn read_only_follower_probes_the_next_keys_without_listing() {
             if g.found {
                 *tails.entry(s).or_default() += 1;
             }
-        } else if range == (0..HEADER_LEN as u64) {
+        } else if range == (0..HEADER_READ_BYTES) {
             // A probe's header read, beside its tail read while objects appear.
         } else {
             assert!(g.found, "a segment read of an absent key: {g:?}");

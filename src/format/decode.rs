@@ -72,7 +72,8 @@ fn check_crc(part: &'static str, stored: u32, bytes: &[u8]) -> Result<(), Format
     Ok(())
 }
 
-/// Decodes and verifies the header from the first 56 bytes of `bytes` (version 1 or 2).
+/// Decodes and verifies the header from the first bytes of `bytes`: 56 in versions 1
+/// and 2, 64 in version 3 (extra bytes are not looked at).
 pub fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
     decode_header_version(bytes).map(|(header, _)| header)
 }
@@ -85,20 +86,38 @@ pub fn decode_header_version(bytes: &[u8]) -> Result<(Header, u16), FormatError>
         return Err(FormatError::BadMagic { part: "header" });
     }
     let version = c.u16()?;
+    let len = match version {
+        VERSION | VERSION_2 => HEADER_LEN,
+        VERSION_3 => HEADER_LEN_V3,
+        other => {
+            // The CRC first: a damaged version field is damage, not a newer format.
+            let crc = bytes.get(HEADER_LEN - 4..HEADER_LEN).unwrap_or_default();
+            let stored = u32::from_le_bytes(crc.try_into().unwrap_or_default());
+            check_crc(
+                "header",
+                stored,
+                bytes.get(..HEADER_LEN - 4).unwrap_or_default(),
+            )?;
+            return Err(FormatError::UnsupportedVersion(other));
+        }
+    };
+    let mut c = Cursor::new(bytes, "header", len)?;
+    c.take::<10>()?;
     let flags = c.u16()?;
     let sequence = c.u64()?;
     let epoch = c.u64()?;
     let link_sequence = c.u64()?;
     let link_epoch = c.u64()?;
     let floor = c.u64()?;
+    let id_offset = if version == VERSION_3 { c.u64()? } else { 0 };
     let stored_crc = c.u32()?;
     check_crc(
         "header",
         stored_crc,
-        bytes.get(..HEADER_LEN - 4).unwrap_or_default(),
+        bytes.get(..len - 4).unwrap_or_default(),
     )?;
-    if version != VERSION && version != VERSION_2 {
-        return Err(FormatError::UnsupportedVersion(version));
+    if version == VERSION_3 && id_offset == 0 {
+        return Err(FormatError::ZeroIdOffset);
     }
     if flags & !FLAG_CLAIM != 0 {
         return Err(FormatError::UnknownFlags(flags));
@@ -112,6 +131,7 @@ pub fn decode_header_version(bytes: &[u8]) -> Result<(Header, u16), FormatError>
         },
         floor,
         claim: flags & FLAG_CLAIM != 0,
+        id_offset,
     };
     header.validate()?;
     Ok((header, version))
@@ -169,7 +189,8 @@ pub fn decode_trailer(bytes: &[u8], object_len: u64) -> Result<Trailer, FormatEr
 
 /// Decodes and verifies the footer of a version 1 object (exactly the trailer's footer
 /// range) against the header and trailer: CRC, count, reserved fields, region order, id
-/// ranges and the contiguous placement of the segments from offset 56 to the footer.
+/// ranges and the contiguous placement of the segments from the header's end to the
+/// footer.
 pub fn decode_footer(
     bytes: &[u8],
     header: &Header,
@@ -179,7 +200,8 @@ pub fn decode_footer(
 }
 
 /// [`decode_footer`] for an object of format `version`: in version 1 a record's codec and
-/// cipher bytes are reserved (zero); in version 2 they name the segment's transforms. A
+/// cipher bytes are reserved (zero); in versions 2 and 3 they name the segment's
+/// transforms. A
 /// codec or cipher this crate does not know is not an error here: only that segment's
 /// reads fail.
 pub fn decode_footer_of_version(
@@ -212,8 +234,8 @@ pub fn decode_footer_of_version(
     }
     // `count` is bounded by the checked footer length, itself bounded by the object.
     let mut records = Vec::with_capacity(count as usize);
-    let mut expected_offset = HEADER_LEN as u64;
-    let first_id = entry_id(header.sequence, 0);
+    let mut expected_offset = header.encoded_len() as u64;
+    let first_id = entry_id(header.id_base(), 0);
     for _ in 0..count {
         let record = SegmentRecord {
             region: c.u64()?,
@@ -238,7 +260,7 @@ pub fn decode_footer_of_version(
         }
         if record.first_entry_id != first_id
             || record.last_entry_id < first_id
-            || entry_sequence(record.last_entry_id) != header.sequence
+            || entry_sequence(record.last_entry_id) != header.id_base()
         {
             return Err(FormatError::EntryIdRange {
                 region: record.region,

@@ -124,7 +124,8 @@ where
 /// [`encode_object`] with each segment transformed as `sealing` says (FORMAT.md
 /// "Version 2"), a fresh nonce from `nonces` per encrypted segment. With nothing to
 /// transform this is exactly [`encode_object`]; otherwise the object is version 2 when a
-/// segment ends up transformed (a segment that does not compress is stored plain).
+/// segment ends up transformed (a segment that does not compress is stored plain). A
+/// header with an id offset makes it version 3 either way.
 pub fn encode_object_with<'a, I>(
     header: &Header,
     segments: I,
@@ -141,7 +142,7 @@ where
     // The header's version is known once the segments are: its chunk is set last.
     chunks.push(Bytes::new());
     let mut records: Vec<SegmentRecord> = Vec::with_capacity(segments.size_hint().0);
-    let mut offset = HEADER_LEN as u64;
+    let mut offset = header.encoded_len() as u64;
     // Length prefixes are written into one shared buffer and split off as small chunks.
     let mut prefixes = BytesMut::new();
     // The segments' CRC state, combined in order after the header's.
@@ -165,7 +166,7 @@ where
                 "a segment holds 1 to 2^20 entries",
             ));
         }
-        let first_entry_id = entry_id(header.sequence, 0);
+        let first_entry_id = entry_id(header.id_base(), 0);
         let mut segment_hasher = Hasher::new();
         let (length, codec, cipher) = if transform {
             // The version 1 segment in one buffer (after room for the envelope's head
@@ -213,7 +214,7 @@ where
         records.push(SegmentRecord {
             region,
             first_entry_id,
-            last_entry_id: entry_id(header.sequence, count - 1),
+            last_entry_id: entry_id(header.id_base(), count - 1),
             offset,
             length,
             crc,
@@ -223,17 +224,24 @@ where
         offset += length;
     }
 
-    let version = if records.iter().any(SegmentRecord::is_transformed) {
-        VERSION_2
+    let (version, header_bytes) = if header.id_offset > 0 {
+        (VERSION_3, Bytes::copy_from_slice(&header.encode_v3()))
+    } else if records.iter().any(SegmentRecord::is_transformed) {
+        (
+            VERSION_2,
+            Bytes::copy_from_slice(&header.encode_version(VERSION_2)),
+        )
     } else {
-        VERSION
+        (
+            VERSION,
+            Bytes::copy_from_slice(&header.encode_version(VERSION)),
+        )
     };
-    let header_bytes = header.encode_version(version);
     let mut object_hasher = Hasher::new();
     object_hasher.update(&header_bytes);
     object_hasher.combine(&segments_hasher);
     if let Some(first) = chunks.first_mut() {
-        *first = Bytes::copy_from_slice(&header_bytes);
+        *first = header_bytes;
     }
 
     let footer_offset = offset;

@@ -16,6 +16,9 @@ pub const TRAILER_MAGIC: [u8; 8] = *b"GTWALTRL";
 pub const VERSION: u16 = 1;
 /// The format version of an object with at least one transformed segment.
 pub const VERSION_2: u16 = 2;
+/// The format version of an object whose header carries an id offset (its segments may
+/// be transformed as in version 2).
+pub const VERSION_3: u16 = 3;
 /// Codec 0: the segment is not compressed.
 pub const CODEC_NONE: u8 = 0;
 /// Codec 1: one zstd frame.
@@ -28,8 +31,10 @@ pub const CIPHER_NONE: u8 = 0;
 pub const CIPHER_XCHACHA20_POLY1305: u8 = 1;
 /// Header flag bit 0: the object is a claim.
 pub const FLAG_CLAIM: u16 = 1;
-/// Length of the header.
+/// Length of the header (versions 1 and 2).
 pub const HEADER_LEN: usize = 56;
+/// Length of a version 3 header: a version 2 header with the id offset before its CRC.
+pub const HEADER_LEN_V3: usize = 64;
 /// Length of the trailer.
 pub const TRAILER_LEN: usize = 32;
 /// Length of the fixed part of the footer (segment count and a reserved word).
@@ -38,7 +43,10 @@ pub const FOOTER_FIXED_LEN: usize = 8;
 pub const FOOTER_RECORD_LEN: usize = 48;
 /// Length of an object without segments (every opening object and claim).
 pub const EMPTY_OBJECT_LEN: usize = HEADER_LEN + FOOTER_FIXED_LEN + TRAILER_LEN;
-/// Sequences are below `2^44`, so that entry ids fit in 64 bits.
+/// Length of an object of version 3 without segments.
+pub const EMPTY_OBJECT_LEN_V3: usize = HEADER_LEN_V3 + FOOTER_FIXED_LEN + TRAILER_LEN;
+/// Sequences are below `2^44`, so that entry ids fit in 64 bits; so is a sequence plus
+/// its object's id offset.
 pub const MAX_SEQUENCE: u64 = (1 << 44) - 1;
 /// Bits of an entry id that hold the position within the object.
 pub const POSITION_BITS: u32 = 20;
@@ -47,16 +55,18 @@ pub const MAX_SEGMENT_ENTRIES: u64 = 1 << POSITION_BITS;
 /// Bytes of the length prefix of each entry.
 pub const ENTRY_PREFIX_LEN: usize = 4;
 
-/// The id of the entry at `position` of a region's segment in object `sequence`:
-/// `sequence << 20 | position`.
+/// The id of the entry at `position` of a region's segment in the object whose id base
+/// ([`Header::id_base`]: its sequence plus its id offset) is `base`:
+/// `base << 20 | position`.
 ///
-/// Ids are object-sequence-major: `id >> 20` names the object. The caller keeps
-/// `sequence <= MAX_SEQUENCE` and `position < 2^20`; other bits are masked off.
-pub const fn entry_id(sequence: u64, position: u64) -> u64 {
-    (sequence << POSITION_BITS) | (position & (MAX_SEGMENT_ENTRIES - 1))
+/// Ids are object-major: `id >> 20` names the object, its sequence itself in every
+/// object without an id offset (versions 1 and 2). The caller keeps `base <=
+/// MAX_SEQUENCE` and `position < 2^20`; other bits are masked off.
+pub const fn entry_id(base: u64, position: u64) -> u64 {
+    (base << POSITION_BITS) | (position & (MAX_SEGMENT_ENTRIES - 1))
 }
 
-/// The object sequence an entry id belongs to.
+/// The id base (an object's sequence plus its id offset) an entry id belongs to.
 pub const fn entry_sequence(id: u64) -> u64 {
     id >> POSITION_BITS
 }
@@ -86,9 +96,21 @@ pub enum FormatError {
         /// `header` or `trailer`.
         part: &'static str,
     },
-    /// A version other than 1 or 2.
+    /// A version other than 1, 2 or 3.
     #[error("unsupported format version {0}")]
     UnsupportedVersion(u16),
+    /// A sequence plus its id offset at or above `2^44`: its ids would not fit 64 bits.
+    #[error("sequence {sequence} with id offset {id_offset} is past the largest id base")]
+    IdOffsetOutOfRange {
+        /// The object's sequence.
+        sequence: u64,
+        /// Its id offset.
+        id_offset: u64,
+    },
+    /// A version 3 header whose id offset is 0: such an object is written as version 1
+    /// or 2, so one byte layout names each object.
+    #[error("a version 3 header with id offset 0")]
+    ZeroIdOffset,
     /// A segment's codec or cipher is not one this reader knows (only that region's
     /// reads fail).
     #[error("segment of region {region}: unknown codec {codec} or cipher {cipher}")]
@@ -276,7 +298,7 @@ impl Link {
     }
 }
 
-/// The 56-byte header of an object.
+/// The header of an object: 56 bytes, 64 in version 3 (which adds the id offset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
     /// The object's sequence, equal to the one in its key.
@@ -289,6 +311,10 @@ pub struct Header {
     pub floor: u64,
     /// A claim holds a sequence for an opening instance and is never on a chain.
     pub claim: bool,
+    /// Added to the sequence to make the object's entry ids (version 3; 0 in versions 1
+    /// and 2): never decreasing along a chain, so a region's ids never run backwards
+    /// when a node takes it over from another (DESIGN.md "Regions moving between nodes").
+    pub id_offset: u64,
 }
 
 impl Header {
@@ -318,7 +344,51 @@ impl Header {
                 sequence: self.sequence,
             });
         }
+        if self
+            .sequence
+            .checked_add(self.id_offset)
+            .is_none_or(|base| base > MAX_SEQUENCE)
+        {
+            return Err(FormatError::IdOffsetOutOfRange {
+                sequence: self.sequence,
+                id_offset: self.id_offset,
+            });
+        }
         Ok(())
+    }
+
+    /// The object's id base, `sequence + id_offset`: its entries' ids are
+    /// [`entry_id`]`(id_base, position)`. (Validated headers keep it within
+    /// [`MAX_SEQUENCE`].)
+    pub fn id_base(&self) -> u64 {
+        self.sequence.saturating_add(self.id_offset)
+    }
+
+    /// The length of this header when encoded: 64 bytes with an id offset, else 56.
+    pub fn encoded_len(&self) -> usize {
+        if self.id_offset > 0 {
+            HEADER_LEN_V3
+        } else {
+            HEADER_LEN
+        }
+    }
+
+    /// The 64 header bytes of a version 3 object, CRC included.
+    pub fn encode_v3(&self) -> [u8; HEADER_LEN_V3] {
+        let mut out = [0u8; HEADER_LEN_V3];
+        let mut w = &mut out[..];
+        w.put_slice(&HEADER_MAGIC);
+        w.put_u16_le(VERSION_3);
+        w.put_u16_le(if self.claim { FLAG_CLAIM } else { 0 });
+        w.put_u64_le(self.sequence);
+        w.put_u64_le(self.epoch);
+        w.put_u64_le(self.link.sequence);
+        w.put_u64_le(self.link.epoch);
+        w.put_u64_le(self.floor);
+        w.put_u64_le(self.id_offset);
+        let crc = crc32fast::hash(&out[..HEADER_LEN_V3 - 4]);
+        out[HEADER_LEN_V3 - 4..].copy_from_slice(&crc.to_le_bytes());
+        out
     }
 
     /// The 56 header bytes of a version 1 object, CRC included.
@@ -326,7 +396,8 @@ impl Header {
         self.encode_version(VERSION)
     }
 
-    /// The 56 header bytes with `version`, CRC included.
+    /// The 56 header bytes with `version` (1 or 2; the id offset is not written, see
+    /// [`encode_v3`](Self::encode_v3)), CRC included.
     pub fn encode_version(&self, version: u16) -> [u8; HEADER_LEN] {
         let mut out = [0u8; HEADER_LEN];
         let mut w = &mut out[..];

@@ -49,10 +49,16 @@ pub fn repair_crcs(data: &[u8]) -> Option<Vec<u8>> {
     Some(v)
 }
 
-/// Recomputes the header CRC: CRC32 of bytes `0..52`, stored at `52..56`.
+/// Recomputes the header CRC: CRC32 of bytes `0..52`, stored at `52..56` (version 3:
+/// of `0..60`, at `60..64`).
 pub fn repair_header_crc(data: &mut [u8]) -> Option<()> {
-    let crc = crc32fast::hash(data.get(..HEADER_LEN - 4)?);
-    data.get_mut(HEADER_LEN - 4..HEADER_LEN)?
+    let len = if data.get(8..10)? == format::VERSION_3.to_le_bytes() {
+        format::HEADER_LEN_V3
+    } else {
+        HEADER_LEN
+    };
+    let crc = crc32fast::hash(data.get(..len - 4)?);
+    data.get_mut(len - 4..len)?
         .copy_from_slice(&crc.to_le_bytes());
     Some(())
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use object_store_wal::format::{entry_id, DecodedObject, Link};
+use object_store_wal::format::{entry_id, DecodedObject, Header, Link};
 use object_store_wal::internal::store::codec::SegmentCodec;
 use object_store_wal::internal::write::batch::{AppendParts, Batch, BatchLimits};
 use proptest::prelude::*;
@@ -95,10 +95,14 @@ pub fn seal(
 ) -> object_store_wal::internal::write::batch::SealedObject {
     batch
         .seal(
-            at.sequence,
-            at.epoch,
-            at.link,
-            at.floor,
+            Header {
+                sequence: at.sequence,
+                epoch: at.epoch,
+                link: at.link,
+                floor: at.floor,
+                claim: false,
+                id_offset: 0,
+            },
             &SegmentCodec::identity(),
         )
         .expect("a valid header seals")

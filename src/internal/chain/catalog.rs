@@ -82,6 +82,8 @@ pub struct CatalogObject {
     pub segments: u32,
     /// Number of entries.
     pub entries: u64,
+    /// The object's id offset: its entries' ids count from `sequence + id_offset`.
+    pub id_offset: u64,
 }
 
 /// A region's segments on the live chain, ascending. Dropping the ones below the floor
@@ -138,11 +140,22 @@ impl Catalog {
         length: u64,
     ) -> Result<(), Error> {
         let sequence = header.sequence;
-        if let Some(last) = self.last_sequence() {
+        if let Some((last, tip)) = self.tip() {
             if sequence <= last {
                 return Err(Error::InconsistentChain {
                     sequence,
                     reason: format!("sequence {sequence} does not follow {last}"),
+                });
+            }
+            // Ids never run backwards along a chain (DESIGN.md "Regions moving between
+            // nodes"): a writer never lowers its id offset.
+            if header.id_offset < tip.id_offset {
+                return Err(Error::InconsistentChain {
+                    sequence,
+                    reason: format!(
+                        "id offset {} below the {} of object {last} it follows",
+                        header.id_offset, tip.id_offset
+                    ),
                 });
             }
         }
@@ -182,6 +195,7 @@ impl Catalog {
                 length,
                 segments: records.len() as u32,
                 entries,
+                id_offset: header.id_offset,
             },
         );
         // A header's floor never exceeds its sequence (a decoded one is checked): the
@@ -400,7 +414,7 @@ pub struct OpeningPlan {
 /// Plans an open: `present` is every WAL sequence listed (orphans and claims too), `end`
 /// the chain end's header, if any. `M` is the largest sequence present.
 pub fn plan_opening(present: &[u64], end: Option<&Header>) -> Result<OpeningPlan, Error> {
-    plan_opening_above(present, end, 0)
+    plan_opening_above(present, end, 0, 0)
 }
 
 /// [`plan_opening`] with `M` at least `above`: an instance that reopens after its epoch
@@ -408,11 +422,18 @@ pub fn plan_opening(present: &[u64], end: Option<&Header>) -> Result<OpeningPlan
 /// the new epoch writes above them even when their objects were never created. The
 /// absent sequences up to `above` are claimed like any hole: a late create of the
 /// ended epoch there is fenced, and those ids are never reused or replayed.
+///
+/// The new epoch's id offset is at least `id_offset` (the caller's: the largest present,
+/// orphans and claims included, and the largest it handed out) and the chain end's, so
+/// ids never run backwards (DESIGN.md "Regions moving between nodes"); its claims and
+/// opening object carry it.
 pub fn plan_opening_above(
     present: &[u64],
     end: Option<&Header>,
     above: u64,
+    id_offset: u64,
 ) -> Result<OpeningPlan, Error> {
+    let id_offset = id_offset.max(end.map_or(0, |h| h.id_offset));
     let largest = present.iter().copied().max().unwrap_or(0).max(above);
     let sequence = largest + 1;
     let epoch = sequence + 1;
@@ -420,6 +441,12 @@ pub fn plan_opening_above(
         return Err(Error::InconsistentChain {
             sequence: largest,
             reason: "no sequence left below 2^44".into(),
+        });
+    }
+    if sequence.saturating_add(id_offset) > crate::format::MAX_SEQUENCE {
+        return Err(Error::InconsistentChain {
+            sequence: largest,
+            reason: format!("no id left below 2^64 above the id offset {id_offset}"),
         });
     }
     let (link, floor) = match end {
@@ -453,6 +480,7 @@ pub fn plan_opening_above(
             link,
             floor,
             claim: true,
+            id_offset,
         })
         .collect();
     Ok(OpeningPlan {
@@ -464,6 +492,7 @@ pub fn plan_opening_above(
             link,
             floor,
             claim: false,
+            id_offset,
         },
     })
 }
@@ -517,8 +546,8 @@ impl Retention {
         self.pins.clear();
         self.floor = floor;
         for region in catalog.regions() {
-            if let Some(first) = catalog.first_entry_id(region) {
-                self.set_pin(region, Some(crate::format::entry_sequence(first)));
+            if let Some(first) = catalog.segments_from(region, 0).first() {
+                self.set_pin(region, Some(first.sequence));
             }
         }
         for (region, id) in watermarks {
@@ -695,6 +724,7 @@ mod tests {
             },
             floor: 0,
             claim,
+            id_offset: 0,
         }
     }
 

@@ -130,7 +130,21 @@ pub async fn open_instance_above(
             // sequences without a decided value up to it are claimed; over one store it
             // is the largest present.
             let largest = above.max(recovery.report.max_sequence);
-            let plan = plan_opening_above(&present, recovery.report.chain_end.as_ref(), largest)?;
+            // The new epoch's ids count from above every id offset present, orphans and
+            // claims included (the runtime raises none of its own).
+            let id_offset = recovery
+                .report
+                .objects
+                .iter()
+                .map(|o| o.header.id_offset)
+                .max()
+                .unwrap_or(0);
+            let plan = plan_opening_above(
+                &present,
+                recovery.report.chain_end.as_ref(),
+                largest,
+                id_offset,
+            )?;
             let claims: Vec<EncodedObject> = plan
                 .claims
                 .iter()
@@ -221,6 +235,7 @@ pub async fn open_instance_above(
                         epoch: plan.epoch,
                     },
                     floor: plan.opening.floor,
+                    id_offset: plan.opening.id_offset,
                 },
             }))
         };

@@ -125,14 +125,14 @@ impl Planner {
         let objects = catalog
             .objects_from(self.after.saturating_add(1))
             .filter(|(_, o)| o.segments > 0)
-            .map(|(s, _)| s);
-        for sequence in objects {
+            .map(|(s, o)| (s, *o));
+        for (sequence, object) in objects {
             let mut records: Vec<SegmentLocation> = Vec::new();
             for (&region, &first) in self.from.iter() {
                 if self.ended_regions.contains(&region) {
                     continue;
                 }
-                let start = first.max(format::entry_id(sequence, 0));
+                let start = first.max(format::entry_id(sequence + object.id_offset, 0));
                 if let Some(loc) = catalog
                     .segments_from(region, start)
                     .first()

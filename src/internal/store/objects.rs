@@ -37,7 +37,7 @@ use crate::config::{DEFAULT_CACHE_BYTES, DEFAULT_CACHE_REGION_BYTES};
 use crate::error::{Error, Result};
 use crate::format::{
     self, EncodedObject, FormatError, ObjectSummary, SegmentDamage, SegmentRecord,
-    EMPTY_OBJECT_LEN, HEADER_LEN, TRAILER_LEN,
+    EMPTY_OBJECT_LEN, HEADER_LEN, HEADER_LEN_V3, TRAILER_LEN,
 };
 use crate::internal::store::cache::{RegionWatch, SegmentCache};
 use crate::internal::store::codec::SegmentCodec;
@@ -49,6 +49,9 @@ pub use crate::internal::store::transport::{
 use crate::internal::store::transport::{StoreTransport, Transport, Verify};
 use crate::metrics::Metrics;
 
+/// Bytes read from an object's start for its header: the longest header of any version
+/// (every object is longer).
+pub const HEADER_READ_BYTES: u64 = HEADER_LEN_V3 as u64;
 /// Bytes read from the end of a large object to get its trailer and, usually, its footer.
 pub const TAIL_READ_BYTES: u64 = 64 * 1024;
 
@@ -459,7 +462,7 @@ impl WalIo {
         } else {
             let tail_len = TAIL_READ_BYTES.min(size - HEADER_LEN as u64);
             let (head, tail) = futures::try_join!(
-                self.read_range(listed.sequence, 0..HEADER_LEN as u64),
+                self.read_range(listed.sequence, 0..HEADER_READ_BYTES),
                 self.read_range(listed.sequence, size - tail_len..size),
             )?;
             self.decode_summary_of(listed.sequence, &head, tail, size)
@@ -539,7 +542,7 @@ impl WalIo {
         header_at_once: bool,
     ) -> Result<Option<ObjectSummary>> {
         let key = self.key(sequence);
-        let header = || self.read_range(sequence, 0..HEADER_LEN as u64);
+        let header = || self.read_range(sequence, 0..HEADER_READ_BYTES);
         let (tail, early_head) = if header_at_once {
             let (tail, head) = futures::join!(self.transport.get_tail(&key, tail_len), header());
             (tail, Some(head))
@@ -561,7 +564,7 @@ impl WalIo {
             });
         }
         let head = if tail.len() as u64 == size {
-            tail.slice(..HEADER_LEN.min(tail.len()))
+            tail.slice(..HEADER_LEN_V3.min(tail.len()))
         } else {
             let head = match early_head {
                 Some(head) => head,

@@ -21,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::format::{
-    check_object_crc, decode_header, decode_trailer, FormatError, ObjectSummary, HEADER_LEN,
+    check_object_crc, decode_header, decode_trailer, FormatError, ObjectSummary, HEADER_LEN_V3,
     TRAILER_LEN,
 };
 
@@ -74,11 +74,12 @@ impl ValueId {
     /// they do not hold a well-formed object.
     pub fn of_chunks(chunks: &[Bytes]) -> Option<Self> {
         let len: usize = chunks.iter().map(Bytes::len).sum();
-        let mut head = Vec::with_capacity(HEADER_LEN);
+        // The longest header of any version: every object is longer.
+        let mut head = Vec::with_capacity(HEADER_LEN_V3);
         for chunk in chunks {
-            let want = HEADER_LEN - head.len();
+            let want = HEADER_LEN_V3 - head.len();
             head.extend_from_slice(chunk.get(..want.min(chunk.len()))?);
-            if head.len() == HEADER_LEN {
+            if head.len() == HEADER_LEN_V3 {
                 break;
             }
         }
@@ -475,6 +476,7 @@ mod tests {
             },
             floor: 1,
             claim: false,
+            id_offset: 0,
         };
         let entries = [Bytes::from_static(b"entry")];
         let object = encode_object(&header, [(3u64, &entries[..])]).expect("encodes");
@@ -483,7 +485,7 @@ mod tests {
         assert_eq!(ValueId::of_copy(&whole), Ok(from_chunks));
         assert_eq!(from_chunks.epoch, 4);
         let mut damaged = whole.to_vec();
-        if let Some(b) = damaged.get_mut(HEADER_LEN + 2) {
+        if let Some(b) = damaged.get_mut(crate::format::HEADER_LEN + 2) {
             *b ^= 1;
         }
         assert!(ValueId::of_copy(&damaged).is_err());

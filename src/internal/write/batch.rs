@@ -16,8 +16,9 @@ use bytes::Bytes;
 
 use crate::error::Error;
 use crate::format::{
-    encode_object, entry_id, EncodedObject, FormatError, Header, Link, ENTRY_PREFIX_LEN,
-    FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN, MAX_SEGMENT_ENTRIES, TRAILER_LEN,
+    encode_object, entry_id, EncodedObject, FormatError, Header, ENTRY_PREFIX_LEN,
+    FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN, HEADER_LEN_V3, MAX_SEGMENT_ENTRIES,
+    TRAILER_LEN,
 };
 use crate::internal::store::codec::SegmentCodec;
 
@@ -98,6 +99,8 @@ struct Slot {
 #[derive(Debug)]
 pub struct Batch {
     limits: BatchLimits,
+    /// Bytes the header takes beyond 56 (8 with an id offset).
+    header_extra: u64,
     regions: BTreeMap<u64, Vec<Bytes>>,
     appends: Vec<Vec<Slot>>,
     segment_bytes: u64,
@@ -119,22 +122,26 @@ fn region_counts(parts: &[(u64, Vec<Bytes>)]) -> Vec<(u64, u64)> {
     counts
 }
 
-/// The receipt of an append whose parts took `slots`, in the object at `sequence`.
-fn receipt_of(slots: &[Slot], sequence: u64) -> AppendReceipt {
+/// The receipt of an append whose parts took `slots`, in the object at `sequence` with
+/// `id_offset` (its ids are counted from `sequence + id_offset`).
+fn receipt_of(slots: &[Slot], sequence: u64, id_offset: u64) -> AppendReceipt {
+    let base = sequence.saturating_add(id_offset);
     AppendReceipt {
         sequence,
         parts: slots
             .iter()
             .map(|s| RegionIds {
                 region: s.region,
-                first_id: entry_id(sequence, s.start),
+                first_id: entry_id(base, s.start),
                 count: s.count,
             })
             .collect(),
     }
 }
 
-/// The encoded size of an object whose segments hold `segment_bytes` in `regions` segments.
+/// The encoded size of an object without an id offset (versions 1 and 2) whose segments
+/// hold `segment_bytes` in `regions` segments; one with an id offset is
+/// `HEADER_LEN_V3 - HEADER_LEN` bytes longer.
 pub fn object_len(segment_bytes: u64, regions: u64) -> u64 {
     (HEADER_LEN + FOOTER_FIXED_LEN + TRAILER_LEN) as u64
         + segment_bytes
@@ -142,10 +149,22 @@ pub fn object_len(segment_bytes: u64, regions: u64) -> u64 {
 }
 
 impl Batch {
-    /// An empty batch with these limits.
+    /// An empty batch with these limits, for objects without an id offset.
     pub fn new(limits: BatchLimits) -> Self {
+        Batch::with_id_offset(limits, 0)
+    }
+
+    /// An empty batch with these limits, for objects carrying `id_offset` (whose header
+    /// is longer when it is not 0).
+    pub fn with_id_offset(limits: BatchLimits, id_offset: u64) -> Self {
+        let header_extra = if id_offset > 0 {
+            (HEADER_LEN_V3 - HEADER_LEN) as u64
+        } else {
+            0
+        };
         Batch {
             limits,
+            header_extra,
             regions: BTreeMap::new(),
             appends: Vec::new(),
             segment_bytes: 0,
@@ -224,8 +243,15 @@ impl Batch {
         let after = object_len(
             self.segment_bytes + added_bytes,
             self.regions.len() as u64 + new_regions,
-        );
+        ) + self.header_extra;
         if after > self.limits.max_object_bytes {
+            if self.appends.is_empty() {
+                // Alone, it fits a version 1 object but not this batch's longer header.
+                return Err(NotAdmitted::Invalid(Error::AppendTooLarge {
+                    bytes: after,
+                    max: self.limits.max_object_bytes,
+                }));
+            }
             return Err(NotAdmitted::Full(parts));
         }
 
@@ -269,7 +295,7 @@ impl Batch {
 
     /// The exact length of the object the batch would seal into.
     pub fn encoded_len(&self) -> u64 {
-        object_len(self.segment_bytes, self.regions.len() as u64)
+        object_len(self.segment_bytes, self.regions.len() as u64) + self.header_extra
     }
 
     /// Whether some region holds 2^20 entries, so nothing more of it fits.
@@ -278,33 +304,27 @@ impl Batch {
     }
 
     /// The receipt the append at `index` (as [`admit`](Self::admit) returned it) gets
-    /// when the batch is sealed at `sequence`; `None` for an index not admitted. The ids
-    /// are final from admission on: a batch is sealed whole, and a part's positions
-    /// never move (a region's segment only grows).
-    pub fn receipt(&self, index: usize, sequence: u64) -> Option<AppendReceipt> {
+    /// when the batch is sealed at `sequence` with `id_offset`; `None` for an index not
+    /// admitted. The ids are final from admission on: a batch is sealed whole, at the
+    /// sequence and id offset it was admitted for, and a part's positions never move (a
+    /// region's segment only grows).
+    pub fn receipt(&self, index: usize, sequence: u64, id_offset: u64) -> Option<AppendReceipt> {
         self.appends
             .get(index)
-            .map(|slots| receipt_of(slots, sequence))
+            .map(|slots| receipt_of(slots, sequence, id_offset))
     }
 
-    /// Encodes the batch as the object at `sequence` with this epoch, link and floor,
-    /// its segments transformed by `codec`, leaving the batch empty. Receipts come in
-    /// admission order.
+    /// Encodes the batch as the object `header` names (a claim is refused), its segments
+    /// transformed by `codec`, leaving the batch empty. Receipts come in admission order.
     pub fn seal(
         &mut self,
-        sequence: u64,
-        epoch: u64,
-        link: Link,
-        floor: u64,
+        header: Header,
         codec: &SegmentCodec,
     ) -> Result<SealedObject, FormatError> {
-        let header = Header {
-            sequence,
-            epoch,
-            link,
-            floor,
-            claim: false,
-        };
+        if header.claim {
+            return Err(FormatError::Unencodable("a claim holds no segments"));
+        }
+        let (sequence, id_offset) = (header.sequence, header.id_offset);
         // Whatever fails here leaves the batch as it was.
         let encoded = OnceLock::new();
         let deferred = if codec.is_identity() {
@@ -326,7 +346,7 @@ impl Batch {
         let receipts = self
             .appends
             .drain(..)
-            .map(|slots| receipt_of(&slots, sequence))
+            .map(|slots| receipt_of(&slots, sequence, id_offset))
             .collect();
         let deferred = Mutex::new(deferred);
         let sealed = SealedObject {
@@ -434,8 +454,20 @@ impl SealedObject {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::Link;
     use crate::transform::{Compression, Keys, SegmentKey, StaticKeys};
     use std::sync::Arc;
+
+    fn header(sequence: u64) -> Header {
+        Header {
+            sequence,
+            epoch: 1,
+            link: Link::NONE,
+            floor: 0,
+            claim: false,
+            id_offset: 0,
+        }
+    }
 
     fn limits() -> BatchLimits {
         BatchLimits {
@@ -456,7 +488,7 @@ mod tests {
     #[test]
     fn an_untransformed_object_is_encoded_when_sealed() {
         let sealed = batch()
-            .seal(1, 1, Link::NONE, 0, &SegmentCodec::identity())
+            .seal(header(1), &SegmentCodec::identity())
             .expect("sealed");
         assert!(sealed.encoded_len() > 0);
         assert_eq!(sealed.encoded().expect("encoded").version(), 1);
@@ -467,7 +499,7 @@ mod tests {
         let mut codec = SegmentCodec::identity();
         codec.compression = Compression::ZSTD;
         codec.keys = Some(Keys(Arc::new(StaticKeys::new(SegmentKey::new(1, [7; 32])))));
-        let sealed = batch().seal(1, 1, Link::NONE, 0, &codec).expect("sealed");
+        let sealed = batch().seal(header(1), &codec).expect("sealed");
         assert_eq!(sealed.sequence(), 1);
         assert_eq!(sealed.encoded_len(), 0, "not encoded at the seal");
         let first = sealed.encoded().expect("encoded").to_bytes();

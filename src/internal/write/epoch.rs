@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use crate::error::{Durability, EpochEndReason, Error, Result};
-use crate::format::Link;
+use crate::format::{Header, Link};
 use crate::internal::store::codec::SegmentCodec;
 use crate::internal::write::batch::{Batch, SealedObject};
 
@@ -38,6 +38,24 @@ pub struct WritePosition {
     pub link: Link,
     /// The floor the next object carries.
     pub floor: u64,
+    /// The id offset the next object carries (its ids count from `next_sequence +
+    /// id_offset`): never decreasing along the chain (DESIGN.md "Regions moving between
+    /// nodes").
+    pub id_offset: u64,
+}
+
+impl WritePosition {
+    /// The header of the next object.
+    pub fn next_header(&self) -> Header {
+        Header {
+            sequence: self.next_sequence,
+            epoch: self.epoch,
+            link: self.link,
+            floor: self.floor,
+            claim: false,
+            id_offset: self.id_offset,
+        }
+    }
 }
 
 /// Seals `batch` as the next object at `position` (its segments transformed by
@@ -49,13 +67,7 @@ pub fn seal_next(
 ) -> Result<SealedObject> {
     let sequence = position.next_sequence;
     let sealed = batch
-        .seal(
-            sequence,
-            position.epoch,
-            position.link,
-            position.floor,
-            codec,
-        )
+        .seal(position.next_header(), codec)
         .map_err(|e| Error::EncodeFailed {
             what: format!("object {sequence}"),
             reason: e.to_string(),

@@ -320,7 +320,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 limits.link_window,
                 limits.codec.clone(),
             ),
-            batch: Batch::new(limits.batch),
+            batch: Batch::with_id_offset(limits.batch, position.id_offset),
             limits,
             chain,
             lifecycle: Lifecycle::Writing,
@@ -457,9 +457,10 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         let mut ids = None;
         if want_ids {
             // The open batch becomes the next sequence, whole: the ids are final.
+            let position = self.epoch.position();
             ids = self
                 .batch
-                .receipt(index, self.epoch.position().next_sequence);
+                .receipt(index, position.next_sequence, position.id_offset);
             self.batch_handed_out |= ids.is_some();
         }
         self.batch_waiters.push(Pending {
@@ -785,7 +786,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 error: error.clone(),
             });
         }
-        self.batch = Batch::new(self.limits.batch);
+        self.batch = Batch::with_id_offset(self.limits.batch, self.epoch.position().id_offset);
         self.batch_opened = None;
     }
 
@@ -949,6 +950,7 @@ mod tests {
                 link: Link::NONE,
                 floor: 0,
                 claim: false,
+                id_offset: 0,
             };
             catalog
                 .insert(&opening, &[], 96)
@@ -978,6 +980,7 @@ mod tests {
                     epoch: 2,
                 },
                 floor: 0,
+                id_offset: 0,
             };
             let protocol = WriteProtocol::new(position, Duration::ZERO, limits, chain);
             Harness {

@@ -71,7 +71,7 @@ impl OpLog {
         let head: Vec<u8> = payload
             .iter()
             .flat_map(|chunk| chunk.iter().copied())
-            .take(crate::format::HEADER_LEN)
+            .take(crate::format::HEADER_LEN_V3)
             .collect();
         let what = match crate::format::decode_header(&head) {
             Ok(h) => format!(
