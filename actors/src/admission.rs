@@ -5,11 +5,12 @@
 //! [`Admitted`].
 //!
 //! **The barrier's state is bounded.** Every writer of the WAL (one per epoch) and the
-//! supervisor share a [`Progress`]: the highest sequence acknowledged, the highest
-//! whose ids were handed out, and two failures: the lowest failed sequence holding
-//! handed-out ids, and the lowest such one that may still be durable. Acknowledgements
-//! come in sequence order within an epoch and every new epoch writes above every
-//! sequence handed out before, so these four numbers decide every barrier: no per-id or
+//! supervisor share a [`Progress`]: the highest object acknowledged, the highest whose
+//! ids were handed out, and two failures: the lowest failed object holding handed-out
+//! ids, and the lowest such one that may still be durable. Objects are named by their
+//! **id base** (sequence plus id offset, `id >> 20`), which orders them as ids do.
+//! Acknowledgements come in that order within an epoch and every new epoch writes above
+//! every id handed out before, so these four numbers decide every barrier: no per-id or
 //! per-object record grows with history.
 //!
 //! [`WalHandle::append_admitted`]: crate::WalHandle::append_admitted
@@ -23,24 +24,27 @@ use std::task::{Context, Poll};
 use object_store_wal::{AppendReceipt, Durability, Error, Result};
 use tokio::sync::{oneshot, watch};
 
-/// Where the ids this WAL handed out stand; see the module doc.
+/// Where the ids this WAL handed out stand; see the module doc. Objects are named by
+/// their id base.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ProgressState {
-    /// The sequence of the last object acknowledged, or of the last opening object
-    /// (durable, and above every id handed out before it): every handed-out sequence
-    /// up to it was acknowledged or failed.
+    /// The id base of the last object acknowledged, or of the last opening object
+    /// (durable, and above every id handed out before it): every handed-out object up
+    /// to it was acknowledged or failed.
     durable: u64,
-    /// The highest sequence whose ids were handed out at admission.
+    /// The highest id base whose ids were handed out at admission.
     handed_out: u64,
-    /// The lowest failed sequence holding handed-out ids, and its object's error.
+    /// The highest sequence whose ids were handed out: a new epoch opens above it.
+    handed_out_sequence: u64,
+    /// The lowest failed id base holding handed-out ids, and its object's error.
     failed: Option<(u64, Error)>,
-    /// The lowest such sequence whose object may still be durable, and its error.
+    /// The lowest such id base whose object may still be durable, and its error.
     failed_may_be_durable: Option<(u64, Error)>,
 }
 
 impl ProgressState {
-    /// What a barrier up to sequence `target` says now: `None` while some handed-out
-    /// sequence up to it is neither acknowledged nor failed.
+    /// What a barrier up to id base `target` says now: `None` while some handed-out
+    /// object up to it is neither acknowledged nor failed.
     fn verdict(&self, target: u64) -> Option<Result<()>> {
         for (sequence, error) in [&self.failed_may_be_durable, &self.failed]
             .into_iter()
@@ -67,31 +71,33 @@ impl Progress {
         (Progress { tx }, rx)
     }
 
-    /// Ids in the object at `sequence` were handed out. No barrier's verdict changes
-    /// (a barrier's target was fixed when it was called), so nobody is woken.
-    pub(crate) fn handed_out(&self, sequence: u64) {
+    /// Ids in the object at `sequence` with `id_base` were handed out. No barrier's
+    /// verdict changes (a barrier's target was fixed when it was called), so nobody is
+    /// woken.
+    pub(crate) fn handed_out(&self, sequence: u64, id_base: u64) {
         self.tx.send_if_modified(|p| {
-            p.handed_out = p.handed_out.max(sequence);
+            p.handed_out = p.handed_out.max(id_base);
+            p.handed_out_sequence = p.handed_out_sequence.max(sequence);
             false
         });
     }
 
     /// The highest sequence whose ids were handed out: a new epoch writes above it.
     pub(crate) fn handed_out_through(&self) -> u64 {
-        self.tx.borrow().handed_out
+        self.tx.borrow().handed_out_sequence
     }
 
-    /// The object at `sequence` was acknowledged (every earlier one of its epoch was),
+    /// The object with `id_base` was acknowledged (every earlier one of its epoch was),
     /// or an epoch opened there.
-    pub(crate) fn acknowledged(&self, sequence: u64) {
+    pub(crate) fn acknowledged(&self, id_base: u64) {
         self.tx.send_if_modified(|p| {
-            let moved = sequence > p.durable;
-            p.durable = p.durable.max(sequence);
+            let moved = id_base > p.durable;
+            p.durable = p.durable.max(id_base);
             moved
         });
     }
 
-    /// The object at `sequence`, holding handed-out ids, failed with `error`.
+    /// The object with id base `sequence`, holding handed-out ids, failed with `error`.
     pub(crate) fn failed(&self, sequence: u64, error: &Error) {
         self.tx.send_modify(|p| {
             if p.failed.as_ref().is_none_or(|(s, _)| sequence < *s) {
@@ -121,8 +127,8 @@ impl Progress {
     }
 }
 
-/// Waits until every id up to the sequence of `id` handed out before the call is
-/// durable, or one failed. `closed` is the answer when the WAL ended with the verdict
+/// Waits until every id up to the object of `id` (its id base) handed out before the
+/// call is durable, or one failed. `closed` is the answer when the WAL ended with the verdict
 /// still open.
 pub(crate) async fn wait_durable_through(
     mut rx: watch::Receiver<ProgressState>,
@@ -292,8 +298,8 @@ mod tests {
     #[test]
     fn a_barrier_waits_for_acknowledgements_in_sequence_order() {
         let (progress, rx) = Progress::new();
-        progress.handed_out(2);
-        progress.handed_out(4);
+        progress.handed_out(2, 2);
+        progress.handed_out(4, 4);
         assert!(verdict(&rx, 2).is_none());
         progress.acknowledged(3);
         assert!(matches!(verdict(&rx, 2), Some(Ok(()))));
@@ -305,7 +311,7 @@ mod tests {
     #[test]
     fn a_failure_fails_every_barrier_at_or_above_it_and_none_below() {
         let (progress, rx) = Progress::new();
-        progress.handed_out(6);
+        progress.handed_out(6, 6);
         progress.acknowledged(3);
         // Sequence 5: never sent; 4: an unknown outcome (recorded later, lower).
         progress.failed(5, &stopped());
@@ -327,7 +333,7 @@ mod tests {
     #[test]
     fn only_not_written_failures_below_give_not_written() {
         let (progress, rx) = Progress::new();
-        progress.handed_out(5);
+        progress.handed_out(5, 5);
         progress.acknowledged(4);
         progress.failed(5, &stopped());
         assert!(matches!(verdict(&rx, 4), Some(Ok(()))));
@@ -342,7 +348,7 @@ mod tests {
     #[test]
     fn a_panicked_writer_fails_what_it_had_not_acknowledged() {
         let (progress, rx) = Progress::new();
-        progress.handed_out(7);
+        progress.handed_out(7, 7);
         progress.acknowledged(5);
         let failed = Error::WriterFailed {
             durability: Durability::MayBeDurable,
@@ -355,9 +361,26 @@ mod tests {
         ));
         // Nothing handed out beyond what was acknowledged: nothing fails.
         let (progress, rx) = Progress::new();
-        progress.handed_out(5);
+        progress.handed_out(5, 5);
         progress.acknowledged(5);
         progress.failed_unacknowledged(&failed);
         assert!(matches!(verdict(&rx, 5), Some(Ok(()))));
+    }
+
+    /// With an id offset an object's ids count from its id base, not its sequence: a
+    /// barrier waits for the object its id names, and a reopen goes above the sequence.
+    #[test]
+    fn barriers_name_objects_by_id_base() {
+        let (progress, rx) = Progress::new();
+        // Object 5 with id offset 40: its ids are 45 << 20 | position.
+        progress.handed_out(5, 45);
+        assert_eq!(progress.handed_out_through(), 5);
+        let target = object_store_wal::format::entry_sequence(object_store_wal::entry_id(45, 3));
+        assert!(verdict(&rx, target).is_none());
+        // Object 4 (id base 44) acknowledged: not yet.
+        progress.acknowledged(44);
+        assert!(verdict(&rx, target).is_none());
+        progress.acknowledged(45);
+        assert!(matches!(verdict(&rx, target), Some(Ok(()))));
     }
 }

@@ -256,7 +256,8 @@ impl SupervisorState {
         self.commits.send_replace(last_sequence);
         // The opening object is durable, and above every id handed out before (the open
         // went above them): a barrier below it has its verdict.
-        self.progress.acknowledged(epoch.link.sequence);
+        self.progress
+            .acknowledged(epoch.link.sequence.saturating_add(epoch.id_offset));
         if self.reclaimer.is_none() {
             self.spawn_reclaimer(myself).await?;
         }

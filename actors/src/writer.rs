@@ -162,7 +162,11 @@ impl WriterState {
             Ok(Admitted { ids, .. }) => {
                 if let (Some(admission), Some(ids)) = (admission, ids) {
                     // Noted before the caller learns them.
-                    self.args.progress.handed_out(ids.sequence);
+                    // Every part's ids count from the object's id base.
+                    let base = ids.parts.first().map_or(ids.sequence, |p| {
+                        object_store_wal::format::entry_sequence(p.first_id)
+                    });
+                    self.args.progress.handed_out(ids.sequence, base);
                     reply(admission, ids);
                 }
             }
@@ -207,7 +211,7 @@ impl WriterState {
                         sealed.segments().iter().map(|(r, e)| (*r, e.as_slice())),
                     );
                     self.args.commits.send_replace(sequence);
-                    self.args.progress.acknowledged(sequence);
+                    self.args.progress.acknowledged(sealed.header().id_base());
                     let c = &self.args.counters;
                     let attempts = u64::from(attempts);
                     Counters::add(&c.objects, 1);
@@ -235,8 +239,8 @@ impl WriterState {
                         reply(pending.waiter, Err(error.clone()));
                     }
                 }
-                Action::HandedOutFailed { sequence, error } => {
-                    self.args.progress.failed(sequence, &error);
+                Action::HandedOutFailed { id_base, error, .. } => {
+                    self.args.progress.failed(id_base, &error);
                 }
                 Action::EpochEnded { error, conflict } => {
                     if conflict {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::memory::InMemory;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use object_store_wal::format::{decode_header, entry_id, Header};
 use object_store_wal::internal::write::batch::object_len;
 use object_store_wal::testing::{CreateFault, FaultStore};
@@ -529,4 +529,63 @@ async fn a_panicked_writer_fails_the_barrier_and_its_ids_are_not_reused() {
     let replayed = replay_fresh(&store, &[1]).await;
     assert_eq!(ledger.check(&replayed), vec![false, false]);
     assert_eq!(ids(&replayed), vec![(entry_id(5, 0), entry("next"))]);
+}
+
+/// On a prefix whose objects carry an id offset (FORMAT.md version 3), the runtime's
+/// epoch counts its ids from above it: admission, receipts and the replay agree on ids
+/// `(sequence + 90) << 20 | position`, and barriers name objects by those ids: one on
+/// object 3's id passes while 4 is held (`3 + 90` is far above the sequence 4), one on
+/// object 4's waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_and_barriers_follow_the_id_offset() {
+    let (faults, store) = memory();
+    let inner = faults.inner().clone();
+    let raised = Header {
+        sequence: 1,
+        epoch: 1,
+        link: object_store_wal::format::Link::NONE,
+        floor: 0,
+        claim: false,
+        id_offset: 90,
+    };
+    let object =
+        object_store_wal::format::encode_object(&raised, std::iter::empty()).expect("encodes");
+    inner
+        .put(&key(1), object.to_bytes().into())
+        .await
+        .expect("put");
+    // The opening object is 2; the first data object 3.
+    let hold = faults.hold_creates_of(&key(4));
+    let (wal, join) = spawn(&store, &config()).await;
+    assert_eq!(header_at(&inner, 2).await.id_offset, 90);
+
+    let first = admit(&wal, &vec![(1, vec![entry("first")])]).await;
+    assert_eq!(first.ids.sequence, 3);
+    assert_eq!(first_id(&first.ids), entry_id(93, 0));
+    let first_ids = first.ids.clone();
+    assert_eq!(durable(first).await.expect("durable"), first_ids);
+    let mut second = admit(&wal, &vec![(1, vec![entry("second")])]).await;
+    assert_eq!(second.ids.sequence, 4);
+    assert_eq!(first_id(&second.ids), entry_id(94, 0));
+    bounded("the create of 4 to be held", hold.wait_arrived(1)).await;
+
+    bounded(
+        "the barrier on 3",
+        wal.durable_through(first_id(&first_ids)),
+    )
+    .await
+    .expect("3 is durable");
+    let mut on_second = Box::pin(wal.durable_through(first_id(&second.ids)));
+    assert!(pending(&mut on_second).await, "passed with 4 held");
+    assert!(pending(&mut second.durable).await);
+    hold.release();
+    bounded("the barrier on 4", on_second)
+        .await
+        .expect("passes once 4 is durable");
+    assert_eq!(durable(second).await.expect("durable").sequence, 4);
+    stop(wal, join).await;
+
+    let replayed = replay_fresh(&store, &[1]).await;
+    let replayed: Vec<u64> = replayed.iter().map(|e| e.id).collect();
+    assert_eq!(replayed, vec![entry_id(93, 0), entry_id(94, 0)]);
 }

@@ -206,6 +206,8 @@ pub enum Action<W> {
     HandedOutFailed {
         /// The object.
         sequence: u64,
+        /// Its id base (sequence plus id offset): its ids are `id_base << 20 | position`.
+        id_base: u64,
         /// Why.
         error: Error,
     },
@@ -757,6 +759,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         if flight.handed_out {
             self.actions.push_back(Action::HandedOutFailed {
                 sequence: flight.sealed.sequence(),
+                id_base: flight.sealed.header().id_base(),
                 error: error.clone(),
             });
         }
@@ -773,6 +776,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         if std::mem::take(&mut self.batch_handed_out) {
             self.actions.push_back(Action::HandedOutFailed {
                 sequence: self.epoch.position().next_sequence,
+                id_base: self.epoch.position().next_header().id_base(),
                 error: error.clone(),
             });
         }
