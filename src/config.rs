@@ -199,6 +199,8 @@ pub struct Config {
     /// delay the next). Zero: no bound.
     pub min_object_interval: Duration,
     /// The largest object, header to trailer; a batch is sealed before it grows past it.
+    /// Counted with a 56-byte header: an object that carries an id offset (a region
+    /// moved in, FORMAT.md version 3) may be 8 bytes longer.
     pub max_batch_bytes: u64,
     /// The largest single entry.
     pub max_entry_bytes: u64,
@@ -422,11 +424,12 @@ impl Config {
                 reason: reason.to_string(),
             })
         };
+        // Sizes count a 56-byte header: an object with an id offset is 8 bytes longer.
         let min_object = (format::EMPTY_OBJECT_LEN + format::FOOTER_RECORD_LEN + 4) as u64;
         if self.max_batch_bytes < min_object {
             return bad(
                 "max_batch_bytes",
-                "must hold at least one empty entry (108 bytes)",
+                "must hold at least one empty entry (148 bytes)",
             );
         }
         if self.max_batch_bytes > u64::from(u32::MAX) {

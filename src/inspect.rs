@@ -213,7 +213,10 @@ impl Inspector {
                 continue;
             };
             let segment = bytes.slice_ref(segment);
-            if let Err(error) = self.io.decode_segment(segment, record, header.epoch) {
+            if let Err(error) =
+                self.io
+                    .decode_segment(segment, record, header.sequence, header.epoch)
+            {
                 damaged.push((record.region, error));
             }
         }

@@ -23,9 +23,11 @@
 //!
 //! An object is `header (56) | segments | footer | trailer (32)` under the key
 //! `<prefix>/<20-digit sequence>.wal` ([`format`](mod@format) restates `FORMAT.md`, which is
-//! normative). Each header links to the object it extends by `(sequence, epoch)`; the
-//! objects form chains. Entry ids are object-sequence-major: [`entry_id`]`(seq, pos) =
-//! seq << 20 | pos`, so a region's ids increase strictly but are not contiguous.
+//! normative; version 3 adds an id offset to a 64-byte header). Each header links to the
+//! object it extends by `(sequence, epoch)`; the objects form chains. Entry ids are
+//! object-major: [`entry_id`]`(seq + id offset, pos) = (seq + id offset) << 20 | pos`
+//! (the id offset is 0 until a region moves in), so a region's ids increase strictly but
+//! are not contiguous.
 //!
 //! ## The protocol in brief
 //!

@@ -407,7 +407,7 @@ proptest! {
                     prop_assert!(with_batch <= max_object_bytes);
                     prop_assert_eq!(i, admitted.len());
                     admitted.push(parts);
-                    told.push(batch.receipt(i, sequence, 0).expect("the receipt of an admitted append"));
+                    told.push(batch.receipt(i, sequence).expect("the receipt of an admitted append"));
                 }
                 Err(NotAdmitted::Full(back)) => {
                     prop_assert!(alone <= max_object_bytes);
@@ -418,9 +418,9 @@ proptest! {
                     model_regions.clear();
                     model_bytes = 0;
                     prop_assert!(matches!(batch.admit(back), Ok(0)));
-                    prop_assert!(batch.receipt(1, sequence, 0).is_none());
+                    prop_assert!(batch.receipt(1, sequence).is_none());
                     admitted.push(parts);
-                    told.push(batch.receipt(0, sequence, 0).expect("the receipt of an admitted append"));
+                    told.push(batch.receipt(0, sequence).expect("the receipt of an admitted append"));
                 }
                 Err(NotAdmitted::Invalid(Error::AppendTooLarge { bytes, max })) => {
                     prop_assert_eq!(bytes, alone);

@@ -1201,7 +1201,7 @@ async fn open_above_claims_up_to_the_sequences_handed_out(store: Arc<dyn ObjectS
     put_object(&store, header(3, 3, (2, 3), 0), &[(1, &["b"])]).await;
     let io = WalIo::for_config(store.clone(), &config()).expect("io");
 
-    let opened = open_instance_above(&io, &config(), &BootClock, 5)
+    let opened = open_instance_above(&io, &config(), &BootClock, 5, 0)
         .await
         .expect("open");
     assert_eq!(opened.recovery.report.max_sequence, 3);
@@ -1215,7 +1215,7 @@ async fn open_above_claims_up_to_the_sequences_handed_out(store: Arc<dyn ObjectS
     assert_eq!(opened.epoch.next_sequence, 7);
 
     // Below what is present, `above` changes nothing: M = 6, opening object 7.
-    let opened = open_instance_above(&io, &config(), &BootClock, 2)
+    let opened = open_instance_above(&io, &config(), &BootClock, 2, 0)
         .await
         .expect("open");
     assert_eq!(opened.epoch.next_sequence, 8);

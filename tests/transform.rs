@@ -174,6 +174,44 @@ fn a_moved_segment_fails_authentication() {
     }
 }
 
+/// Version 3: the associated data names the object's sequence, not its id base. An
+/// encrypted segment of object 9 (id offset 1000, id base 1009) moved into object 10 of
+/// the same epoch with id offset 999 (the same id base, so the same entry ids and a
+/// valid footer) fails authentication; in place it decodes.
+#[test]
+fn a_segment_moved_to_the_same_id_base_fails_authentication() {
+    let keys = keys();
+    let key = vector_key();
+    let xxx = [Bytes::from_static(b"xxx")];
+    let sealing = Sealing {
+        compression: Compression::Off,
+        key: Some(&key),
+    };
+    let at = |sequence, id_offset| Header {
+        sequence,
+        id_offset,
+        ..header()
+    };
+    let encoded = encode_object_with(&at(9, 1000), [(7, &xxx[..])], &sealing, &mut || {
+        Ok([0x24; 24])
+    })
+    .expect("encodes");
+    assert_eq!(encoded.version(), 3);
+    let bytes = encoded.to_bytes();
+    let decoded = decode_object_with(&bytes, &opening(&keys)).expect("in place, it decodes");
+    assert_eq!(decoded.segments, vec![(7, xxx.to_vec())]);
+    let moved = edited(&hex::encode(&bytes), |b| {
+        b[12..20].copy_from_slice(&10u64.to_le_bytes());
+        b[52..60].copy_from_slice(&999u64.to_le_bytes());
+    });
+    let summary = decode_object_summary(&moved).expect("the summary still verifies");
+    assert_eq!(summary.header.id_base(), 1009);
+    match segment_error(&moved, &opening(&keys)) {
+        FormatError::Authentication { key_id: 1, .. } => {}
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn a_wrong_or_missing_key_says_so() {
     let bytes = unhex(XCHACHA);

@@ -87,6 +87,11 @@ impl Progress {
         self.tx.borrow().handed_out_sequence
     }
 
+    /// The highest id base whose ids were handed out: a new epoch's ids count from above.
+    pub(crate) fn handed_out_id_base(&self) -> u64 {
+        self.tx.borrow().handed_out
+    }
+
     /// The object with `id_base` was acknowledged (every earlier one of its epoch was),
     /// or an epoch opened there.
     pub(crate) fn acknowledged(&self, id_base: u64) {
@@ -165,8 +170,8 @@ pub(crate) async fn wait_durable_through(
 /// is sealed whole as the epoch's next sequence: nothing else is sealed in between (a
 /// full batch is sealed *before* the append that did not fit is admitted into a fresh
 /// one, and a keep-alive seals only an empty batch), and a part's positions in its
-/// region's segment never move. So `sequence << 20 | position` is the id the object
-/// will carry.
+/// region's segment never move. So `(sequence + id offset) << 20 | position` is the id
+/// the object will carry (the batch keeps the id offset it was opened under).
 ///
 /// **Why a failed id is never given again.** Objects of an epoch that ended without
 /// being created (refused, dropped by a stop, or an unknown outcome that never landed)

@@ -26,6 +26,8 @@ pub struct RecoveryArgs {
     /// The opening object goes above this sequence too: the highest whose entry ids
     /// the WAL handed out at admission (`open_instance_above`).
     pub above: u64,
+    /// And above this id base: the highest of the ids handed out.
+    pub above_id_base: u64,
 }
 
 /// What a panic said, as far as it can be read.
@@ -60,8 +62,13 @@ impl Actor for RecoveryActor {
                 // this task, so aborting the task ends it: an abandoned open sends
                 // nothing more (a claim or an opening object of an instance already
                 // replaced would fence its successor).
-                let opening =
-                    open_instance_above(&args.io, &args.config, args.clock.as_ref(), args.above);
+                let opening = open_instance_above(
+                    &args.io,
+                    &args.config,
+                    args.clock.as_ref(),
+                    args.above,
+                    args.above_id_base,
+                );
                 let result = match AssertUnwindSafe(opening).catch_unwind().await {
                     Ok(result) => result,
                     Err(panic) => Err(Error::OpenPanicked {

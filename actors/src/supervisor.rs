@@ -223,6 +223,7 @@ impl SupervisorState {
             clock: self.clock.clone(),
             // Ids handed out by an epoch that ended are never given again.
             above: self.progress.handed_out_through(),
+            above_id_base: self.progress.handed_out_id_base(),
         };
         let (recovery, _) =
             Actor::spawn_linked(None, RecoveryActor, args, myself.get_cell()).await?;

@@ -350,7 +350,7 @@ impl WriterState {
     }
 
     /// Keeps the epoch inside its link window while idle: half a window after the last
-    /// create, the sealing decision writes an empty object (96 bytes; the only request
+    /// create, the sealing decision writes an empty object (96 bytes, 104 with an id offset; the only request
     /// an idle WAL makes). Re-arms itself for what is left of the half window.
     fn keep_alive(&mut self, myself: &ActorRef<WriterMsg>) {
         if self.protocol.ended().is_some() || !self.protocol.is_writing() {

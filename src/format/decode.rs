@@ -301,8 +301,9 @@ pub fn decode_footer_of_version(
     Ok(Footer { records })
 }
 
-/// Decodes the summary of an object from its first 56 bytes (`head`), a suffix of the
-/// object that holds at least the footer and trailer (`tail`), and the object's length.
+/// Decodes the summary of an object from its first bytes (`head`: 56, or 64 in version
+/// 3; reading 64 always suffices), a suffix of the object that holds at least the footer
+/// and trailer (`tail`), and the object's length.
 pub fn decode_summary(head: &[u8], tail: &[u8], length: u64) -> Result<ObjectSummary, FormatError> {
     let (header, version) = decode_header_version(head)?;
     let trailer = decode_trailer(tail, length)?;
@@ -445,6 +446,7 @@ pub fn decode_object_with(
             decode_segment_with(
                 bytes.slice_ref(segment),
                 record,
+                summary.header.sequence,
                 summary.header.epoch,
                 opening,
             )?,
@@ -459,21 +461,22 @@ pub fn decode_object_with(
 /// a key ([`decode_segment_with`] has keys).
 pub fn decode_segment(bytes: Bytes, record: &SegmentRecord) -> Result<Vec<Bytes>, FormatError> {
     let opening = Opening::without_keys(UNCONFIGURED_MAX_DECODED);
-    decode_segment_with(bytes, record, 0, &opening)
+    decode_segment_with(bytes, record, 0, 0, &opening)
 }
 
-/// Decodes one segment: its stored bytes' length and CRC first, then (version 2) its
-/// transforms undone with `opening` (`epoch`: the object's, part of an encrypted
-/// segment's associated data), then its entries (zero-copy slices of the decoded bytes),
-/// whose count must match the record's entry id range.
+/// Decodes one segment: its stored bytes' length and CRC first, then (versions 2 and 3)
+/// its transforms undone with `opening` (`sequence` and `epoch`: the object's, part of
+/// an encrypted segment's associated data), then its entries (zero-copy slices of the
+/// decoded bytes), whose count must match the record's entry id range.
 pub fn decode_segment_with(
     bytes: Bytes,
     record: &SegmentRecord,
+    sequence: u64,
     epoch: u64,
     opening: &Opening<'_>,
 ) -> Result<Vec<Bytes>, FormatError> {
     check_stored(&bytes, record)?;
-    let plain = open_segment(bytes, record, epoch, opening)?;
+    let plain = open_segment(bytes, record, sequence, epoch, opening)?;
     // `walk_entries` bounds the count by the checked length before this allocates.
     let mut entries = Vec::new();
     walk_entries(&plain, record, |range| {

@@ -1,5 +1,5 @@
 //! An object from its segments, in one pass: version 1 untransformed, version 2 when a
-//! segment is sealed by a transform.
+//! segment is sealed by a transform, version 3 when the header carries an id offset.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use crc32fast::Hasher;
@@ -21,7 +21,8 @@ pub struct EncodedObject {
 }
 
 impl EncodedObject {
-    /// The format version it was encoded in: 2 when a segment is transformed.
+    /// The format version it was encoded in: 3 with an id offset, else 2 when a segment
+    /// is transformed, else 1.
     pub fn version(&self) -> u16 {
         self.version
     }
@@ -185,8 +186,15 @@ where
                 Some(_) => nonces()?,
                 None => [0u8; NONCE_LEN],
             };
-            let (codec, cipher, stored) =
-                seal_segment(plain, sealing, header.epoch, region, first_entry_id, nonce)?;
+            let (codec, cipher, stored) = seal_segment(
+                plain,
+                sealing,
+                header.sequence,
+                header.epoch,
+                region,
+                first_entry_id,
+                nonce,
+            )?;
             segment_hasher.update(&stored);
             let length = stored.len() as u64;
             chunks.push(stored);

@@ -9,8 +9,8 @@ use chacha20poly1305::aead::{Aead, AeadInOut, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 
 use super::layout::{
-    entry_sequence, FormatError, SegmentRecord, CIPHER_NONE, CIPHER_XCHACHA20_POLY1305, CODEC_LZ4,
-    CODEC_NONE, CODEC_ZSTD, ENTRY_PREFIX_LEN,
+    FormatError, SegmentRecord, CIPHER_NONE, CIPHER_XCHACHA20_POLY1305, CODEC_LZ4, CODEC_NONE,
+    CODEC_ZSTD, ENTRY_PREFIX_LEN,
 };
 use crate::transform::{
     Compression, Opening, Sealing, DECODED_LEN_PREFIX, ENVELOPE_HEAD_LEN, NONCE_LEN, TAG_LEN,
@@ -26,10 +26,10 @@ pub fn random_nonce() -> Result<[u8; NONCE_LEN], FormatError> {
 
 /// The associated data of an encrypted segment: the object's sequence and epoch, the
 /// region and the first entry id, as four little-endian u64.
-fn associated_data(epoch: u64, region: u64, first_entry_id: u64) -> [u8; 32] {
+fn associated_data(sequence: u64, epoch: u64, region: u64, first_entry_id: u64) -> [u8; 32] {
     let mut ad = [0u8; 32];
     let mut w = &mut ad[..];
-    w.put_u64_le(entry_sequence(first_entry_id));
+    w.put_u64_le(sequence);
     w.put_u64_le(epoch);
     w.put_u64_le(region);
     w.put_u64_le(first_entry_id);
@@ -97,10 +97,12 @@ fn zstd_decompress(compressed: &[u8], decoded_len: usize) -> Result<Vec<u8>, Str
 /// Transforms one version 1 segment as `sealing` says: `buffer` holds
 /// [`Sealing::headroom`] bytes (any), then the segment (`length | payload` per entry).
 /// Returns `(codec, cipher, stored bytes)`. Compression is kept only when it shrinks the
-/// segment; with a key, every segment is encrypted with `nonce`, in place.
+/// segment; with a key, every segment is encrypted with `nonce`, in place, bound to its
+/// place: the object's `sequence` and `epoch`, its `region` and first entry id.
 pub fn seal_segment(
     mut buffer: Vec<u8>,
     sealing: &Sealing<'_>,
+    sequence: u64,
     epoch: u64,
     region: u64,
     first_entry_id: u64,
@@ -142,7 +144,7 @@ pub fn seal_segment(
     };
     let cipher = XChaCha20Poly1305::new_from_slice(&key.bytes)
         .map_err(|_| FormatError::Unencodable("a key is 32 bytes"))?;
-    let ad = associated_data(epoch, region, first_entry_id);
+    let ad = associated_data(sequence, epoch, region, first_entry_id);
     let (envelope, body) =
         buffer
             .split_at_mut_checked(ENVELOPE_HEAD_LEN)
@@ -161,9 +163,11 @@ pub fn seal_segment(
 
 /// Undoes a segment's transforms: `stored` (already checked against its CRC) becomes the
 /// version 1 segment. An untransformed segment comes back as it is, without a copy.
+/// `sequence` and `epoch` are its object's (an encrypted segment is bound to them).
 pub fn open_segment(
     stored: Bytes,
     record: &SegmentRecord,
+    sequence: u64,
     epoch: u64,
     opening: &Opening<'_>,
 ) -> Result<Bytes, FormatError> {
@@ -206,7 +210,7 @@ pub fn open_segment(
                 region,
                 reason: "the encryption envelope is cut off",
             })?;
-            let ad = associated_data(epoch, region, record.first_entry_id);
+            let ad = associated_data(sequence, epoch, region, record.first_entry_id);
             let plain = cipher
                 .decrypt(
                     &nonce,

@@ -243,7 +243,7 @@ pub enum FormatError {
         /// The object's sequence.
         sequence: u64,
     },
-    /// Segments are not contiguous from offset 56 to the footer.
+    /// Segments are not contiguous from the header's end to the footer.
     #[error("region {region}: segment at {offset} (length {length}) should start at {expected}")]
     SegmentPlacement {
         /// The record's region.
@@ -493,7 +493,7 @@ impl Trailer {
 /// and length, all verified against each other.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectSummary {
-    /// The format version, 1 or 2.
+    /// The format version: 1, 2 or 3.
     pub version: u16,
     /// The header.
     pub header: Header,

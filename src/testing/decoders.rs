@@ -144,6 +144,7 @@ fn decode_everything(data: &[u8]) {
                 let _ = format::decode_segment_with(
                     bytes.slice(range),
                     record,
+                    summary.header.sequence,
                     summary.header.epoch,
                     &opening,
                 );

@@ -423,18 +423,23 @@ pub fn plan_opening(present: &[u64], end: Option<&Header>) -> Result<OpeningPlan
 /// absent sequences up to `above` are claimed like any hole: a late create of the
 /// ended epoch there is fenced, and those ids are never reused or replayed.
 ///
-/// The new epoch's id offset is at least `id_offset` (the caller's: the largest present,
-/// orphans and claims included, and the largest it handed out) and the chain end's, so
-/// ids never run backwards (DESIGN.md "Regions moving between nodes"); its claims and
-/// opening object carry it.
+/// The new epoch's id offset is the chain end's, or more so that the opening object's
+/// id base (sequence plus offset) is above `id_base` (the caller's: the largest id base
+/// present, orphans and claims included, and the largest it handed out): ids never run
+/// backwards (DESIGN.md "Regions moving between nodes"). Its claims and opening object
+/// carry it.
 pub fn plan_opening_above(
     present: &[u64],
     end: Option<&Header>,
     above: u64,
-    id_offset: u64,
+    id_base: u64,
 ) -> Result<OpeningPlan, Error> {
-    let id_offset = id_offset.max(end.map_or(0, |h| h.id_offset));
     let largest = present.iter().copied().max().unwrap_or(0).max(above);
+    // The opening object is `largest + 1`: its id base is above `id_base` with an offset
+    // of `id_base - largest`.
+    let id_offset = end
+        .map_or(0, |h| h.id_offset)
+        .max(id_base.saturating_sub(largest));
     let sequence = largest + 1;
     let epoch = sequence + 1;
     if sequence > crate::format::MAX_SEQUENCE {
@@ -785,5 +790,30 @@ mod tests {
         let walk = walk_probes(LAST, 5, &[Some(&other_epoch), None]);
         assert!(walk.extended.is_empty());
         assert_eq!(walk.next_key, 6);
+    }
+
+    /// A new epoch's id offset: the chain end's, raised only as far as putting its
+    /// opening object's id base above the largest id base given (present or handed out).
+    #[test]
+    fn an_opening_counts_its_ids_from_above_every_id_base() {
+        let end = |id_offset| Header {
+            id_offset,
+            ..object(3, 2, (2, 2), false)
+        };
+        // An old orphan whose ids the sequences passed long ago raises nothing.
+        let plan = plan_opening_above(&[1, 2, 3], Some(&end(0)), 3, 2).expect("plan");
+        assert_eq!((plan.opening.sequence, plan.opening.id_offset), (4, 0));
+        // An id base of 10: the opening object (4) counts from 4 + 7 = 11.
+        let plan = plan_opening_above(&[1, 2, 3], Some(&end(0)), 3, 10).expect("plan");
+        assert_eq!(plan.opening.id_offset, 7);
+        assert_eq!(plan.opening.id_base(), 11);
+        // The chain end's offset is kept even with nothing above it.
+        let plan = plan_opening_above(&[1, 2, 3, 6], Some(&end(5)), 3, 0).expect("plan");
+        assert_eq!((plan.opening.sequence, plan.opening.id_offset), (7, 5));
+        assert!(plan.claims.iter().all(|c| c.id_offset == 5 && c.claim));
+        // No id base left below 2^44.
+        assert!(
+            plan_opening_above(&[1, 2, 3], Some(&end(0)), 3, crate::format::MAX_SEQUENCE).is_err()
+        );
     }
 }

@@ -54,20 +54,22 @@ pub async fn open_instance_with(
     config: &Config,
     clock: &dyn CreateClock,
 ) -> Result<Opened> {
-    open_instance_above(io, config, clock, 0).await
+    open_instance_above(io, config, clock, 0, 0).await
 }
 
 /// [`open_instance_with`] for an instance that reopens after its epoch ended: the
 /// opening object goes above `above` as well as above everything present, and every
 /// absent sequence up to it is claimed ([`plan_opening_above`]). The actor runtime
-/// passes the highest sequence whose entry ids it handed out at admission, so that ids
-/// of objects never created (refused, stopped, or lost to an unknown outcome) are
-/// never given again by a later epoch.
+/// passes the highest sequence whose entry ids it handed out at admission, and the
+/// highest id base (sequence plus id offset) of those ids, so that ids of objects never
+/// created (refused, stopped, or lost to an unknown outcome) are never given again by a
+/// later epoch.
 pub async fn open_instance_above(
     io: &WalIo,
     config: &Config,
     clock: &dyn CreateClock,
     above: u64,
+    above_id_base: u64,
 ) -> Result<Opened> {
     let started = tokio::time::Instant::now();
     let mut last = String::new();
@@ -130,20 +132,19 @@ pub async fn open_instance_above(
             // sequences without a decided value up to it are claimed; over one store it
             // is the largest present.
             let largest = above.max(recovery.report.max_sequence);
-            // The new epoch's ids count from above every id offset present, orphans and
-            // claims included (the runtime raises none of its own).
-            let id_offset = recovery
+            // The new epoch's ids count from above every id base present, orphans and
+            // claims included, and every one this instance handed out.
+            let id_base = recovery
                 .report
                 .objects
                 .iter()
-                .map(|o| o.header.id_offset)
-                .max()
-                .unwrap_or(0);
+                .map(|o| o.header.id_base())
+                .fold(above_id_base, u64::max);
             let plan = plan_opening_above(
                 &present,
                 recovery.report.chain_end.as_ref(),
                 largest,
-                id_offset,
+                id_base,
             )?;
             let claims: Vec<EncodedObject> = plan
                 .claims

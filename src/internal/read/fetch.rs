@@ -168,7 +168,7 @@ pub(crate) async fn fetch_verified(
                         got: bytes.len() as u64,
                     });
                 };
-                let decoded = io.decode_segment(segment, record, loc.epoch);
+                let decoded = io.decode_segment(segment, record, loc.sequence, loc.epoch);
                 if let Err(e) = &decoded {
                     debug!(sequence, region = record.region, error = %e, "segment failed verification");
                 }

@@ -37,7 +37,7 @@ use crate::config::{DEFAULT_CACHE_BYTES, DEFAULT_CACHE_REGION_BYTES};
 use crate::error::{Error, Result};
 use crate::format::{
     self, EncodedObject, FormatError, ObjectSummary, SegmentDamage, SegmentRecord,
-    EMPTY_OBJECT_LEN, HEADER_LEN, HEADER_LEN_V3, TRAILER_LEN,
+    EMPTY_OBJECT_LEN, EMPTY_OBJECT_LEN_V3, HEADER_LEN, HEADER_LEN_V3, TRAILER_LEN,
 };
 use crate::internal::store::cache::{RegionWatch, SegmentCache};
 use crate::internal::store::codec::SegmentCodec;
@@ -121,7 +121,7 @@ impl WalIo {
         Ok(WalIo {
             transport,
             prefix: validate_prefix(prefix)?,
-            whole_read_threshold: whole_read_threshold.max(EMPTY_OBJECT_LEN as u64),
+            whole_read_threshold: whole_read_threshold.max(EMPTY_OBJECT_LEN_V3 as u64),
             metrics,
             codec: SegmentCodec::identity(),
             cache: Arc::new(SegmentCache::new(
@@ -214,9 +214,10 @@ impl WalIo {
         &self,
         bytes: Bytes,
         record: &SegmentRecord,
+        sequence: u64,
         epoch: u64,
     ) -> std::result::Result<Vec<Bytes>, format::FormatError> {
-        format::decode_segment_with(bytes, record, epoch, &self.codec.opening())
+        format::decode_segment_with(bytes, record, sequence, epoch, &self.codec.opening())
     }
 
     /// What happened to the requests so far (hedges, wins, timeouts, damaged segments).

@@ -17,8 +17,7 @@ use bytes::Bytes;
 use crate::error::Error;
 use crate::format::{
     encode_object, entry_id, EncodedObject, FormatError, Header, ENTRY_PREFIX_LEN,
-    FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN, HEADER_LEN_V3, MAX_SEGMENT_ENTRIES,
-    TRAILER_LEN,
+    FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN, MAX_SEGMENT_ENTRIES, TRAILER_LEN,
 };
 use crate::internal::store::codec::SegmentCodec;
 
@@ -99,8 +98,9 @@ struct Slot {
 #[derive(Debug)]
 pub struct Batch {
     limits: BatchLimits,
-    /// Bytes the header takes beyond 56 (8 with an id offset).
-    header_extra: u64,
+    /// The id offset its object carries: its ids, handed out at admission, count from
+    /// the sequence plus it.
+    id_offset: u64,
     regions: BTreeMap<u64, Vec<Bytes>>,
     appends: Vec<Vec<Slot>>,
     segment_bytes: u64,
@@ -140,8 +140,9 @@ fn receipt_of(slots: &[Slot], sequence: u64, id_offset: u64) -> AppendReceipt {
 }
 
 /// The encoded size of an object without an id offset (versions 1 and 2) whose segments
-/// hold `segment_bytes` in `regions` segments; one with an id offset is
-/// `HEADER_LEN_V3 - HEADER_LEN` bytes longer.
+/// hold `segment_bytes` in `regions` segments. Batches are sized by it: an object with an
+/// id offset is `HEADER_LEN_V3 - HEADER_LEN` (8) bytes longer, and may exceed
+/// `max_batch_bytes` by that much.
 pub fn object_len(segment_bytes: u64, regions: u64) -> u64 {
     (HEADER_LEN + FOOTER_FIXED_LEN + TRAILER_LEN) as u64
         + segment_bytes
@@ -154,17 +155,12 @@ impl Batch {
         Batch::with_id_offset(limits, 0)
     }
 
-    /// An empty batch with these limits, for objects carrying `id_offset` (whose header
-    /// is longer when it is not 0).
+    /// An empty batch with these limits, for an object carrying `id_offset`: the ids it
+    /// hands out at admission count from its sequence plus `id_offset`.
     pub fn with_id_offset(limits: BatchLimits, id_offset: u64) -> Self {
-        let header_extra = if id_offset > 0 {
-            (HEADER_LEN_V3 - HEADER_LEN) as u64
-        } else {
-            0
-        };
         Batch {
             limits,
-            header_extra,
+            id_offset,
             regions: BTreeMap::new(),
             appends: Vec::new(),
             segment_bytes: 0,
@@ -243,15 +239,8 @@ impl Batch {
         let after = object_len(
             self.segment_bytes + added_bytes,
             self.regions.len() as u64 + new_regions,
-        ) + self.header_extra;
+        );
         if after > self.limits.max_object_bytes {
-            if self.appends.is_empty() {
-                // Alone, it fits a version 1 object but not this batch's longer header.
-                return Err(NotAdmitted::Invalid(Error::AppendTooLarge {
-                    bytes: after,
-                    max: self.limits.max_object_bytes,
-                }));
-            }
             return Err(NotAdmitted::Full(parts));
         }
 
@@ -295,7 +284,7 @@ impl Batch {
 
     /// The exact length of the object the batch would seal into.
     pub fn encoded_len(&self) -> u64 {
-        object_len(self.segment_bytes, self.regions.len() as u64) + self.header_extra
+        object_len(self.segment_bytes, self.regions.len() as u64)
     }
 
     /// Whether some region holds 2^20 entries, so nothing more of it fits.
@@ -304,14 +293,18 @@ impl Batch {
     }
 
     /// The receipt the append at `index` (as [`admit`](Self::admit) returned it) gets
-    /// when the batch is sealed at `sequence` with `id_offset`; `None` for an index not
-    /// admitted. The ids are final from admission on: a batch is sealed whole, at the
-    /// sequence and id offset it was admitted for, and a part's positions never move (a
-    /// region's segment only grows).
-    pub fn receipt(&self, index: usize, sequence: u64, id_offset: u64) -> Option<AppendReceipt> {
+    /// when the batch is sealed at `sequence` (with the id offset it was opened under);
+    /// `None` for an index not admitted. The ids are final from admission on: a batch is
+    /// sealed whole, and a part's positions never move (a region's segment only grows).
+    pub fn receipt(&self, index: usize, sequence: u64) -> Option<AppendReceipt> {
         self.appends
             .get(index)
-            .map(|slots| receipt_of(slots, sequence, id_offset))
+            .map(|slots| receipt_of(slots, sequence, self.id_offset))
+    }
+
+    /// The id offset this batch's object carries.
+    pub fn id_offset(&self) -> u64 {
+        self.id_offset
     }
 
     /// Encodes the batch as the object `header` names (a claim is refused), its segments
@@ -323,6 +316,12 @@ impl Batch {
     ) -> Result<SealedObject, FormatError> {
         if header.claim {
             return Err(FormatError::Unencodable("a claim holds no segments"));
+        }
+        if header.id_offset != self.id_offset {
+            // Its ids were handed out at admission, counted from this batch's offset.
+            return Err(FormatError::Unencodable(
+                "a batch is sealed at the id offset it was opened under",
+            ));
         }
         let (sequence, id_offset) = (header.sequence, header.id_offset);
         // Whatever fails here leaves the batch as it was.
@@ -511,5 +510,38 @@ mod tests {
             .records()
             .iter()
             .all(|r| r.is_transformed()));
+    }
+
+    /// A batch opened under id offset 40 hands out ids from its sequence plus 40, its
+    /// object carries that offset (version 3), and it refuses to be sealed at another:
+    /// its ids were handed out already.
+    #[test]
+    fn a_batch_seals_at_the_id_offset_it_was_opened_under() {
+        let mut batch = Batch::with_id_offset(limits(), 40);
+        let index = batch
+            .admit(vec![(
+                3,
+                vec![Bytes::from_static(b"x"), Bytes::from_static(b"y")],
+            )])
+            .expect("admitted");
+        let receipt = batch.receipt(index, 5).expect("admitted");
+        assert_eq!(receipt.parts[0].first_id, entry_id(45, 0));
+        let refused = batch.seal(header(5), &SegmentCodec::identity());
+        assert!(
+            matches!(refused, Err(FormatError::Unencodable(_))),
+            "{refused:?}"
+        );
+        assert_eq!(batch.append_count(), 1, "a refused seal leaves the batch");
+        let at_40 = Header {
+            id_offset: 40,
+            ..header(5)
+        };
+        let sealed = batch
+            .seal(at_40, &SegmentCodec::identity())
+            .expect("sealed");
+        assert_eq!(sealed.receipts, vec![receipt]);
+        let encoded = sealed.encoded().expect("encoded");
+        assert_eq!(encoded.version(), 3);
+        assert_eq!(encoded.records()[0].last_entry_id, entry_id(45, 1));
     }
 }

@@ -459,10 +459,9 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         let mut ids = None;
         if want_ids {
             // The open batch becomes the next sequence, whole: the ids are final.
-            let position = self.epoch.position();
             ids = self
                 .batch
-                .receipt(index, position.next_sequence, position.id_offset);
+                .receipt(index, self.epoch.position().next_sequence);
             self.batch_handed_out |= ids.is_some();
         }
         self.batch_waiters.push(Pending {
