@@ -154,6 +154,13 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// No entry id is left above `above`: ids (sequence plus id offset, shifted by 20
+    /// bits) end at 2^64.
+    #[error("no entry id is left above {above}: entry ids end at 2^64")]
+    IdsExhausted {
+        /// The id every later one would have to be above.
+        above: u64,
+    },
     /// An append with no entries, or a region part with no entries.
     #[error("empty append: every append holds at least one entry per region part")]
     EmptyAppend,
@@ -390,6 +397,7 @@ impl Error {
             | Error::EntryTooLarge { .. }
             | Error::TooManyEntries { .. }
             | Error::AppendTooLarge { .. }
+            | Error::IdsExhausted { .. }
             | Error::ReadOnly
             | Error::WalMissing { .. } => ErrorKind::FixInput,
             Error::Backpressure { .. }

@@ -150,6 +150,20 @@ impl Epoch {
         seal_next(&mut self.position, batch, &self.codec)
     }
 
+    /// Raises the id offset so that the next object's ids are above `above_id` (never
+    /// lowers it); returns the offset. The caller seals the open batch first: its ids
+    /// were handed out under the offset it was opened with.
+    pub fn raise_ids_above(&mut self, above_id: u64) -> Result<u64> {
+        let next = self.position.next_sequence;
+        let base = crate::format::entry_sequence(above_id).saturating_add(1);
+        let id_offset = self.position.id_offset.max(base.saturating_sub(next));
+        if next.saturating_add(id_offset) > crate::format::MAX_SEQUENCE {
+            return Err(Error::IdsExhausted { above: above_id });
+        }
+        self.position.id_offset = id_offset;
+        Ok(id_offset)
+    }
+
     /// Restarts the clock from `now` (a caller that measures creates on another clock
     /// than the open did).
     pub fn restart_clock(&mut self, now: Duration) {

@@ -254,6 +254,9 @@ pub enum SealReason {
     KeepAlive,
     /// The caller asked ([`WriteProtocol::flush`]).
     Flush,
+    /// The id offset was raised ([`WriteProtocol::raise_ids_above`]): the next object
+    /// carries it, even empty.
+    Raise,
 }
 
 /// A sealed object, from sealing to its acknowledgement.
@@ -298,6 +301,11 @@ pub struct WriteProtocol<W, C> {
     /// Appends of the last object acknowledged with any.
     expected_burst: usize,
     last_ack: Option<Instant>,
+    /// The id offset of the last object sealed (the opening object's at first): below
+    /// the epoch's, a raise waits for an object to carry it.
+    sealed_id_offset: u64,
+    /// The id offset of the last object acknowledged (the opening object's at first).
+    acknowledged_id_offset: u64,
     actions: VecDeque<Action<W>>,
 }
 
@@ -335,6 +343,8 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             next_slot: None,
             expected_burst: 1,
             last_ack: None,
+            sealed_id_offset: position.id_offset,
+            acknowledged_id_offset: position.id_offset,
             actions,
         }
     }
@@ -477,6 +487,40 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         self.batch.is_empty()
     }
 
+    /// Raises the id offset so that every id this epoch hands out from now on is above
+    /// `above_id` (DESIGN.md "Regions moving between nodes"): the open batch is sealed at
+    /// the offset its ids were handed out under, and the next object, empty if nothing
+    /// else comes, carries the new one ([`poll`](Self::poll) seals it). Returns the id
+    /// offset: the raise is durable once an object carrying at least it is acknowledged
+    /// ([`acknowledged_id_offset`](Self::acknowledged_id_offset)). The offset never
+    /// decreases; a raise it already covers changes nothing.
+    pub fn raise_ids_above(&mut self, above_id: u64, now: Now) -> Result<u64> {
+        self.epoch.ensure_open()?;
+        if self.lifecycle != Lifecycle::Writing {
+            return Err(Error::Stopped {
+                durability: Durability::NotWritten,
+            });
+        }
+        let position = self.epoch.position();
+        let base = crate::format::entry_sequence(above_id).saturating_add(1);
+        if position.next_header().id_base() >= base {
+            // The open batch's ids, and every later one, are above already.
+            return Ok(position.id_offset);
+        }
+        if !self.batch.is_empty() {
+            self.seal(SealReason::Flush, now)?;
+        }
+        let raised = self.epoch.raise_ids_above(above_id)?;
+        self.batch = Batch::with_id_offset(self.limits.batch, raised);
+        Ok(raised)
+    }
+
+    /// The id offset of the last object acknowledged: a raise to an offset at most this
+    /// is durable.
+    pub fn acknowledged_id_offset(&self) -> u64 {
+        self.acknowledged_id_offset
+    }
+
     /// The sequential caller's seal: the open batch (if it holds anything) becomes the
     /// next object now; [`poll`](Self::poll) then starts it.
     pub fn flush(&mut self, now: Now) -> Result<()> {
@@ -565,6 +609,9 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         if self.lifecycle != Lifecycle::Writing || self.epoch.ended().is_some() {
             return None;
         }
+        if self.epoch.position().id_offset > self.sealed_id_offset {
+            return Some(SealReason::Raise);
+        }
         if self.batch.is_empty() {
             let half = self.limits.link_window / 2;
             let idle = self.objects.is_empty();
@@ -615,7 +662,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     /// Seals the open batch (or, for a keep-alive, an empty one) as the next object,
     /// carrying the chain's floor; not yet started.
     fn seal(&mut self, reason: SealReason, now: Now) -> Result<()> {
-        if self.batch.is_empty() && reason != SealReason::KeepAlive {
+        if self.batch.is_empty() && reason != SealReason::KeepAlive && reason != SealReason::Raise {
             return Ok(());
         }
         let lowest_uncommitted = self
@@ -626,6 +673,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             .unwrap_or(self.epoch.position().next_sequence);
         let floor = self.chain.floor_for(lowest_uncommitted);
         let sealed = self.epoch.seal(&mut self.batch, floor)?;
+        self.sealed_id_offset = sealed.header().id_offset;
         tracing::debug!(
             sequence = sealed.sequence(),
             entries = sealed.entries,
@@ -734,6 +782,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 }
             };
             let sealed = flight.sealed;
+            self.acknowledged_id_offset = sealed.header().id_offset;
             self.pending_bytes = self.pending_bytes.saturating_sub(sealed.payload_bytes);
             if !sealed.receipts.is_empty() {
                 self.expected_burst = sealed.receipts.len();
@@ -852,7 +901,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::format::{Header, Link};
+    use crate::format::{entry_id, Header, Link};
 
     #[derive(Debug, Clone)]
     enum Answer {
@@ -877,6 +926,8 @@ mod tests {
             answer: Answer,
         },
         Obsolete(u64),
+        /// Raise the id offset above the id base this many objects past the next one.
+        Raise(u64),
         Stop,
         Abandon,
     }
@@ -899,6 +950,7 @@ mod tests {
             4 => (0..40u64).prop_map(Event::Advance),
             5 => (any::<usize>(), answer()).prop_map(|(pick, answer)| Event::Answer { pick, answer }),
             1 => (0..4u64).prop_map(Event::Obsolete),
+            1 => (0..50u64).prop_map(Event::Raise),
             1 => Just(Event::Stop),
             1 => Just(Event::Abandon),
         ]
@@ -941,6 +993,10 @@ mod tests {
         last_acked: Option<u64>,
         last_published: Option<u64>,
         last_sealed_floor: u64,
+        /// The largest id offset sealed so far, and the id every id handed out later must
+        /// be above (the last raise's).
+        last_sealed_id_offset: u64,
+        raised_above: Option<u64>,
         ended: bool,
     }
 
@@ -999,6 +1055,8 @@ mod tests {
                 last_acked: None,
                 last_published: None,
                 last_sealed_floor: 0,
+                last_sealed_id_offset: 0,
+                raised_above: None,
                 ended: false,
             }
         }
@@ -1032,6 +1090,12 @@ mod tests {
                         Ok(admitted) => {
                             assert!(!self.ended, "admitted after the epoch ended");
                             assert_eq!(admitted.ids.is_some(), *want_ids);
+                            if let (Some(ids), Some(above)) = (&admitted.ids, self.raised_above) {
+                                assert!(
+                                    ids.parts.iter().all(|p| p.first_id > above),
+                                    "an id at or below {above} after a raise: {ids:?}"
+                                );
+                            }
                             self.admitted.insert(id);
                         }
                         Err((back, _)) => assert_eq!(back, id),
@@ -1056,6 +1120,21 @@ mod tests {
                     let chain = &self.protocol.chain;
                     let catalog = chain.catalog.read().expect("catalog");
                     chain.retention().obsolete_all(&catalog, *region);
+                }
+                Event::Raise(ahead) => {
+                    let now = self.now();
+                    let next = self.protocol.position().next_header().id_base();
+                    let above = entry_id(next + ahead, 5);
+                    match self.protocol.raise_ids_above(above, now) {
+                        Ok(offset) => {
+                            assert!(offset >= self.protocol.acknowledged_id_offset());
+                            self.raised_above = Some(above);
+                        }
+                        Err(e) => assert!(
+                            self.ended || !self.protocol.is_writing(),
+                            "a raise refused while writing: {e:?}"
+                        ),
+                    }
                 }
                 Event::Stop => {
                     self.protocol.stop();
@@ -1086,6 +1165,12 @@ mod tests {
                         let floor = sealed.header().floor;
                         assert!(floor >= self.last_sealed_floor, "a floor decreased");
                         self.last_sealed_floor = floor;
+                        let id_offset = sealed.header().id_offset;
+                        assert!(
+                            id_offset >= self.last_sealed_id_offset,
+                            "an id offset decreased"
+                        );
+                        self.last_sealed_id_offset = id_offset;
                         self.uploading.push(sealed.sequence());
                     }
                     Action::Acknowledge {
@@ -1188,5 +1273,96 @@ mod tests {
             }
             h.finish();
         }
+    }
+
+    /// Drains the actions: the objects whose create started, in order.
+    fn creates(h: &mut Harness) -> Vec<Arc<SealedObject>> {
+        let mut created = Vec::new();
+        while let Some(action) = h.protocol.poll_action() {
+            if let Action::Create(sealed) = action {
+                created.push(sealed);
+            }
+        }
+        created
+    }
+
+    /// A raise (DESIGN.md "Regions moving between nodes"): the open batch is sealed at
+    /// the offset its ids were handed out under; the next object, empty, carries the new
+    /// offset and the raise is durable once it is acknowledged; appends after the raise
+    /// get ids above the raised-above id; a raise already covered changes nothing.
+    #[test]
+    fn a_raise_seals_the_open_batch_then_an_object_carries_the_new_offset() {
+        let mut h = Harness::new();
+        let now = h.now();
+        let admitted = h
+            .protocol
+            .admit(
+                vec![(1, vec![Bytes::from_static(b"a")])],
+                0,
+                true,
+                WhenFull::Seal,
+                now,
+            )
+            .expect("admitted");
+        let before = admitted.ids.expect("ids at admission");
+        assert_eq!(before.parts[0].first_id, entry_id(2, 0));
+
+        let above = entry_id(500, 7);
+        let raised = h.protocol.raise_ids_above(above, now).expect("raised");
+        // Object 3 is the raise: its id base 3 + 498 = 501 is above 500.
+        assert_eq!(raised, 498);
+        assert_eq!(h.protocol.acknowledged_id_offset(), 0);
+        h.protocol.poll(now);
+        // Both are sealed at once; the raise starts one `min_object_interval` later.
+        assert_eq!(h.protocol.position().next_sequence, 4);
+        let mut created = creates(&mut h);
+        h.t += 10;
+        let now = h.now();
+        h.protocol.poll(now);
+        created.extend(creates(&mut h));
+        let headers: Vec<Header> = created.iter().map(|s| *s.header()).collect();
+        assert_eq!(
+            headers
+                .iter()
+                .map(|h| (h.sequence, h.id_offset))
+                .collect::<Vec<_>>(),
+            vec![(2, 0), (3, 498)]
+        );
+        assert_eq!(created[0].receipts, vec![before]);
+        assert!(created[1].receipts.is_empty(), "the raise object is empty");
+
+        // Acknowledged in order: the raise is durable with object 3.
+        h.protocol
+            .handle_outcome(2, PersistOutcome::Durable { attempts: 1 }, now);
+        assert_eq!(h.protocol.acknowledged_id_offset(), 0);
+        h.protocol
+            .handle_outcome(3, PersistOutcome::Durable { attempts: 1 }, now);
+        assert_eq!(h.protocol.acknowledged_id_offset(), 498);
+
+        // Later appends count from the raised offset; a raise below it changes nothing.
+        let later = h
+            .protocol
+            .admit(
+                vec![(1, vec![Bytes::from_static(b"b")])],
+                1,
+                true,
+                WhenFull::Seal,
+                now,
+            )
+            .expect("admitted")
+            .ids
+            .expect("ids");
+        assert_eq!(later.parts[0].first_id, entry_id(502, 0));
+        assert!(later.parts[0].first_id > above);
+        assert_eq!(
+            h.protocol.raise_ids_above(above, now).expect("covered"),
+            498
+        );
+        assert_eq!(h.protocol.position().next_sequence, 4, "nothing sealed");
+        // Ids past 2^64 cannot be had.
+        assert!(matches!(
+            h.protocol.raise_ids_above(u64::MAX, now),
+            Err(Error::IdsExhausted { above: u64::MAX })
+        ));
     }
 }
