@@ -315,6 +315,7 @@ async fn chain(store: Vec<Arc<dyn ObjectStore>>, config: Config) -> Result<(), F
             ("link_seq", json!(o.header.link.sequence)),
             ("link_epoch", json!(o.header.link.epoch)),
             ("floor", json!(o.header.floor)),
+            ("id_offset", json!(o.header.id_offset)),
             ("claim", json!(o.header.claim)),
             ("on_chain", json!(o.on_chain)),
             ("segments", json!(o.segments)),

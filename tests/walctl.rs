@@ -261,6 +261,7 @@ fn append_chain_dump_verify_on_a_file_store() {
             "link_seq",
             "link_epoch",
             "floor",
+            "id_offset",
             "claim",
             "on_chain",
             "segments",
@@ -292,6 +293,7 @@ fn append_chain_dump_verify_on_a_file_store() {
         assert_eq!(l["link_seq"], link_seq, "{l}");
         assert_eq!(l["link_epoch"], link_epoch, "{l}");
         assert_eq!(l["floor"], if seq >= 2 { 2 } else { 0 }, "{l}");
+        assert_eq!(l["id_offset"], 0, "{l}");
     }
     for (seq, entries) in [(1, 0), (2, 2), (3, 0), (4, 1), (11, 0), (12, 2)] {
         let l = chain_line(&chain, seq);

@@ -120,7 +120,10 @@ pub struct GivenUp {
 }
 
 impl GivenUp {
-    /// Every entry id an unreadable object at `sequence` may have held.
+    /// Every entry id an unreadable object at `sequence` may have held, if it carried no
+    /// id offset (FORMAT.md versions 1 and 2). An unreadable object hides its id offset:
+    /// on a prefix whose objects carry one, its ids count from `sequence + offset`, at
+    /// least the offset of the chain object below it.
     pub fn entry_ids(sequence: u64) -> std::ops::Range<u64> {
         crate::format::entry_id(sequence, 0)..crate::format::entry_id(sequence + 1, 0)
     }
