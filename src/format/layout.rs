@@ -375,20 +375,7 @@ impl Header {
 
     /// The 64 header bytes of a version 3 object, CRC included.
     pub fn encode_v3(&self) -> [u8; HEADER_LEN_V3] {
-        let mut out = [0u8; HEADER_LEN_V3];
-        let mut w = &mut out[..];
-        w.put_slice(&HEADER_MAGIC);
-        w.put_u16_le(VERSION_3);
-        w.put_u16_le(if self.claim { FLAG_CLAIM } else { 0 });
-        w.put_u64_le(self.sequence);
-        w.put_u64_le(self.epoch);
-        w.put_u64_le(self.link.sequence);
-        w.put_u64_le(self.link.epoch);
-        w.put_u64_le(self.floor);
-        w.put_u64_le(self.id_offset);
-        let crc = crc32fast::hash(&out[..HEADER_LEN_V3 - 4]);
-        out[HEADER_LEN_V3 - 4..].copy_from_slice(&crc.to_le_bytes());
-        out
+        self.encode_as(VERSION_3)
     }
 
     /// The 56 header bytes of a version 1 object, CRC included.
@@ -399,7 +386,12 @@ impl Header {
     /// The 56 header bytes with `version` (1 or 2; the id offset is not written, see
     /// [`encode_v3`](Self::encode_v3)), CRC included.
     pub fn encode_version(&self, version: u16) -> [u8; HEADER_LEN] {
-        let mut out = [0u8; HEADER_LEN];
+        self.encode_as(version)
+    }
+
+    /// The header in `N` bytes (56, or 64 with the id offset), its CRC in the last 4.
+    fn encode_as<const N: usize>(&self, version: u16) -> [u8; N] {
+        let mut out = [0u8; N];
         let mut w = &mut out[..];
         w.put_slice(&HEADER_MAGIC);
         w.put_u16_le(version);
@@ -409,8 +401,11 @@ impl Header {
         w.put_u64_le(self.link.sequence);
         w.put_u64_le(self.link.epoch);
         w.put_u64_le(self.floor);
-        let crc = crc32fast::hash(&out[..HEADER_LEN - 4]);
-        out[HEADER_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
+        if N == HEADER_LEN_V3 {
+            w.put_u64_le(self.id_offset);
+        }
+        let crc = crc32fast::hash(&out[..N - 4]);
+        out[N - 4..].copy_from_slice(&crc.to_le_bytes());
         out
     }
 }
