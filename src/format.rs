@@ -35,10 +35,14 @@
 //!
 //! The module's files, each one idea: `layout` (the constants, ids and parts, with
 //! [`FormatError`]), `encode` (an object from its segments), `decode` (the checks and
-//! decoders of every part) and `envelope` (version 2's transformed segments: sealing
-//! and opening one segment with the knobs and keys of [`crate::transform`]). Nothing
+//! decoders of every part), `envelope` (version 2's transformed segments: sealing
+//! and opening one segment with the knobs and keys of [`crate::transform`]) and
+//! `control` (the snapshots of what a log holds of regions that moved). Nothing
 //! here imports anything of the crate but `transform`.
 
+// Hidden until release and acquire write it: the layout may still change.
+#[doc(hidden)]
+pub mod control;
 mod decode;
 mod encode;
 mod envelope;

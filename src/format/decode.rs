@@ -8,14 +8,18 @@ use super::layout::*;
 use crate::transform::Opening;
 
 /// A little-endian cursor that fails instead of panicking.
-struct Cursor<'a> {
+pub(super) struct Cursor<'a> {
     bytes: &'a [u8],
     part: &'static str,
     needed: u64,
 }
 
 impl<'a> Cursor<'a> {
-    fn new(bytes: &'a [u8], part: &'static str, needed: usize) -> Result<Self, FormatError> {
+    pub(super) fn new(
+        bytes: &'a [u8],
+        part: &'static str,
+        needed: usize,
+    ) -> Result<Self, FormatError> {
         if bytes.len() < needed {
             return Err(FormatError::Truncated {
                 part,
@@ -30,7 +34,7 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], FormatError> {
+    pub(super) fn take<const N: usize>(&mut self) -> Result<[u8; N], FormatError> {
         let (head, tail) = self
             .bytes
             .split_first_chunk::<N>()
@@ -43,24 +47,24 @@ impl<'a> Cursor<'a> {
         Ok(*head)
     }
 
-    fn u8(&mut self) -> Result<u8, FormatError> {
+    pub(super) fn u8(&mut self) -> Result<u8, FormatError> {
         self.take::<1>().map(|[b]| b)
     }
 
-    fn u16(&mut self) -> Result<u16, FormatError> {
+    pub(super) fn u16(&mut self) -> Result<u16, FormatError> {
         self.take::<2>().map(u16::from_le_bytes)
     }
 
-    fn u32(&mut self) -> Result<u32, FormatError> {
+    pub(super) fn u32(&mut self) -> Result<u32, FormatError> {
         self.take::<4>().map(u32::from_le_bytes)
     }
 
-    fn u64(&mut self) -> Result<u64, FormatError> {
+    pub(super) fn u64(&mut self) -> Result<u64, FormatError> {
         self.take::<8>().map(u64::from_le_bytes)
     }
 }
 
-fn check_crc(part: &'static str, stored: u32, bytes: &[u8]) -> Result<(), FormatError> {
+pub(super) fn check_crc(part: &'static str, stored: u32, bytes: &[u8]) -> Result<(), FormatError> {
     let computed = crc32fast::hash(bytes);
     if stored != computed {
         return Err(FormatError::CrcMismatch {

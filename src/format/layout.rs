@@ -107,6 +107,12 @@ pub enum FormatError {
         /// Its id offset.
         id_offset: u64,
     },
+    /// A control snapshot (FORMAT.md "Control entries") breaks a rule.
+    #[error("control snapshot: {reason}")]
+    Control {
+        /// The rule.
+        reason: &'static str,
+    },
     /// A version 3 header whose id offset is 0: such an object is written as version 1
     /// or 2, so one byte layout names each object.
     #[error("a version 3 header with id offset 0")]
