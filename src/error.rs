@@ -161,6 +161,13 @@ pub enum Error {
         /// The id every later one would have to be above.
         above: u64,
     },
+    /// An append to a region the log keeps for itself: the control region (`2^64 - 1`,
+    /// FORMAT.md "Control entries").
+    #[error("region {region} is reserved for the log's own control entries")]
+    ReservedRegion {
+        /// The region.
+        region: u64,
+    },
     /// An append with no entries, or a region part with no entries.
     #[error("empty append: every append holds at least one entry per region part")]
     EmptyAppend,
@@ -398,6 +405,7 @@ impl Error {
             | Error::TooManyEntries { .. }
             | Error::AppendTooLarge { .. }
             | Error::IdsExhausted { .. }
+            | Error::ReservedRegion { .. }
             | Error::ReadOnly
             | Error::WalMissing { .. } => ErrorKind::FixInput,
             Error::Backpressure { .. }
@@ -573,6 +581,7 @@ mod tests {
         let nw = Durability::NotWritten;
         let cases = [
             (Error::EmptyAppend, FixInput),
+            (Error::ReservedRegion { region: u64::MAX }, FixInput),
             (Error::ReadOnly, FixInput),
             (
                 Error::WalMissing {

@@ -73,6 +73,21 @@ fn batch_rejects_empty_appends() {
     assert!(matches!(batch.admit(vec![(1, vec![Bytes::new()])]), Ok(0)));
 }
 
+/// The control region (FORMAT.md "Control entries") is the log's own: an append that
+/// names it is refused whole, and the batch is left as it was.
+#[test]
+fn batch_refuses_the_control_region() {
+    let mut batch = Batch::new(unlimited());
+    let parts: AppendParts = vec![(1, vec![bs("a")]), (u64::MAX, vec![bs("b")])];
+    assert!(matches!(
+        batch.admit(parts),
+        Err(NotAdmitted::Invalid(Error::ReservedRegion {
+            region: u64::MAX
+        }))
+    ));
+    assert!(batch.is_empty());
+}
+
 #[test]
 fn batch_rejects_entry_above_max_entry_bytes() {
     let mut batch = Batch::new(limits(10_000, 10));

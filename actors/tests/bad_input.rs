@@ -43,6 +43,13 @@ async fn malformed_appends_get_typed_errors_and_write_nothing() {
             "too many entries",
             vec![(1, vec![Bytes::new(); (1 << 20) + 1])],
         ),
+        (
+            "the control region",
+            vec![
+                (1, vec![Bytes::from_static(b"x")]),
+                (u64::MAX, vec![Bytes::from_static(b"y")]),
+            ],
+        ),
     ];
     for (what, parts) in cases {
         let err = wal.append_many(parts).await.expect_err(what);
@@ -61,6 +68,7 @@ async fn malformed_appends_get_typed_errors_and_write_nothing() {
             "append over the object limit" => {
                 matches!(err, Error::AppendTooLarge { max: 4096, .. })
             }
+            "the control region" => matches!(err, Error::ReservedRegion { region: u64::MAX }),
             _ => matches!(err, Error::TooManyEntries { region: 1, .. }),
         };
         assert!(typed, "{what}: got {err:?}");

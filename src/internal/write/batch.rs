@@ -15,6 +15,7 @@ use std::sync::{Mutex, OnceLock};
 use bytes::Bytes;
 
 use crate::error::Error;
+use crate::format::control::CONTROL_REGION;
 use crate::format::{
     encode_object, entry_id, EncodedObject, FormatError, Header, ENTRY_PREFIX_LEN,
     FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN, MAX_SEGMENT_ENTRIES, TRAILER_LEN,
@@ -175,14 +176,17 @@ impl Batch {
         self.limits
     }
 
-    /// Checks an append against the limits alone, without a batch: empty parts, entry
-    /// sizes, and whether it fits an object by itself.
+    /// Checks an append against the limits alone, without a batch: the reserved control
+    /// region, empty parts, entry sizes, and whether it fits an object by itself.
     pub fn validate(limits: &BatchLimits, parts: &[(u64, Vec<Bytes>)]) -> Result<(), Error> {
         if parts.is_empty() {
             return Err(Error::EmptyAppend);
         }
         let mut segment_bytes = 0u64;
         for (region, entries) in parts {
+            if *region == CONTROL_REGION {
+                return Err(Error::ReservedRegion { region: *region });
+            }
             if entries.is_empty() {
                 return Err(Error::EmptyAppend);
             }
