@@ -161,6 +161,17 @@ pub enum Error {
         /// The id every later one would have to be above.
         above: u64,
     },
+    /// An acquire of a region whose ids in this log already reach above the last id the
+    /// earlier owner gave: this log's own piece would come before the earlier one.
+    #[error("region {region}: this log holds id {own}, above the acquired last id {last_id}")]
+    AcquireBelowOwnIds {
+        /// The region.
+        region: u64,
+        /// The last id the acquire named.
+        last_id: u64,
+        /// The largest id this log holds of the region.
+        own: u64,
+    },
     /// An append to a region the log keeps for itself: the control region (`2^64 - 1`,
     /// FORMAT.md "Control entries").
     #[error("region {region} is reserved for the log's own control entries")]
@@ -406,6 +417,7 @@ impl Error {
             | Error::AppendTooLarge { .. }
             | Error::IdsExhausted { .. }
             | Error::ReservedRegion { .. }
+            | Error::AcquireBelowOwnIds { .. }
             | Error::ReadOnly
             | Error::WalMissing { .. } => ErrorKind::FixInput,
             Error::Backpressure { .. }

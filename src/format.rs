@@ -1,4 +1,4 @@
-//! The bytes of one WAL object, versions 1 and 2 (`docs/FORMAT.md` is normative).
+//! The bytes of one WAL object, versions 1, 2 and 3 (`docs/FORMAT.md` is normative).
 //!
 //! ```text
 //! header (56) | segment (region 1) | ... | segment (region N) | footer | trailer (32)
@@ -17,7 +17,9 @@
 //! the footer record's bytes 44..48 name the segment's codec and cipher, and its offset,
 //! length and CRC describe the stored bytes. A writer without transforms writes version
 //! 1 byte for byte ([`encode_object`]); [`encode_object_with`] writes version 2 when any
-//! segment is transformed. Readers read both.
+//! segment is transformed. Version 3 adds an id offset to a 64-byte header
+//! ([`Header::id_offset`]): entry ids count from the sequence plus it. Readers read all
+//! three.
 //!
 //! Integers are little-endian; CRCs are CRC32 (IEEE). This module is pure: no I/O, no
 //! async. Encoding is deterministic (the identical-retry rule of the writer compares

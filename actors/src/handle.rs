@@ -499,6 +499,33 @@ impl WalHandle {
         Ok(self.follow(region, from).await?.into_stream())
     }
 
+    /// Takes `region` over from another node's log, where its largest id is `last_id`
+    /// (DESIGN.md "Regions moving between nodes"): every id this WAL gives the region
+    /// from now on is above `last_id`, across restarts too, for the answer comes once an
+    /// acknowledged object carries the raised id offset. Refused if this log already
+    /// holds an id of the region above `last_id` ([`Error::AcquireBelowOwnIds`]).
+    ///
+    /// Not yet public: release and catch-up, which make a move safe, come first.
+    #[doc(hidden)]
+    pub async fn acquire(&self, region: u64, last_id: u64) -> Result<()> {
+        let gone = || Error::Stopped {
+            durability: Durability::MayBeDurable,
+        };
+        let call = self.call(
+            |reply| {
+                crate::messages::InternalMsg::Acquire {
+                    region,
+                    last_id,
+                    reply,
+                }
+                .into()
+            },
+            gone,
+        );
+        self.timed("acquire", Durability::MayBeDurable, async { call.await? })
+            .await
+    }
+
     /// Records that every entry `region` has now is safe elsewhere (a dropped region).
     pub async fn obsolete_all(&self, region: u64) -> Result<()> {
         self.obsolete(region, u64::MAX).await

@@ -206,6 +206,9 @@ fn refuse(msg: WalMsg, error: &Error) {
         WalMsg::Stop { reply } => {
             let _ = reply.send(());
         }
+        WalMsg::Runtime(RuntimeMsg(InternalMsg::Acquire { reply, .. })) => {
+            let _ = reply.send(Err(e));
+        }
         _ => {}
     }
 }
@@ -454,6 +457,46 @@ impl SupervisorState {
             }
             Phase::Recovering | Phase::BackingOff => self.enqueue(WalMsg::Append(req)),
             Phase::Stopped => refuse(WalMsg::Append(req), &stopped()),
+        }
+    }
+
+    /// An acquire goes to the writer, or waits for it while an open runs.
+    fn on_acquire(&mut self, region: u64, last_id: u64, reply: RpcReplyPort<Result<(), Error>>) {
+        match &self.phase {
+            Phase::Running { writer, .. } => {
+                let msg = WriterMsg::Acquire {
+                    region,
+                    last_id,
+                    reply,
+                };
+                // The writer is gone; its supervision event restarts it.
+                if let Err(ractor::MessagingErr::SendErr(WriterMsg::Acquire {
+                    region,
+                    last_id,
+                    reply,
+                })) = writer.cast(msg)
+                {
+                    self.enqueue(
+                        InternalMsg::Acquire {
+                            region,
+                            last_id,
+                            reply,
+                        }
+                        .into(),
+                    );
+                }
+            }
+            Phase::Recovering | Phase::BackingOff => self.enqueue(
+                InternalMsg::Acquire {
+                    region,
+                    last_id,
+                    reply,
+                }
+                .into(),
+            ),
+            Phase::Stopped => {
+                let _ = reply.send(Err(stopped()));
+            }
         }
     }
 
@@ -727,6 +770,11 @@ impl Actor for Supervisor {
                         state.start_recovery(&myself).await?;
                     }
                 }
+                InternalMsg::Acquire {
+                    region,
+                    last_id,
+                    reply,
+                } => state.on_acquire(region, last_id, reply),
             },
             #[cfg(feature = "testing")]
             WalMsg::PanicWriter => {

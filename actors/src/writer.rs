@@ -50,6 +50,7 @@ use crate::messages::{AppendRequest, InternalMsg, WalMsg, WriterMsg, MAX_QUEUED_
 use crate::reclaimer::ReclaimerMsg;
 use crate::stats::Counters;
 use crate::task::AbortOnDrop;
+use object_store_wal::format::control::CONTROL_REGION;
 
 /// Everything the writer starts with.
 pub struct WriterArgs {
@@ -99,6 +100,9 @@ pub struct WriterState {
     waiting: VecDeque<AppendRequest>,
     /// A wake-up for the sealing decision is on its way.
     wake_armed: bool,
+    /// Acquires waiting for their raised id offset to be acknowledged: the offset, and
+    /// who to answer.
+    raises: Vec<(u64, RpcReplyPort<Result<(), Error>>)>,
 }
 
 /// The writer actor.
@@ -144,6 +148,66 @@ impl WriterState {
         }
         self.admit(req);
         self.step(myself);
+    }
+
+    /// An acquire (DESIGN.md "Regions moving between nodes"): refused if this log holds
+    /// an id of the region above `last_id`; else the ids are raised above it, answered
+    /// once an acknowledged object carries the raised offset.
+    fn on_acquire(
+        &mut self,
+        myself: &ActorRef<WriterMsg>,
+        region: u64,
+        last_id: u64,
+        port: RpcReplyPort<Result<(), Error>>,
+    ) {
+        if region == CONTROL_REGION {
+            return reply(port, Err(Error::ReservedRegion { region }));
+        }
+        let own = self
+            .args
+            .catalog
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_entry_id(region);
+        if let Some(own) = own.filter(|own| *own > last_id) {
+            return reply(
+                port,
+                Err(Error::AcquireBelowOwnIds {
+                    region,
+                    last_id,
+                    own,
+                }),
+            );
+        }
+        let now = self.now();
+        match self.protocol.raise_ids_above(last_id, now) {
+            Ok(offset) => {
+                self.raises.push((offset, port));
+                self.answer_raises();
+                self.step(myself);
+            }
+            Err(e) => reply(port, Err(e)),
+        }
+    }
+
+    /// Answers the acquires whose raise an acknowledged object now carries.
+    fn answer_raises(&mut self) {
+        let acknowledged = self.protocol.acknowledged_id_offset();
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.raises)
+            .into_iter()
+            .partition(|(offset, _)| *offset <= acknowledged);
+        self.raises = waiting;
+        for (_, port) in done {
+            reply(port, Ok(()));
+        }
+    }
+
+    /// Fails the acquires still waiting with `error` (the epoch ended or the writer
+    /// stopped): the raise may have landed; an acquire asked again raises again.
+    fn fail_raises(&mut self, error: &Error) {
+        for (_, port) in std::mem::take(&mut self.raises) {
+            reply(port, Err(error.clone()));
+        }
     }
 
     fn admit(&mut self, req: AppendRequest) {
@@ -252,7 +316,9 @@ impl WriterState {
                 Action::WakeAt(due) => self.wake_at(myself, due),
             }
         }
+        self.answer_raises();
         if let Some(error) = ended {
+            self.fail_raises(&error.with_durability(Durability::MayBeDurable));
             let not_written = error.with_durability(Durability::NotWritten);
             for req in std::mem::take(&mut self.waiting) {
                 self.fail_append(req, not_written.clone());
@@ -405,6 +471,10 @@ impl WriterState {
         }
         // Every started upload came back: what was durable in order was acknowledged,
         // the rest failed.
+        self.answer_raises();
+        self.fail_raises(&Error::Stopped {
+            durability: Durability::MayBeDurable,
+        });
         for port in std::mem::take(&mut self.stop_ports) {
             reply(port, ());
         }
@@ -437,6 +507,7 @@ impl Actor for WriterActor {
             stop_deadline_armed: false,
             waiting: VecDeque::new(),
             wake_armed: false,
+            raises: Vec::new(),
         };
         // The opening object's floor, published before anything is admitted.
         state.carry_out(&myself);
@@ -469,6 +540,11 @@ impl Actor for WriterActor {
                 state.on_uploaded(&myself, sequence, outcome)
             }
             WriterMsg::Stop { reply } => state.on_stop(&myself, reply),
+            WriterMsg::Acquire {
+                region,
+                last_id,
+                reply,
+            } => state.on_acquire(&myself, region, last_id, reply),
             WriterMsg::StopDeadline => state.on_stop_deadline(&myself),
             #[cfg(feature = "testing")]
             WriterMsg::Panic => panic!("injected writer panic"),

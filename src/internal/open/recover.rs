@@ -376,7 +376,10 @@ async fn read_summary_retried(io: &WalIo, listed: &ListedObject) -> Result<Summa
     let mut attempt = 1;
     loop {
         match io.read_summary(listed).await {
-            Err(e) if attempt < SUMMARY_READ_ATTEMPTS && e.kind() == crate::ErrorKind::Retry => {
+            Err(e)
+                if attempt < SUMMARY_READ_ATTEMPTS
+                    && e.kind() == crate::error::ErrorKind::Retry =>
+            {
                 debug!(
                     sequence = listed.sequence,
                     attempt, "summary read failed, again: {e}"
