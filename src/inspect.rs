@@ -132,7 +132,7 @@ impl Inspector {
         let mut codec = SegmentCodec::of(config);
         codec.max_decoded = crate::config::MAX_BYTES;
         Ok(Inspector {
-            io: WalIo::for_stores(stores.into().into_stores(), config)?.with_codec(codec),
+            io: stores.into().into_io(config)?.with_codec(codec),
         })
     }
 

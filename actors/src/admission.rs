@@ -102,19 +102,19 @@ impl Progress {
         });
     }
 
-    /// The object with id base `sequence`, holding handed-out ids, failed with `error`.
-    pub(crate) fn failed(&self, sequence: u64, error: &Error) {
+    /// The object with `id_base`, holding handed-out ids, failed with `error`.
+    pub(crate) fn failed(&self, id_base: u64, error: &Error) {
         self.tx.send_modify(|p| {
-            if p.failed.as_ref().is_none_or(|(s, _)| sequence < *s) {
-                p.failed = Some((sequence, error.clone()));
+            if p.failed.as_ref().is_none_or(|(s, _)| id_base < *s) {
+                p.failed = Some((id_base, error.clone()));
             }
             let may_be_durable = error.durability() == Durability::MayBeDurable;
             if may_be_durable
                 && p.failed_may_be_durable
                     .as_ref()
-                    .is_none_or(|(s, _)| sequence < *s)
+                    .is_none_or(|(s, _)| id_base < *s)
             {
-                p.failed_may_be_durable = Some((sequence, error.clone()));
+                p.failed_may_be_durable = Some((id_base, error.clone()));
             }
         });
     }

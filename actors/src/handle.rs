@@ -94,7 +94,7 @@ pub async fn spawn_wal_with(
     parent: Option<ActorCell>,
 ) -> std::result::Result<(WalHandle, JoinHandle<()>), SpawnError> {
     config.validate()?;
-    let io = WalIo::for_stores(stores.into().into_stores(), &config)?;
+    let io = stores.into().into_io(&config)?;
     spawn_wal_io(io, config, restarts, clock, parent).await
 }
 
@@ -513,11 +513,11 @@ impl WalHandle {
         };
         let call = self.call(
             |reply| {
-                crate::messages::InternalMsg::Acquire {
+                crate::messages::InternalMsg::Acquire(crate::messages::AcquireRequest {
                     region,
                     last_id,
                     reply,
-                }
+                })
                 .into()
             },
             gone,

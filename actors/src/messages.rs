@@ -172,16 +172,20 @@ pub(crate) enum InternalMsg {
     },
     /// Start a new open after a backoff.
     Restart,
-    /// Raise the writer's ids above `last_id` for `region`, which this log takes over
-    /// (DESIGN.md "Regions moving between nodes"); answered once the raise is durable.
-    Acquire {
-        /// The region.
-        region: u64,
-        /// The largest id the earlier owner gave it.
-        last_id: u64,
-        /// Answered once an acknowledged object carries the raised id offset.
-        reply: RpcReplyPort<Result<()>>,
-    },
+    /// An acquire, for the writer.
+    Acquire(AcquireRequest),
+}
+
+/// Raise the writer's ids above `last_id` for `region`, which this log takes over
+/// (DESIGN.md "Regions moving between nodes"); answered once the raise is durable.
+#[derive(Debug)]
+pub(crate) struct AcquireRequest {
+    /// The region.
+    pub region: u64,
+    /// The largest id the earlier owner gave it.
+    pub last_id: u64,
+    /// Answered once an acknowledged object carries the raised id offset.
+    pub reply: RpcReplyPort<Result<()>>,
 }
 
 impl From<InternalMsg> for WalMsg {
@@ -214,15 +218,8 @@ pub enum WriterMsg {
         /// deadline.
         reply: RpcReplyPort<()>,
     },
-    /// Raise the ids above `last_id` for `region` (an acquire, forwarded).
-    Acquire {
-        /// The region.
-        region: u64,
-        /// The largest id the earlier owner gave it.
-        last_id: u64,
-        /// Answered once the raise is durable.
-        reply: RpcReplyPort<Result<()>>,
-    },
+    /// An acquire, forwarded by the supervisor.
+    Acquire(AcquireRequest),
     /// `max_create_duration` passed since the stop: the uploads still in flight are
     /// abandoned as unknown outcomes.
     StopDeadline,

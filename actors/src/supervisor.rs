@@ -39,8 +39,8 @@ use tracing::{error, info, info_span, warn};
 
 use crate::admission::Progress;
 use crate::messages::{
-    AppendRequest, EntryReceiver, InternalMsg, ReaderMsg, RuntimeMsg, WalMsg, WriterMsg,
-    MAX_QUEUED_REQUESTS,
+    AcquireRequest, AppendRequest, EntryReceiver, InternalMsg, ReaderMsg, RuntimeMsg, WalMsg,
+    WriterMsg, MAX_QUEUED_REQUESTS,
 };
 use crate::reader::{forward, ReaderActor, ReaderArgs};
 use crate::reclaimer::{ReclaimerActor, ReclaimerArgs, ReclaimerMsg};
@@ -206,8 +206,8 @@ fn refuse(msg: WalMsg, error: &Error) {
         WalMsg::Stop { reply } => {
             let _ = reply.send(());
         }
-        WalMsg::Runtime(RuntimeMsg(InternalMsg::Acquire { reply, .. })) => {
-            let _ = reply.send(Err(e));
+        WalMsg::Runtime(RuntimeMsg(InternalMsg::Acquire(req))) => {
+            let _ = req.reply.send(Err(e));
         }
         _ => {}
     }
@@ -461,42 +461,18 @@ impl SupervisorState {
     }
 
     /// An acquire goes to the writer, or waits for it while an open runs.
-    fn on_acquire(&mut self, region: u64, last_id: u64, reply: RpcReplyPort<Result<(), Error>>) {
+    fn on_acquire(&mut self, req: AcquireRequest) {
         match &self.phase {
             Phase::Running { writer, .. } => {
-                let msg = WriterMsg::Acquire {
-                    region,
-                    last_id,
-                    reply,
-                };
                 // The writer is gone; its supervision event restarts it.
-                if let Err(ractor::MessagingErr::SendErr(WriterMsg::Acquire {
-                    region,
-                    last_id,
-                    reply,
-                })) = writer.cast(msg)
+                if let Err(ractor::MessagingErr::SendErr(WriterMsg::Acquire(req))) =
+                    writer.cast(WriterMsg::Acquire(req))
                 {
-                    self.enqueue(
-                        InternalMsg::Acquire {
-                            region,
-                            last_id,
-                            reply,
-                        }
-                        .into(),
-                    );
+                    self.enqueue(InternalMsg::Acquire(req).into());
                 }
             }
-            Phase::Recovering | Phase::BackingOff => self.enqueue(
-                InternalMsg::Acquire {
-                    region,
-                    last_id,
-                    reply,
-                }
-                .into(),
-            ),
-            Phase::Stopped => {
-                let _ = reply.send(Err(stopped()));
-            }
+            Phase::Recovering | Phase::BackingOff => self.enqueue(InternalMsg::Acquire(req).into()),
+            Phase::Stopped => refuse(InternalMsg::Acquire(req).into(), &stopped()),
         }
     }
 
@@ -770,11 +746,7 @@ impl Actor for Supervisor {
                         state.start_recovery(&myself).await?;
                     }
                 }
-                InternalMsg::Acquire {
-                    region,
-                    last_id,
-                    reply,
-                } => state.on_acquire(region, last_id, reply),
+                InternalMsg::Acquire(req) => state.on_acquire(req),
             },
             #[cfg(feature = "testing")]
             WalMsg::PanicWriter => {

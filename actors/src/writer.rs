@@ -46,7 +46,9 @@ use tokio::time::Instant;
 use tracing::{debug, info_span, warn, Instrument};
 
 use crate::admission::Progress;
-use crate::messages::{AppendRequest, InternalMsg, WalMsg, WriterMsg, MAX_QUEUED_REQUESTS};
+use crate::messages::{
+    AcquireRequest, AppendRequest, InternalMsg, WalMsg, WriterMsg, MAX_QUEUED_REQUESTS,
+};
 use crate::reclaimer::ReclaimerMsg;
 use crate::stats::Counters;
 use crate::task::AbortOnDrop;
@@ -153,13 +155,12 @@ impl WriterState {
     /// An acquire (DESIGN.md "Regions moving between nodes"): refused if this log holds
     /// an id of the region above `last_id`; else the ids are raised above it, answered
     /// once an acknowledged object carries the raised offset.
-    fn on_acquire(
-        &mut self,
-        myself: &ActorRef<WriterMsg>,
-        region: u64,
-        last_id: u64,
-        port: RpcReplyPort<Result<(), Error>>,
-    ) {
+    fn on_acquire(&mut self, myself: &ActorRef<WriterMsg>, req: AcquireRequest) {
+        let AcquireRequest {
+            region,
+            last_id,
+            reply: port,
+        } = req;
         if region == CONTROL_REGION {
             return reply(port, Err(Error::ReservedRegion { region }));
         }
@@ -192,6 +193,9 @@ impl WriterState {
 
     /// Answers the acquires whose raise an acknowledged object now carries.
     fn answer_raises(&mut self) {
+        if self.raises.is_empty() {
+            return;
+        }
         let acknowledged = self.protocol.acknowledged_id_offset();
         let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.raises)
             .into_iter()
@@ -303,7 +307,7 @@ impl WriterState {
                         reply(pending.waiter, Err(error.clone()));
                     }
                 }
-                Action::HandedOutFailed { id_base, error, .. } => {
+                Action::HandedOutFailed { id_base, error } => {
                     self.args.progress.failed(id_base, &error);
                 }
                 Action::EpochEnded { error, conflict } => {
@@ -540,11 +544,7 @@ impl Actor for WriterActor {
                 state.on_uploaded(&myself, sequence, outcome)
             }
             WriterMsg::Stop { reply } => state.on_stop(&myself, reply),
-            WriterMsg::Acquire {
-                region,
-                last_id,
-                reply,
-            } => state.on_acquire(&myself, region, last_id, reply),
+            WriterMsg::Acquire(req) => state.on_acquire(&myself, req),
             WriterMsg::StopDeadline => state.on_stop_deadline(&myself),
             #[cfg(feature = "testing")]
             WriterMsg::Panic => panic!("injected writer panic"),

@@ -221,12 +221,9 @@ pub fn decode_ownership(bytes: &[u8]) -> Result<Vec<Holding>, FormatError> {
                 if prefix_len > MAX_PIECE_PREFIX_LEN {
                     return Err(bad("a piece's prefix is 1 to 1024 bytes"));
                 }
-                let mut prefix = Vec::with_capacity(prefix_len);
-                for _ in 0..prefix_len {
-                    prefix.push(c.u8()?);
-                }
-                let prefix =
-                    String::from_utf8(prefix).map_err(|_| bad("a piece's prefix is not UTF-8"))?;
+                let prefix = std::str::from_utf8(c.bytes(prefix_len)?)
+                    .map_err(|_| bad("a piece's prefix is not UTF-8"))?
+                    .to_string();
                 Holding::EarlierPiece {
                     region,
                     prefix,
@@ -239,7 +236,7 @@ pub fn decode_ownership(bytes: &[u8]) -> Result<Vec<Holding>, FormatError> {
         check(&holding, holdings.last())?;
         holdings.push(holding);
     }
-    if c.u8().is_ok() {
+    if !c.is_empty() {
         return Err(bad("bytes after the last holding"));
     }
     Ok(holdings)

@@ -47,6 +47,25 @@ impl<'a> Cursor<'a> {
         Ok(*head)
     }
 
+    /// The next `n` bytes.
+    pub(super) fn bytes(&mut self, n: usize) -> Result<&'a [u8], FormatError> {
+        if self.bytes.len() < n {
+            return Err(FormatError::Truncated {
+                part: self.part,
+                needed: self.needed,
+                got: self.bytes.len() as u64,
+            });
+        }
+        let (head, tail) = self.bytes.split_at(n);
+        self.bytes = tail;
+        Ok(head)
+    }
+
+    /// Whether every byte was read.
+    pub(super) fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
     pub(super) fn u8(&mut self) -> Result<u8, FormatError> {
         self.take::<1>().map(|[b]| b)
     }

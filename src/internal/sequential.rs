@@ -115,7 +115,7 @@ impl ObjectStoreLogStore {
     /// is one store, or several that hold one log ([`WalStores::quorum`]).
     pub async fn open(stores: impl Into<WalStores>, config: Config) -> Result<Self> {
         config.validate()?;
-        let io = WalIo::for_stores(stores.into().into_stores(), &config)?;
+        let io = stores.into().into_io(&config)?;
         Self::open_io(io, config).await
     }
 
@@ -152,7 +152,7 @@ impl ObjectStoreLogStore {
     /// holds.
     pub async fn open_read_only(stores: impl Into<WalStores>, config: Config) -> Result<Self> {
         config.validate()?;
-        let io = WalIo::for_stores(stores.into().into_stores(), &config)?;
+        let io = stores.into().into_io(&config)?;
         Self::open_read_only_io(io, config).await
     }
 

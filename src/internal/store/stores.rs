@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use object_store::ObjectStore;
 
+use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::internal::store::objects::WalIo;
 
 /// The stores one WAL lives in: one, or an odd number of at least 3 that hold it
 /// together (each object durable once a majority of them holds it).
@@ -85,10 +87,11 @@ impl WalStores {
         &self.stores
     }
 
-    /// The stores, taken out (the store access, `WalIo::for_stores`, is built from them).
+    /// The store access of the WAL under `config.prefix` in these stores (for the actor
+    /// runtime).
     #[doc(hidden)]
-    pub fn into_stores(self) -> Vec<Arc<dyn ObjectStore>> {
-        self.stores
+    pub fn into_io(self, config: &Config) -> Result<WalIo> {
+        WalIo::for_stores(self.stores, config)
     }
 }
 

@@ -150,13 +150,21 @@ impl Epoch {
         seal_next(&mut self.position, batch, &self.codec)
     }
 
+    /// Whether the next object's ids (and so every later one's) are above `above_id`.
+    pub fn ids_above(&self, above_id: u64) -> bool {
+        self.position.next_header().id_base() > crate::format::entry_sequence(above_id)
+    }
+
     /// Raises the id offset so that the next object's ids are above `above_id` (never
     /// lowers it); returns the offset. The caller seals the open batch first: its ids
     /// were handed out under the offset it was opened with.
     pub fn raise_ids_above(&mut self, above_id: u64) -> Result<u64> {
+        if self.ids_above(above_id) {
+            return Ok(self.position.id_offset);
+        }
         let next = self.position.next_sequence;
         let base = crate::format::entry_sequence(above_id).saturating_add(1);
-        let id_offset = self.position.id_offset.max(base.saturating_sub(next));
+        let id_offset = base.saturating_sub(next);
         if next.saturating_add(id_offset) > crate::format::MAX_SEQUENCE {
             return Err(Error::IdsExhausted { above: above_id });
         }

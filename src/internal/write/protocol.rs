@@ -204,9 +204,8 @@ pub enum Action<W> {
     /// Ids handed out at admission for the object `sequence` will never be
     /// acknowledged: it failed with `error`.
     HandedOutFailed {
-        /// The object.
-        sequence: u64,
-        /// Its id base (sequence plus id offset): its ids are `id_base << 20 | position`.
+        /// The object's id base (sequence plus id offset): its ids are
+        /// `id_base << 20 | position`.
         id_base: u64,
         /// Why.
         error: Error,
@@ -501,11 +500,9 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 durability: Durability::NotWritten,
             });
         }
-        let position = self.epoch.position();
-        let base = crate::format::entry_sequence(above_id).saturating_add(1);
-        if position.next_header().id_base() >= base {
+        if self.epoch.ids_above(above_id) {
             // The open batch's ids, and every later one, are above already.
-            return Ok(position.id_offset);
+            return Ok(self.epoch.position().id_offset);
         }
         if !self.batch.is_empty() {
             self.seal(SealReason::Flush, now)?;
@@ -806,7 +803,6 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     fn fail_flight(&mut self, flight: Flight<W>, error: Error) {
         if flight.handed_out {
             self.actions.push_back(Action::HandedOutFailed {
-                sequence: flight.sealed.sequence(),
                 id_base: flight.sealed.header().id_base(),
                 error: error.clone(),
             });
@@ -823,7 +819,6 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     fn fail_batch(&mut self, error: &Error) {
         if std::mem::take(&mut self.batch_handed_out) {
             self.actions.push_back(Action::HandedOutFailed {
-                sequence: self.epoch.position().next_sequence,
                 id_base: self.epoch.position().next_header().id_base(),
                 error: error.clone(),
             });
