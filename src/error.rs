@@ -172,6 +172,29 @@ pub enum Error {
         /// The largest id this log holds of the region.
         own: u64,
     },
+    /// An append to a region this log released, or a second release of it (DESIGN.md
+    /// "Regions moving between nodes"): another node owns it now. Nothing was written.
+    #[error("region {region} was released by this log (its last id here: {last_id:?})")]
+    RegionReleased {
+        /// The region.
+        region: u64,
+        /// Its largest id in this log when it was released; `None` if the log held no
+        /// entry of it.
+        last_id: Option<u64>,
+    },
+    /// A catch-up through an id its source's chain does not hold for the region: the
+    /// source released the region at another last id, or holds a later entry of it
+    /// without this one (DESIGN.md "Regions moving between nodes").
+    #[error("id {id} of region {region} is not on the source's chain (found: {found:?})")]
+    NotOnChain {
+        /// The region.
+        region: u64,
+        /// The id asked for.
+        id: u64,
+        /// What the source holds instead: the last id it released the region at, or the
+        /// first id of the region past `id`.
+        found: Option<u64>,
+    },
     /// An append to a region the log keeps for itself: the control region (`2^64 - 1`,
     /// FORMAT.md "Control entries").
     #[error("region {region} is reserved for the log's own control entries")]
@@ -417,6 +440,8 @@ impl Error {
             | Error::AppendTooLarge { .. }
             | Error::IdsExhausted { .. }
             | Error::ReservedRegion { .. }
+            | Error::RegionReleased { .. }
+            | Error::NotOnChain { .. }
             | Error::AcquireBelowOwnIds { .. }
             | Error::ReadOnly
             | Error::WalMissing { .. } => ErrorKind::FixInput,
@@ -594,6 +619,21 @@ mod tests {
         let cases = [
             (Error::EmptyAppend, FixInput),
             (Error::ReservedRegion { region: u64::MAX }, FixInput),
+            (
+                Error::RegionReleased {
+                    region: 7,
+                    last_id: Some(9),
+                },
+                FixInput,
+            ),
+            (
+                Error::NotOnChain {
+                    region: 7,
+                    id: 9,
+                    found: None,
+                },
+                FixInput,
+            ),
             (Error::ReadOnly, FixInput),
             (
                 Error::WalMissing {

@@ -3,8 +3,11 @@
 //! the writer's catalog, a recovered one and a follower's alike, since all of them grow
 //! only through `Catalog::insert`. `Retention` forgets watermarks that hide nothing.
 
+use object_store_wal::format::control::CONTROL_REGION;
 use object_store_wal::format::{entry_id, entry_sequence, Header, Link, SegmentRecord};
-use object_store_wal::internal::chain::catalog::{Catalog, Retention, STALE_SLACK};
+use object_store_wal::internal::chain::catalog::{
+    Catalog, Retention, CONTROL_COPY_LAG, STALE_SLACK,
+};
 use object_store_wal::Error;
 
 fn header(sequence: u64, floor: u64) -> Header {
@@ -220,4 +223,49 @@ fn retention_keeps_watermarks_across_opens_and_publishes_rising_floors() {
     assert_eq!(retention.acknowledged_floor(), 4, "kept across the open");
     assert_eq!(retention.acknowledged(4), None);
     assert_eq!(retention.acknowledged(5), Some(5));
+}
+
+/// The control region pins the floor only at its last snapshot (each makes the earlier
+/// ones obsolete), after a commit and after a reopen alike; once that pin alone holds
+/// the floor `CONTROL_COPY_LAG` objects below the chain end, the writer is told to copy
+/// it forward, and a control region with nothing to keep can be unpinned.
+#[test]
+fn the_control_region_pins_only_its_last_snapshot() {
+    let mut catalog = Catalog::new();
+    catalog.insert(&header(1, 0), &[], 96).expect("opening");
+    let mut retention = Retention::new(&catalog, 0);
+    for s in 2..=4 {
+        let recs = records(s, &[10, CONTROL_REGION], 1);
+        catalog.insert(&header(s, 0), &recs, 300).expect("insert");
+        retention.committed(s, &recs);
+    }
+    retention.obsolete_all(&catalog, 10);
+    assert_eq!(
+        retention.floor_for(5),
+        4,
+        "the last snapshot, not the first"
+    );
+    assert!(!retention.control_holds_floor(5));
+    let lag_end = 4 + CONTROL_COPY_LAG;
+    assert!(retention.control_holds_floor(lag_end));
+    assert!(!retention.control_holds_floor(lag_end - 1));
+
+    // A new open pins the last snapshot too.
+    catalog.insert(&header(5, 4), &[], 96).expect("opening");
+    let mut reopened = Retention::new(&catalog, 4);
+    reopened.obsolete_all(&catalog, 10);
+    assert_eq!(reopened.floor_for(6), 4);
+
+    // Another region's lower pin holds the floor: no copy is asked for.
+    let recs = records(6, &[11], 1);
+    catalog.insert(&header(6, 4), &recs, 300).expect("insert");
+    let mut lower = Retention::new(&catalog, 0);
+    lower.committed(6, &recs);
+    assert_eq!(lower.floor_for(7), 4);
+    let mut other = Retention::new(&catalog, 0);
+    other.obsolete_all(&catalog, 10);
+    assert!(other.control_holds_floor(lag_end));
+    other.unpin_control();
+    assert!(!other.control_holds_floor(lag_end));
+    assert_eq!(other.floor_for(lag_end), 6, "region 11 pins object 6 now");
 }

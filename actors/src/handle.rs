@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::admission::{wait_durable_through, Admitted, PendingReceipt, Progress, ProgressState};
 use crate::entries::{EntryReceiver, EntryStream};
-use crate::messages::{AppendRequest, WalMsg};
+use crate::messages::{AppendRequest, ControlRequest, InternalMsg, WalMsg};
 use crate::stats::WalStats;
 use crate::supervisor::{RestartPolicy, Supervisor, SupervisorArgs};
 
@@ -189,6 +189,14 @@ pub struct WalHandle {
     progress: watch::Receiver<ProgressState>,
     /// The instance's store access, closed by `abort` (and `stop`) before they return.
     io: WalIo,
+}
+
+/// The error of a release or an acquire whose WAL stopped before answering: it may
+/// have been recorded.
+fn control_gone() -> Error {
+    Error::Stopped {
+        durability: Durability::MayBeDurable,
+    }
 }
 
 impl WalHandle {
@@ -502,27 +510,49 @@ impl WalHandle {
     /// Takes `region` over from another node's log, where its largest id is `last_id`
     /// (DESIGN.md "Regions moving between nodes"): every id this WAL gives the region
     /// from now on is above `last_id`, across restarts too, for the answer comes once an
-    /// acknowledged object carries the raised id offset. Refused if this log already
-    /// holds an id of the region above `last_id` ([`Error::AcquireBelowOwnIds`]).
+    /// acknowledged object carries the raised id offset. A region this log had released
+    /// is taken back (its appends are admitted again). Refused if this log already
+    /// handed out an id of the region above `last_id` ([`Error::AcquireBelowOwnIds`]).
     ///
-    /// Not yet public: release and catch-up, which make a move safe, come first.
+    /// Not yet public: catch-up, which makes a move safe, comes first.
     #[doc(hidden)]
     pub async fn acquire(&self, region: u64, last_id: u64) -> Result<()> {
-        let gone = || Error::Stopped {
-            durability: Durability::MayBeDurable,
-        };
         let call = self.call(
             |reply| {
-                crate::messages::InternalMsg::Acquire(crate::messages::AcquireRequest {
+                InternalMsg::Control(ControlRequest::Acquire {
                     region,
                     last_id,
                     reply,
                 })
                 .into()
             },
-            gone,
+            control_gone,
         );
         self.timed("acquire", Durability::MayBeDurable, async { call.await? })
+            .await
+    }
+
+    /// Releases `region` to another node (DESIGN.md "Regions moving between nodes"):
+    /// this WAL admits no more of its appends (each fails [`Error::RegionReleased`],
+    /// never written), writes what it admitted of it now, and answers once nothing of
+    /// it is in flight and the release is recorded in the log, with the region's **last
+    /// id**: its largest id on this log's chain (which can be above the last one
+    /// acknowledged: an append that failed `MayBeDurable` whose object landed is on the
+    /// chain). `None` when this log holds no entry of the region. The release holds
+    /// across restarts until [`acquire`](Self::acquire) takes the region back. A second
+    /// release is refused with [`Error::RegionReleased`], which names the last id.
+    ///
+    /// An error with [`Durability::MayBeDurable`] means the release may be recorded:
+    /// ask again, and a recorded one answers `RegionReleased` with its last id.
+    ///
+    /// Not yet public: catch-up, which makes a move safe, comes first.
+    #[doc(hidden)]
+    pub async fn release(&self, region: u64) -> Result<Option<u64>> {
+        let call = self.call(
+            |reply| InternalMsg::Control(ControlRequest::Release { region, reply }).into(),
+            control_gone,
+        );
+        self.timed("release", Durability::MayBeDurable, async { call.await? })
             .await
     }
 

@@ -5,6 +5,7 @@
 //! reply is a `Result` with the core's [`Error`], whose
 //! [`durability`](Error::durability) says whether a failed append may still be replayed.
 
+use object_store_wal::internal::chain::holdings::Holdings;
 use object_store_wal::internal::open::Opened;
 use object_store_wal::internal::write::persist::PersistOutcome;
 use object_store_wal::{AppendParts, AppendReceipt, Error, Result};
@@ -162,7 +163,7 @@ pub struct RuntimeMsg(pub(crate) InternalMsg);
 #[derive(Debug)]
 pub(crate) enum InternalMsg {
     /// From the recovery actor: the open finished.
-    Recovered(Box<Result<Opened>>),
+    Recovered(Box<Result<(Opened, Holdings)>>),
     /// From the writer: its epoch ended (or it was fenced or poisoned).
     WriterEnded {
         /// The writer's epoch.
@@ -172,20 +173,48 @@ pub(crate) enum InternalMsg {
     },
     /// Start a new open after a backoff.
     Restart,
-    /// An acquire, for the writer.
-    Acquire(AcquireRequest),
+    /// A release or an acquire, for the writer.
+    Control(ControlRequest),
 }
 
-/// Raise the writer's ids above `last_id` for `region`, which this log takes over
-/// (DESIGN.md "Regions moving between nodes"); answered once the raise is durable.
+/// A region moving between nodes (DESIGN.md "Regions moving between nodes"), for the
+/// writer: each is answered once the object holding its effect is acknowledged.
 #[derive(Debug)]
-pub(crate) struct AcquireRequest {
-    /// The region.
-    pub region: u64,
-    /// The largest id the earlier owner gave it.
-    pub last_id: u64,
-    /// Answered once an acknowledged object carries the raised id offset.
-    pub reply: RpcReplyPort<Result<()>>,
+pub(crate) enum ControlRequest {
+    /// Raise the writer's ids above `last_id` for `region`, which this log takes over
+    /// (taking it back if it had released it); answered once the raise is durable.
+    Acquire {
+        /// The region.
+        region: u64,
+        /// The largest id the earlier owner gave it.
+        last_id: u64,
+        /// Answered once an acknowledged object carries the raised id offset (and the
+        /// snapshot that takes the region back, if it was released).
+        reply: RpcReplyPort<Result<()>>,
+    },
+    /// Stop admitting `region`'s appends and record the release; answered with its last
+    /// id here once the snapshot recording it is acknowledged.
+    Release {
+        /// The region.
+        region: u64,
+        /// Its last id here (`None`: this log held no entry of it).
+        reply: RpcReplyPort<Result<Option<u64>>>,
+    },
+}
+
+impl ControlRequest {
+    /// Answers it with `error`.
+    pub(crate) fn refuse(self, error: Error) {
+        // A caller that gave up waiting dropped its end; nothing to do.
+        match self {
+            ControlRequest::Acquire { reply, .. } => {
+                let _ = reply.send(Err(error));
+            }
+            ControlRequest::Release { reply, .. } => {
+                let _ = reply.send(Err(error));
+            }
+        }
+    }
 }
 
 impl From<InternalMsg> for WalMsg {
@@ -218,8 +247,8 @@ pub enum WriterMsg {
         /// deadline.
         reply: RpcReplyPort<()>,
     },
-    /// An acquire, forwarded by the supervisor.
-    Acquire(AcquireRequest),
+    /// A release or an acquire, forwarded by the supervisor.
+    Control(ControlRequest),
     /// `max_create_duration` passed since the stop: the uploads still in flight are
     /// abandoned as unknown outcomes.
     StopDeadline,

@@ -5,6 +5,7 @@ use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
 use object_store_wal::internal::open::open_instance_above;
+use object_store_wal::internal::read::read_holdings;
 use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::{Config, CreateClock, Error};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -69,6 +70,13 @@ impl Actor for RecoveryActor {
                     args.above,
                     args.above_id_base,
                 );
+                // Then the chain's last control snapshot: which regions this log
+                // released (the writer refuses their appends).
+                let opening = async {
+                    let opened = opening.await?;
+                    let holdings = read_holdings(&args.io, &opened.recovery.catalog).await?;
+                    Ok((opened, holdings))
+                };
                 let result = match AssertUnwindSafe(opening).catch_unwind().await {
                     Ok(result) => result,
                     Err(panic) => Err(Error::OpenPanicked {

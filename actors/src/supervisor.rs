@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use object_store_wal::internal::chain::catalog::{Catalog, Retention};
+use object_store_wal::internal::chain::holdings::Holdings;
 use object_store_wal::internal::open::Opened;
 use object_store_wal::internal::read::{replay_regions, ReplayLimits};
 use object_store_wal::internal::store::objects::WalIo;
@@ -39,7 +40,7 @@ use tracing::{error, info, info_span, warn};
 
 use crate::admission::Progress;
 use crate::messages::{
-    AcquireRequest, AppendRequest, EntryReceiver, InternalMsg, ReaderMsg, RuntimeMsg, WalMsg,
+    AppendRequest, ControlRequest, EntryReceiver, InternalMsg, ReaderMsg, RuntimeMsg, WalMsg,
     WriterMsg, MAX_QUEUED_REQUESTS,
 };
 use crate::reader::{forward, ReaderActor, ReaderArgs};
@@ -206,9 +207,7 @@ fn refuse(msg: WalMsg, error: &Error) {
         WalMsg::Stop { reply } => {
             let _ = reply.send(());
         }
-        WalMsg::Runtime(RuntimeMsg(InternalMsg::Acquire(req))) => {
-            let _ = req.reply.send(Err(e));
-        }
+        WalMsg::Runtime(RuntimeMsg(InternalMsg::Control(req))) => req.refuse(e),
         _ => {}
     }
 }
@@ -237,13 +236,13 @@ impl SupervisorState {
     async fn on_recovered(
         &mut self,
         myself: &ActorRef<WalMsg>,
-        result: object_store_wal::Result<Opened>,
+        result: object_store_wal::Result<(Opened, Holdings)>,
     ) -> Result<(), ActorProcessingErr> {
         self.recovery = None;
         if !matches!(self.phase, Phase::Recovering) {
             return Ok(());
         }
-        let opened = match result {
+        let (opened, holdings) = match result {
             Ok(opened) => opened,
             Err(e) if e.is_retryable() => {
                 warn!(error = %e, "recovery failed; retrying");
@@ -280,6 +279,7 @@ impl SupervisorState {
             commits: self.commits.clone(),
             reclaimer: self.reclaimer.clone(),
             progress: self.progress.clone(),
+            holdings,
         };
         let (writer, _) = Actor::spawn_linked(None, WriterActor, args, myself.get_cell()).await?;
         info!(
@@ -460,19 +460,19 @@ impl SupervisorState {
         }
     }
 
-    /// An acquire goes to the writer, or waits for it while an open runs.
-    fn on_acquire(&mut self, req: AcquireRequest) {
+    /// A release or an acquire goes to the writer, or waits for it while an open runs.
+    fn on_control(&mut self, req: ControlRequest) {
         match &self.phase {
             Phase::Running { writer, .. } => {
                 // The writer is gone; its supervision event restarts it.
-                if let Err(ractor::MessagingErr::SendErr(WriterMsg::Acquire(req))) =
-                    writer.cast(WriterMsg::Acquire(req))
+                if let Err(ractor::MessagingErr::SendErr(WriterMsg::Control(req))) =
+                    writer.cast(WriterMsg::Control(req))
                 {
-                    self.enqueue(InternalMsg::Acquire(req).into());
+                    self.enqueue(InternalMsg::Control(req).into());
                 }
             }
-            Phase::Recovering | Phase::BackingOff => self.enqueue(InternalMsg::Acquire(req).into()),
-            Phase::Stopped => refuse(InternalMsg::Acquire(req).into(), &stopped()),
+            Phase::Recovering | Phase::BackingOff => self.enqueue(InternalMsg::Control(req).into()),
+            Phase::Stopped => req.refuse(stopped()),
         }
     }
 
@@ -746,7 +746,7 @@ impl Actor for Supervisor {
                         state.start_recovery(&myself).await?;
                     }
                 }
-                InternalMsg::Acquire(req) => state.on_acquire(req),
+                InternalMsg::Control(req) => state.on_control(req),
             },
             #[cfg(feature = "testing")]
             WalMsg::PanicWriter => {

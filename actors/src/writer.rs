@@ -33,12 +33,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use object_store_wal::internal::chain::catalog::{Catalog, Retention};
+use object_store_wal::internal::chain::holdings::Holdings;
 use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::internal::write::batch::SealedObject;
 use object_store_wal::internal::write::epoch::WritePosition;
 use object_store_wal::internal::write::persist::{persist_within, PersistOutcome};
 use object_store_wal::internal::write::protocol::{
-    payload_bytes, Action, Admitted, Limits, Now, SharedChain, WhenFull, WriteProtocol,
+    payload_bytes, Action, Admitted, ControlTicket, Limits, Now, SharedChain, WhenFull,
+    WriteProtocol,
 };
 use object_store_wal::{AppendReceipt, BackpressureLimit, Config, CreateClock, Durability, Error};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -47,12 +49,11 @@ use tracing::{debug, info_span, warn, Instrument};
 
 use crate::admission::Progress;
 use crate::messages::{
-    AcquireRequest, AppendRequest, InternalMsg, WalMsg, WriterMsg, MAX_QUEUED_REQUESTS,
+    AppendRequest, ControlRequest, InternalMsg, WalMsg, WriterMsg, MAX_QUEUED_REQUESTS,
 };
 use crate::reclaimer::ReclaimerMsg;
 use crate::stats::Counters;
 use crate::task::AbortOnDrop;
-use object_store_wal::format::control::CONTROL_REGION;
 
 /// Everything the writer starts with.
 pub struct WriterArgs {
@@ -82,6 +83,8 @@ pub struct WriterArgs {
     /// Where the ids handed out at admission stand (the barrier's state, shared with
     /// the supervisor and the handles).
     pub progress: Progress,
+    /// What the chain's last control snapshot records: the regions released.
+    pub holdings: Holdings,
 }
 
 type ReplyPort = RpcReplyPort<Result<AppendReceipt, Error>>;
@@ -102,9 +105,23 @@ pub struct WriterState {
     waiting: VecDeque<AppendRequest>,
     /// A wake-up for the sealing decision is on its way.
     wake_armed: bool,
-    /// Acquires waiting for their raised id offset to be acknowledged: the offset, and
-    /// who to answer.
-    raises: Vec<(u64, RpcReplyPort<Result<(), Error>>)>,
+    /// Releases and acquires waiting for their object to be acknowledged.
+    controls: Vec<(ControlTicket, ControlWaiter)>,
+}
+
+/// Who waits for a release or an acquire, and with what answer.
+enum ControlWaiter {
+    Acquire(RpcReplyPort<Result<(), Error>>),
+    Release(Option<u64>, RpcReplyPort<Result<Option<u64>, Error>>),
+}
+
+impl ControlWaiter {
+    fn answer(self, result: Result<(), Error>) {
+        match self {
+            ControlWaiter::Acquire(port) => reply(port, result),
+            ControlWaiter::Release(last_id, port) => reply(port, result.map(|()| last_id)),
+        }
+    }
 }
 
 /// The writer actor.
@@ -152,65 +169,54 @@ impl WriterState {
         self.step(myself);
     }
 
-    /// An acquire (DESIGN.md "Regions moving between nodes"): refused if this log holds
-    /// an id of the region above `last_id`; else the ids are raised above it, answered
-    /// once an acknowledged object carries the raised offset.
-    fn on_acquire(&mut self, myself: &ActorRef<WriterMsg>, req: AcquireRequest) {
-        let AcquireRequest {
-            region,
-            last_id,
-            reply: port,
-        } = req;
-        if region == CONTROL_REGION {
-            return reply(port, Err(Error::ReservedRegion { region }));
-        }
-        let own = self
-            .args
-            .catalog
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .last_entry_id(region);
-        if let Some(own) = own.filter(|own| *own > last_id) {
-            return reply(
-                port,
-                Err(Error::AcquireBelowOwnIds {
-                    region,
-                    last_id,
-                    own,
-                }),
-            );
-        }
+    /// A release or an acquire (DESIGN.md "Regions moving between nodes"): the protocol
+    /// decides ([`WriteProtocol::release`], [`WriteProtocol::acquire`]); the answer
+    /// waits until the object carrying its effect is acknowledged.
+    fn on_control(&mut self, myself: &ActorRef<WriterMsg>, req: ControlRequest) {
         let now = self.now();
-        match self.protocol.raise_ids_above(last_id, now) {
-            Ok(offset) => {
-                self.raises.push((offset, port));
-                self.answer_raises();
-                self.step(myself);
-            }
-            Err(e) => reply(port, Err(e)),
-        }
+        let waiting = match req {
+            ControlRequest::Acquire {
+                region,
+                last_id,
+                reply: port,
+            } => match self.protocol.acquire(region, last_id, now) {
+                Ok(ticket) => (ticket, ControlWaiter::Acquire(port)),
+                Err(e) => return reply(port, Err(e)),
+            },
+            ControlRequest::Release {
+                region,
+                reply: port,
+            } => match self.protocol.release(region, now) {
+                Ok((last_id, ticket)) => (ticket, ControlWaiter::Release(last_id, port)),
+                Err(e) => return reply(port, Err(e)),
+            },
+        };
+        self.controls.push(waiting);
+        self.answer_controls();
+        self.step(myself);
     }
 
-    /// Answers the acquires whose raise an acknowledged object now carries.
-    fn answer_raises(&mut self) {
-        if self.raises.is_empty() {
+    /// Answers the releases and acquires whose object is acknowledged now.
+    fn answer_controls(&mut self) {
+        if self.controls.is_empty() {
             return;
         }
-        let acknowledged = self.protocol.acknowledged_id_offset();
-        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.raises)
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.controls)
             .into_iter()
-            .partition(|(offset, _)| *offset <= acknowledged);
-        self.raises = waiting;
-        for (_, port) in done {
-            reply(port, Ok(()));
+            .partition(|(ticket, _)| self.protocol.ticket_acknowledged(ticket));
+        self.controls = waiting;
+        for (_, waiter) in done {
+            waiter.answer(Ok(()));
         }
     }
 
-    /// Fails the acquires still waiting with `error` (the epoch ended or the writer
-    /// stopped): the raise may have landed; an acquire asked again raises again.
-    fn fail_raises(&mut self, error: &Error) {
-        for (_, port) in std::mem::take(&mut self.raises) {
-            reply(port, Err(error.clone()));
+    /// Fails the releases and acquires still waiting with `error` (the epoch ended or
+    /// the writer stopped): their object may have landed; asked again, an acquire
+    /// raises again, and a release is answered [`Error::RegionReleased`] with its last
+    /// id if its snapshot is on the chain the new epoch recovered.
+    fn fail_controls(&mut self, error: &Error) {
+        for (_, waiter) in std::mem::take(&mut self.controls) {
+            waiter.answer(Err(error.clone()));
         }
     }
 
@@ -320,9 +326,9 @@ impl WriterState {
                 Action::WakeAt(due) => self.wake_at(myself, due),
             }
         }
-        self.answer_raises();
+        self.answer_controls();
         if let Some(error) = ended {
-            self.fail_raises(&error.with_durability(Durability::MayBeDurable));
+            self.fail_controls(&error.with_durability(Durability::MayBeDurable));
             let not_written = error.with_durability(Durability::NotWritten);
             for req in std::mem::take(&mut self.waiting) {
                 self.fail_append(req, not_written.clone());
@@ -475,8 +481,8 @@ impl WriterState {
         }
         // Every started upload came back: what was durable in order was acknowledged,
         // the rest failed.
-        self.answer_raises();
-        self.fail_raises(&Error::Stopped {
+        self.answer_controls();
+        self.fail_controls(&Error::Stopped {
             durability: Durability::MayBeDurable,
         });
         for port in std::mem::take(&mut self.stop_ports) {
@@ -502,7 +508,8 @@ impl Actor for WriterActor {
             retention: args.retention.clone(),
         };
         let limits = Limits::from_config(&args.config);
-        let protocol = WriteProtocol::new(args.epoch, args.opening_started, limits, chain);
+        let protocol = WriteProtocol::new(args.epoch, args.opening_started, limits, chain)
+            .with_holdings(args.holdings.clone());
         let mut state = WriterState {
             args,
             protocol,
@@ -511,7 +518,7 @@ impl Actor for WriterActor {
             stop_deadline_armed: false,
             waiting: VecDeque::new(),
             wake_armed: false,
-            raises: Vec::new(),
+            controls: Vec::new(),
         };
         // The opening object's floor, published before anything is admitted.
         state.carry_out(&myself);
@@ -544,7 +551,7 @@ impl Actor for WriterActor {
                 state.on_uploaded(&myself, sequence, outcome)
             }
             WriterMsg::Stop { reply } => state.on_stop(&myself, reply),
-            WriterMsg::Acquire(req) => state.on_acquire(&myself, req),
+            WriterMsg::Control(req) => state.on_control(&myself, req),
             WriterMsg::StopDeadline => state.on_stop_deadline(&myself),
             #[cfg(feature = "testing")]
             WriterMsg::Panic => panic!("injected writer panic"),

@@ -2,7 +2,9 @@
 //! built so far: an acquire raises the ids this WAL gives a region above the last id an
 //! earlier owner gave it, answers only once the raise is durable, and the raise holds
 //! across a restart; an acquire below this log's own ids, or of the control region, is
-//! refused and changes nothing.
+//! refused and changes nothing. A release stops the region's appends, answers with its
+//! last id on the chain once its snapshot is acknowledged (an append that failed
+//! `MayBeDurable` and landed counts), holds across restarts and ends with an acquire.
 //!
 //! Nothing sleeps: a test waits for a create to reach a hold, and polls a future once
 //! (`futures::poll!`) at a moment when resolving would be wrong.
@@ -12,15 +14,19 @@ mod support {
 }
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
+use futures::stream::{BoxStream, StreamExt};
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use object_store_wal::format::{decode_header, entry_id};
-use object_store_wal::testing::FaultStore;
-use object_store_wal::Error;
+use object_store_wal::internal::read::SourceLog;
+use object_store_wal::internal::store::objects::WalIo;
+use object_store_wal::testing::{CreateFault, FaultStore};
+use object_store_wal::{Config, Durability, Entry, Error, ObjectStoreLogStore};
 
-use support::harness::{bounded, config_no_reclaim, key, object_at, read, spawn, stop};
+use support::harness::{bounded, config_no_reclaim, key, object_at, payload, read, spawn, stop};
 
 fn memory() -> (Arc<FaultStore>, Arc<dyn ObjectStore>) {
     let faults = FaultStore::new(Arc::new(InMemory::new()));
@@ -116,4 +122,284 @@ async fn bad_acquires_are_refused_and_change_nothing() {
         .await
         .expect("acquired");
     stop(wal, join).await;
+}
+
+/// Whether `result` is the refusal of a released region with this last id, never
+/// written.
+fn is_released(result: &Result<impl std::fmt::Debug, Error>, region: u64, last: Option<u64>) {
+    match result {
+        Err(e @ Error::RegionReleased { region: r, last_id }) => {
+            assert_eq!((*r, *last_id), (region, last));
+            assert_eq!(e.durability(), Durability::NotWritten);
+            assert!(!e.is_retryable());
+        }
+        other => panic!("expected region {region} released, got {other:?}"),
+    }
+}
+
+/// A release answers with the region's last id only once the object holding its
+/// snapshot (and what it admitted of the region) is acknowledged; then every append of
+/// the region, and a second release, is refused with that id, while other regions go
+/// on. The release holds across a restart, and an acquire takes the region back: its
+/// next ids are above the acquired last id, and that too holds across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_stops_the_region_durably_until_it_is_acquired() {
+    let (faults, store) = memory();
+    let config = config_no_reclaim();
+    let (wal, join) = spawn(&store, &config).await;
+    let a = bounded("an append", wal.append(1, vec![Bytes::from_static(b"a")]))
+        .await
+        .expect("append");
+    assert_eq!(a.sequence, 2);
+    let last = a.parts[0].first_id;
+
+    let hold = faults.hold_creates_of(&key(3));
+    let mut release = Box::pin(wal.release(1));
+    assert!(futures::poll!(&mut release).is_pending());
+    bounded("the release's object to be held", hold.wait_arrived(1)).await;
+    assert!(
+        futures::poll!(&mut release).is_pending(),
+        "answered before its snapshot is durable"
+    );
+    is_released(
+        &wal.append(1, vec![Bytes::from_static(b"b")]).await,
+        1,
+        Some(last),
+    );
+    hold.release();
+    let released = bounded("the release", release).await.expect("released");
+    assert_eq!(released, Some(last));
+    is_released(&wal.release(1).await, 1, Some(last));
+    bounded(
+        "another region",
+        wal.append(2, vec![Bytes::from_static(b"c")]),
+    )
+    .await
+    .expect("append");
+    assert_eq!(
+        wal.release(7).await.expect("released"),
+        None,
+        "held nothing"
+    );
+    stop(wal, join).await;
+
+    let (wal, join) = spawn(&store, &config).await;
+    is_released(
+        &wal.append(1, vec![Bytes::from_static(b"d")]).await,
+        1,
+        Some(last),
+    );
+    is_released(
+        &wal.append(7, vec![Bytes::from_static(b"d")]).await,
+        7,
+        None,
+    );
+    let elsewhere = entry_id(300, 9);
+    bounded("the acquire", wal.acquire(1, elsewhere))
+        .await
+        .expect("acquired");
+    let back = bounded("an append", wal.append(1, vec![Bytes::from_static(b"e")]))
+        .await
+        .expect("taken back");
+    assert!(back.parts[0].first_id > elsewhere);
+    stop(wal, join).await;
+
+    let (wal, join) = spawn(&store, &config).await;
+    let again = bounded("an append", wal.append(1, vec![Bytes::from_static(b"f")]))
+        .await
+        .expect("still taken back");
+    assert!(again.parts[0].first_id > back.parts[0].first_id);
+    is_released(
+        &wal.append(7, vec![Bytes::from_static(b"g")]).await,
+        7,
+        None,
+    );
+    let region1: Vec<u64> = read(&wal, 1, 0).await.iter().map(|e| e.id).collect();
+    assert_eq!(
+        region1,
+        vec![last, back.parts[0].first_id, again.parts[0].first_id]
+    );
+    stop(wal, join).await;
+}
+
+/// An append whose create stayed unknown fails `MayBeDurable`, and its object landed
+/// (its first attempt's copy lands at the second attempt): the epoch ends, and the
+/// release asked of the new epoch answers with that append's id, not the last one
+/// acknowledged (there is none): it is on the chain, so it belongs to this log's piece.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_counts_an_append_that_failed_but_landed() {
+    let (faults, store) = memory();
+    let never = CreateFault::LandLate(u32::MAX);
+    faults.fail_create_of(&key(2), [CreateFault::LandLate(0), never, never]);
+    let (wal, join) = spawn(&store, &config_no_reclaim()).await;
+    let failed = bounded("an append", wal.append(1, vec![Bytes::from_static(b"a")])).await;
+    match &failed {
+        Err(e) => assert_eq!(e.durability(), Durability::MayBeDurable, "{e:?}"),
+        Ok(r) => panic!("the unknown create was acknowledged: {r:?}"),
+    }
+    assert!(object_at(faults.inner(), 2).await.is_some(), "it landed");
+    // The release goes to the new epoch (queued while it opens).
+    let released = bounded("the release", wal.release(1))
+        .await
+        .expect("released");
+    assert_eq!(released, Some(entry_id(2, 0)));
+    let region1: Vec<u64> = read(&wal, 1, 0).await.iter().map(|e| e.id).collect();
+    assert_eq!(region1, vec![entry_id(2, 0)]);
+    stop(wal, join).await;
+}
+
+/// Bad releases get typed errors and change nothing: the control region, and a region
+/// released already (which names its last id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_releases_are_refused_and_change_nothing() {
+    let (_faults, store) = memory();
+    let (wal, join) = spawn(&store, &config_no_reclaim()).await;
+    match bounded("a release", wal.release(u64::MAX)).await {
+        Err(e @ Error::ReservedRegion { region: u64::MAX }) => assert!(!e.is_retryable()),
+        other => panic!("{other:?}"),
+    }
+    let a = bounded("an append", wal.append(1, vec![Bytes::from_static(b"a")]))
+        .await
+        .expect("append");
+    let last = Some(a.parts[0].first_id);
+    assert_eq!(wal.release(1).await.expect("released"), last);
+    is_released(&wal.release(1).await, 1, last);
+    is_released(
+        &wal.append(1, vec![Bytes::from_static(b"b")]).await,
+        1,
+        last,
+    );
+    let region1: Vec<u64> = read(&wal, 1, 0).await.iter().map(|e| e.id).collect();
+    assert_eq!(region1, vec![a.parts[0].first_id]);
+    stop(wal, join).await;
+
+    // The sequential front end, opened on the same log, refuses it too.
+    let mut sequential = ObjectStoreLogStore::open(store.clone(), config_no_reclaim())
+        .await
+        .expect("open");
+    is_released(
+        &sequential.append(vec![(1, vec![Bytes::from_static(b"c")])]),
+        1,
+        last,
+    );
+    sequential
+        .append(vec![(2, vec![Bytes::from_static(b"d")])])
+        .expect("another region");
+}
+
+/// Source node A's log, and node B's read-only view of it ([`SourceLog`]).
+async fn source_of(store: &Arc<dyn ObjectStore>, config: &Config) -> SourceLog {
+    let io = WalIo::for_config(store.clone(), config).expect("io");
+    let poll = Duration::from_millis(5);
+    bounded("the source", SourceLog::open(io, config.clone(), poll))
+        .await
+        .expect("the source recovered")
+}
+
+async fn caught(
+    stream: BoxStream<'static, object_store_wal::Result<Entry>>,
+) -> Vec<object_store_wal::Result<Entry>> {
+    bounded("the catch-up", stream.collect::<Vec<_>>()).await
+}
+
+/// Node B follows region 1 of node A's log ahead of the move, A releases it, and B's
+/// catch-up delivers the region's entries from where it asks up to exactly the
+/// released id, each once and in order, then ends, while A goes on writing region 2.
+/// A catch-up through an id above the released one, or between two of the region's
+/// ids, fails `NotOnChain` naming what the source holds instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catch_up_ends_exactly_at_the_released_id() {
+    let (_faults, store) = memory();
+    let mut config_a = config_no_reclaim();
+    config_a.prefix = "node-a".into();
+    let (a, join) = spawn(&store, &config_a).await;
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let parts = vec![(1, vec![payload(i)]), (2, vec![payload(i)])];
+        let receipt = bounded("an append", a.append_many(parts))
+            .await
+            .expect("append");
+        ids.push(receipt.parts[0].first_id);
+    }
+    let source = source_of(&store, &config_a).await;
+    let ahead: Vec<u64> = bounded(
+        "the follow",
+        source.follow(1, 0).take(3).collect::<Vec<_>>(),
+    )
+    .await
+    .into_iter()
+    .map(|e| e.expect("an entry").id)
+    .collect();
+    assert_eq!(ahead, ids);
+
+    let last = bounded("the release", a.release(1))
+        .await
+        .expect("released")
+        .expect("a last id");
+    assert_eq!(last, ids[2]);
+    bounded("an append", a.append(2, vec![payload("after")]))
+        .await
+        .expect("region 2 goes on");
+    let within = Duration::from_secs(10);
+    let all = caught(source.catch_up(1, 0, last, within)).await;
+    let got: Vec<(u64, Bytes)> = all
+        .into_iter()
+        .map(|e| e.map(|e| (e.id, e.payload)).expect("an entry"))
+        .collect();
+    let want: Vec<(u64, Bytes)> = ids
+        .iter()
+        .zip(0..)
+        .map(|(id, i)| (*id, payload(i)))
+        .collect();
+    assert_eq!(got, want);
+    let tail = caught(source.catch_up(1, ids[1] + 1, last, within)).await;
+    assert_eq!(tail.len(), 1);
+    assert_eq!(tail[0].as_ref().map(|e| e.id).ok(), Some(last));
+
+    let beyond = caught(source.catch_up(1, 0, last + 1, within)).await;
+    match beyond.last() {
+        Some(Err(Error::NotOnChain {
+            region: 1,
+            id,
+            found,
+        })) => {
+            assert_eq!((*id, *found), (last + 1, Some(last)));
+        }
+        other => panic!("{other:?}"),
+    }
+    let between = caught(source.catch_up(1, 0, ids[0] + 1, within)).await;
+    match between.last() {
+        Some(Err(Error::NotOnChain {
+            region: 1,
+            id,
+            found,
+        })) => {
+            assert_eq!((*id, *found), (ids[0] + 1, Some(ids[1])));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(between.len(), 2, "the entry before it, then the error");
+    stop(a, join).await;
+}
+
+/// A catch-up of a region the source never released, through an id it does not hold,
+/// ends at its deadline with `CallTimeout` instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catch_up_honours_its_deadline() {
+    let (_faults, store) = memory();
+    let mut config_a = config_no_reclaim();
+    config_a.prefix = "node-a".into();
+    let (a, join) = spawn(&store, &config_a).await;
+    let receipt = bounded("an append", a.append(1, vec![payload("x")]))
+        .await
+        .expect("append");
+    let source = source_of(&store, &config_a).await;
+    let through = receipt.parts[0].first_id + (1 << 30);
+    let result = caught(source.catch_up(1, 0, through, Duration::from_millis(200))).await;
+    assert_eq!(result.len(), 2, "{result:?}");
+    match result.last() {
+        Some(Err(Error::CallTimeout { op: "catch_up", .. })) => {}
+        other => panic!("{other:?}"),
+    }
+    stop(a, join).await;
 }

@@ -5,3 +5,4 @@
 //! Pure: no I/O, no async; uses only `error` and `format`.
 
 pub mod catalog;
+pub mod holdings;

@@ -10,9 +10,11 @@
 mod fetch;
 mod follow;
 mod replay;
+mod source;
 mod tail;
 
 pub use fetch::*;
 pub use follow::*;
 pub use replay::*;
+pub use source::*;
 pub use tail::*;

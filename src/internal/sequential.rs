@@ -26,7 +26,9 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::internal::chain::catalog::{Catalog, Retention};
 use crate::internal::open::{open_instance, recover_in, Opened, RecoveryReport};
-use crate::internal::read::{follow_read_only, read_region, replay_regions, Entry, ReplayLimits};
+use crate::internal::read::{
+    follow_read_only, read_holdings, read_region, replay_regions, Entry, ReplayLimits,
+};
 use crate::internal::store::objects::WalIo;
 use crate::internal::store::stores::WalStores;
 use crate::internal::store::transport::RequestCounts;
@@ -124,6 +126,9 @@ impl ObjectStoreLogStore {
     pub async fn open_io(io: WalIo, config: Config) -> Result<Self> {
         config.validate()?;
         let opened = open_instance(&io, &config).await?;
+        // Regions this log released stay refused (DESIGN.md "Regions moving between
+        // nodes"); this front end neither releases nor acquires.
+        let holdings = read_holdings(&io, &opened.recovery.catalog).await?;
         let Opened {
             recovery,
             epoch,
@@ -135,7 +140,8 @@ impl ObjectStoreLogStore {
             retention: Arc::new(Mutex::new(retention)),
         };
         let limits = Limits::sequential(&config);
-        let writing = WriteProtocol::new(epoch, opening_started, limits, chain.clone());
+        let writing = WriteProtocol::new(epoch, opening_started, limits, chain.clone())
+            .with_holdings(holdings);
         Ok(ObjectStoreLogStore {
             writing: Some(writing),
             io,
@@ -181,6 +187,7 @@ impl ObjectStoreLogStore {
             return Err(Error::ReadOnly);
         }
         let opened = open_instance(&self.io, &self.config).await?;
+        let holdings = read_holdings(&self.io, &opened.recovery.catalog).await?;
         // Watermarks reported before stay true in the new epoch.
         lock(&self.retention).reopen(&opened.recovery.catalog, opened.epoch.floor);
         let chain = SharedChain {
@@ -188,7 +195,8 @@ impl ObjectStoreLogStore {
             retention: self.retention.clone(),
         };
         let limits = Limits::sequential(&self.config);
-        let mut writing = WriteProtocol::new(opened.epoch, opened.opening_started, limits, chain);
+        let mut writing = WriteProtocol::new(opened.epoch, opened.opening_started, limits, chain)
+            .with_holdings(holdings);
         writing.restart_clock(self.clock.now());
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = opened.recovery.catalog;
         self.writing = Some(writing);

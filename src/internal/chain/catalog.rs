@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
 use crate::error::{Durability, Error};
+use crate::format::control::CONTROL_REGION;
 use crate::format::{EncodedObject, Header, Link, SegmentRecord};
 
 /// A fast hasher for region ids (u64 keys the WAL's own writer chose or read back from
@@ -502,6 +503,11 @@ pub fn plan_opening_above(
     })
 }
 
+/// How far (in objects) the control region's last snapshot may hold the floor below
+/// the chain end before the writer copies it forward: each copy costs one small entry,
+/// so at most one object in this many carries one for retention's sake.
+pub const CONTROL_COPY_LAG: u64 = 64;
+
 /// Watermarks that hide nothing kept beyond twice the live regions before they are
 /// forgotten (see [`Catalog::forget_stale_watermarks`]).
 pub const STALE_SLACK: usize = 64;
@@ -551,8 +557,15 @@ impl Retention {
         self.pins.clear();
         self.floor = floor;
         for region in catalog.regions() {
-            if let Some(first) = catalog.segments_from(region, 0).first() {
-                self.set_pin(region, Some(first.sequence));
+            let segments = catalog.segments_from(region, 0);
+            // The control region needs only its last snapshot.
+            let pin = if region == CONTROL_REGION {
+                segments.last()
+            } else {
+                segments.first()
+            };
+            if let Some(pin) = pin {
+                self.set_pin(region, Some(pin.sequence));
             }
         }
         for (region, id) in watermarks {
@@ -638,6 +651,11 @@ impl Retention {
     /// Accounts for a newly committed chain object: a region with no pin is pinned there.
     pub fn committed(&mut self, sequence: u64, records: &[SegmentRecord]) {
         for r in records {
+            if r.region == CONTROL_REGION {
+                // A snapshot makes every earlier one obsolete: the pin moves to it.
+                self.set_pin(r.region, Some(sequence));
+                continue;
+            }
             let hidden = self
                 .watermarks
                 .get(&r.region)
@@ -646,6 +664,23 @@ impl Retention {
                 self.set_pin(r.region, Some(sequence));
             }
         }
+    }
+
+    /// Whether the control region's last snapshot alone holds the floor at least
+    /// [`CONTROL_COPY_LAG`] objects below `lowest_uncommitted`: every other region's pin
+    /// is above it. The writer then puts a fresh copy of the snapshot in its next object
+    /// (or, holding nothing, [`unpin_control`](Self::unpin_control)), so the floor moves
+    /// on and the state survives any reclaiming (DESIGN.md "The record of who holds what").
+    pub fn control_holds_floor(&self, lowest_uncommitted: u64) -> bool {
+        self.pins.first().is_some_and(|(pin, region)| {
+            *region == CONTROL_REGION && lowest_uncommitted.saturating_sub(*pin) >= CONTROL_COPY_LAG
+        })
+    }
+
+    /// The control region pins nothing: its last snapshot records no holding, so no
+    /// copy of it is needed.
+    pub fn unpin_control(&mut self) {
+        self.set_pin(CONTROL_REGION, None);
     }
 
     /// The floor for the next object, given the lowest sequence not yet committed (the

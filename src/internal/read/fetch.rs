@@ -16,8 +16,10 @@ use tracing::{debug, warn};
 
 use crate::config::CorruptSegmentPolicy;
 use crate::error::{Error, Result};
+use crate::format::control::CONTROL_REGION;
 use crate::format::{self};
 use crate::internal::chain::catalog::{Catalog, SegmentLocation};
+use crate::internal::chain::holdings::Holdings;
 use crate::internal::store::cache::{Lookup, Payloads, SegmentId};
 use crate::internal::store::objects::{read_again_once, WalIo};
 
@@ -212,4 +214,39 @@ pub(crate) fn entries_of(
             payload,
         })
         .collect()
+}
+
+/// What the chain's last control snapshot records (DESIGN.md "The record of who holds
+/// what"): the catalog names the control region's last segment, and that one ranged
+/// read is all it takes. A log with no control segment holds nothing. A snapshot that
+/// cannot be read or verified is an error, never an empty state: a released region
+/// must not be taken for one this log still owns.
+pub async fn read_holdings(io: &WalIo, catalog: &Catalog) -> Result<Holdings> {
+    let last = catalog.segments_from(CONTROL_REGION, 0).last().copied();
+    read_holdings_at(io, last).await
+}
+
+/// [`read_holdings`] from the control segment at `location` (the last one on the
+/// chain; `None`: there is none, and nothing is held).
+pub async fn read_holdings_at(io: &WalIo, location: Option<SegmentLocation>) -> Result<Holdings> {
+    let Some(location) = location else {
+        return Ok(Holdings::new());
+    };
+    let payloads = fetch_verified(io, std::slice::from_ref(&location))
+        .await?
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| Ok(Vec::new()))?;
+    let key = || io.key(location.sequence).to_string();
+    let damaged = |source| Error::CorruptSegment {
+        key: key(),
+        region: CONTROL_REGION,
+        source,
+    };
+    let snapshot = payloads.last().ok_or_else(|| {
+        damaged(format::FormatError::Control {
+            reason: "a control segment with no snapshot",
+        })
+    })?;
+    Holdings::from_snapshot(snapshot).map_err(damaged)
 }

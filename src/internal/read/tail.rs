@@ -46,7 +46,7 @@ const MIN_PROBE_TAIL: u64 = 2048;
 /// one LIST after the chain end) when the next key stays absent longer than the owner is
 /// ever idle (`link_window`: the owner's floor may have passed this follower and its
 /// next key been reclaimed), and when a probe meets an error other than not-found.
-struct PolledGrowth {
+pub(super) struct PolledGrowth {
     io: WalIo,
     catalog: Arc<RwLock<Catalog>>,
     poll_interval: Duration,
@@ -70,7 +70,7 @@ struct PolledGrowth {
 }
 
 impl PolledGrowth {
-    fn new(
+    pub(super) fn new(
         io: WalIo,
         catalog: Arc<RwLock<Catalog>>,
         config: &Config,
@@ -488,8 +488,10 @@ impl PolledGrowth {
     }
 }
 
-/// A read-only follow's view of its [`PolledGrowth`] task.
-struct TailedGrowth {
+/// A read-only follow's view of its [`PolledGrowth`] task; clones share the task (it
+/// ends when the last clone is dropped).
+#[derive(Clone)]
+pub(super) struct TailedGrowth {
     grown: tokio::sync::watch::Receiver<u64>,
     failed: Arc<std::sync::Mutex<Option<Error>>>,
     refreshes: tokio::sync::mpsc::Sender<RefreshRequest>,
@@ -497,7 +499,7 @@ struct TailedGrowth {
 
 impl TailedGrowth {
     /// Starts `growth`'s task and returns the follow's end of it.
-    fn spawn(growth: PolledGrowth, span: tracing::Span) -> Self {
+    pub(super) fn spawn(growth: PolledGrowth, span: tracing::Span) -> Self {
         let (grown_tx, grown) = tokio::sync::watch::channel(0);
         let failed = Arc::new(std::sync::Mutex::new(None));
         let (refreshes, refresh_rx) = tokio::sync::mpsc::channel(1);

@@ -266,9 +266,33 @@ impl Batch {
         Ok(self.appends.len() - 1)
     }
 
-    /// Whether no append is waiting.
+    /// Whether nothing waits to be written: no append, no control snapshot.
     pub fn is_empty(&self) -> bool {
-        self.appends.is_empty()
+        self.appends.is_empty() && !self.holds_control()
+    }
+
+    /// Whether the batch carries a control snapshot ([`put_control`](Self::put_control)).
+    pub fn holds_control(&self) -> bool {
+        self.regions.contains_key(&CONTROL_REGION)
+    }
+
+    /// Puts `snapshot` in the batch as the control region's one entry (FORMAT.md
+    /// "Control entries"), replacing one put before: a snapshot makes every earlier one
+    /// obsolete. It is the log's own entry, not an append: it has no receipt and counts
+    /// in no payload or entry total. Returns it back if the object would not fit.
+    pub fn put_control(&mut self, snapshot: Bytes) -> Result<(), Bytes> {
+        let framed = |e: &Bytes| (ENTRY_PREFIX_LEN + e.len()) as u64;
+        let (old, regions) = match self.regions.get(&CONTROL_REGION) {
+            Some(entries) => (entries.iter().map(framed).sum(), self.regions.len()),
+            None => (0, self.regions.len() + 1),
+        };
+        let segment_bytes = self.segment_bytes - old + framed(&snapshot);
+        if object_len(segment_bytes, regions as u64) > self.limits.max_object_bytes {
+            return Err(snapshot);
+        }
+        self.regions.insert(CONTROL_REGION, vec![snapshot]);
+        self.segment_bytes = segment_bytes;
+        Ok(())
     }
 
     /// Number of appends admitted.
@@ -304,6 +328,13 @@ impl Batch {
         self.appends
             .get(index)
             .map(|slots| receipt_of(slots, sequence, self.id_offset))
+    }
+
+    /// The largest id of `region` in the batch, when sealed at `sequence`.
+    pub fn last_id(&self, region: u64, sequence: u64) -> Option<u64> {
+        let count = self.regions.get(&region)?.len() as u64;
+        let base = sequence.saturating_add(self.id_offset);
+        count.checked_sub(1).map(|last| entry_id(base, last))
     }
 
     /// The id offset this batch's object carries.
@@ -445,6 +476,17 @@ impl SealedObject {
         &self.segments
     }
 
+    /// The largest id of `region` in the object.
+    pub fn last_id(&self, region: u64) -> Option<u64> {
+        let at = self
+            .segments
+            .binary_search_by_key(&region, |(r, _)| *r)
+            .ok()?;
+        let count = self.segments.get(at)?.1.len() as u64;
+        let base = self.header.id_base();
+        count.checked_sub(1).map(|last| entry_id(base, last))
+    }
+
     /// The encoded object's length, 0 while a transformed one is not encoded yet.
     pub fn encoded_len(&self) -> u64 {
         match self.encoded.get() {
@@ -547,5 +589,48 @@ mod tests {
         let encoded = sealed.encoded().expect("encoded");
         assert_eq!(encoded.version(), 3);
         assert_eq!(encoded.records()[0].last_entry_id, entry_id(45, 1));
+    }
+
+    /// A control snapshot rides in the batch as the control region's one entry: a second
+    /// one replaces the first, it has no receipt and moves no append's ids, and the
+    /// object's footer names it last (region 2^64 - 1).
+    #[test]
+    fn a_control_snapshot_is_the_control_regions_one_entry() {
+        let mut batch = Batch::new(limits());
+        assert!(batch.put_control(Bytes::from_static(b"first")).is_ok());
+        assert!(
+            !batch.is_empty(),
+            "a batch holding only a snapshot is sealed"
+        );
+        let index = batch
+            .admit(vec![(3, vec![Bytes::from_static(b"x")])])
+            .expect("admitted");
+        assert!(batch.put_control(Bytes::from_static(b"second")).is_ok());
+        let receipt = batch.receipt(index, 5).expect("admitted");
+        assert_eq!(batch.payload_bytes(), 1, "the snapshot is not a payload");
+        let expected_len = batch.encoded_len();
+        let sealed = batch
+            .seal(header(5), &SegmentCodec::identity())
+            .expect("sealed");
+        assert_eq!(sealed.receipts, vec![receipt]);
+        let encoded = sealed.encoded().expect("encoded");
+        assert_eq!(encoded.len(), expected_len);
+        let regions: Vec<u64> = encoded.records().iter().map(|r| r.region).collect();
+        assert_eq!(regions, vec![3, CONTROL_REGION]);
+        assert_eq!(
+            sealed.segments().last().map(|(_, e)| e.clone()),
+            Some(vec![Bytes::from_static(b"second")])
+        );
+    }
+
+    #[test]
+    fn a_control_snapshot_that_does_not_fit_comes_back() {
+        let mut batch = Batch::new(BatchLimits {
+            max_object_bytes: 200,
+            max_entry_bytes: 100,
+        });
+        let big = Bytes::from(vec![0u8; 200]);
+        assert_eq!(batch.put_control(big.clone()), Err(big));
+        assert!(batch.is_empty());
     }
 }

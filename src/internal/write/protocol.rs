@@ -42,7 +42,9 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::error::{Durability, EpochEndReason, Error, Result};
+use crate::format::control::CONTROL_REGION;
 use crate::internal::chain::catalog::{Catalog, Retention};
+use crate::internal::chain::holdings::Holdings;
 use crate::internal::store::codec::SegmentCodec;
 use crate::internal::write::batch::{
     AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted, SealedObject,
@@ -121,6 +123,14 @@ pub trait Chain {
     /// An object carrying `floor` was acknowledged: `Some(floor)` when the acknowledged
     /// floor rose, to be published.
     fn acknowledge_floor(&mut self, floor: u64) -> Option<u64>;
+    /// The largest id of `region` on the chain.
+    fn last_entry_id(&self, region: u64) -> Option<u64>;
+    /// Whether the control region's last snapshot alone holds the floor far enough below
+    /// `lowest_uncommitted` that it should be copied forward
+    /// ([`Retention::control_holds_floor`]).
+    fn control_holds_floor(&self, lowest_uncommitted: u64) -> bool;
+    /// The control region pins nothing any more ([`Retention::unpin_control`]).
+    fn unpin_control(&mut self);
 }
 
 /// [`Chain`] over the catalog shared with reads and the WAL's one [`Retention`].
@@ -160,6 +170,19 @@ impl Chain for SharedChain {
 
     fn acknowledge_floor(&mut self, floor: u64) -> Option<u64> {
         self.retention().acknowledged(floor)
+    }
+
+    fn last_entry_id(&self, region: u64) -> Option<u64> {
+        let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
+        catalog.last_entry_id(region)
+    }
+
+    fn control_holds_floor(&self, lowest_uncommitted: u64) -> bool {
+        self.retention().control_holds_floor(lowest_uncommitted)
+    }
+
+    fn unpin_control(&mut self) {
+        self.retention().unpin_control();
     }
 }
 
@@ -256,6 +279,20 @@ pub enum SealReason {
     /// The id offset was raised ([`WriteProtocol::raise_ids_above`]): the next object
     /// carries it, even empty.
     Raise,
+    /// A release or an acquire put a control snapshot in the batch: it is written now,
+    /// not at the next start slot.
+    Control,
+}
+
+/// What a release or an acquire waits for (DESIGN.md "Regions moving between nodes"):
+/// it is answered once an acknowledged object carries at least `id_offset` and the
+/// object at `sequence` (holding its control snapshot) is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlTicket {
+    /// The id offset that must be acknowledged.
+    pub id_offset: u64,
+    /// The object that must be acknowledged.
+    pub sequence: u64,
 }
 
 /// A sealed object, from sealing to its acknowledgement.
@@ -269,6 +306,9 @@ struct Flight<W> {
     refused: Option<Error>,
     handed_out: bool,
     sealed_at: Instant,
+    /// Started without waiting for its start slot (it carries a control snapshot or a
+    /// raise that a caller waits for).
+    urgent: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -305,6 +345,12 @@ pub struct WriteProtocol<W, C> {
     sealed_id_offset: u64,
     /// The id offset of the last object acknowledged (the opening object's at first).
     acknowledged_id_offset: u64,
+    /// The sequence of the last object acknowledged (the opening object's at first).
+    acknowledged_sequence: u64,
+    /// The regions released and the pieces held: the control snapshot's state.
+    holdings: Holdings,
+    /// The open batch is to be sealed and started now (a release's or an acquire's).
+    batch_urgent: bool,
     actions: VecDeque<Action<W>>,
 }
 
@@ -344,8 +390,23 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             last_ack: None,
             sealed_id_offset: position.id_offset,
             acknowledged_id_offset: position.id_offset,
+            acknowledged_sequence: position.link.sequence,
+            holdings: Holdings::new(),
+            batch_urgent: false,
             actions,
         }
+    }
+
+    /// The protocol with `holdings` (what the chain's last control snapshot records):
+    /// its released regions are refused to appends.
+    pub fn with_holdings(mut self, holdings: Holdings) -> Self {
+        self.holdings = holdings;
+        self
+    }
+
+    /// The regions released and the pieces held, as the next snapshot will record them.
+    pub fn holdings(&self) -> &Holdings {
+        &self.holdings
     }
 
     /// The next action to carry out, in order.
@@ -404,7 +465,11 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 durability: Durability::NotWritten,
             });
         }
-        Batch::validate(&self.limits.batch, parts)
+        Batch::validate(&self.limits.batch, parts)?;
+        for (region, _) in parts {
+            self.holdings.refuse(*region)?;
+        }
+        Ok(())
     }
 
     /// The creation clock's time since the last create started (the opening object's at
@@ -494,12 +559,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     /// ([`acknowledged_id_offset`](Self::acknowledged_id_offset)). The offset never
     /// decreases; a raise it already covers changes nothing.
     pub fn raise_ids_above(&mut self, above_id: u64, now: Now) -> Result<u64> {
-        self.epoch.ensure_open()?;
-        if self.lifecycle != Lifecycle::Writing {
-            return Err(Error::Stopped {
-                durability: Durability::NotWritten,
-            });
-        }
+        self.ensure_writing()?;
         if self.epoch.ids_above(above_id) {
             // The open batch's ids, and every later one, are above already.
             return Ok(self.epoch.position().id_offset);
@@ -510,6 +570,116 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         let raised = self.epoch.raise_ids_above(above_id)?;
         self.batch = Batch::with_id_offset(self.limits.batch, raised);
         Ok(raised)
+    }
+
+    /// The largest id of `region` this epoch handed out or the chain holds: the open
+    /// batch's, the objects in flight, then the chain's.
+    pub fn last_id_of(&self, region: u64) -> Option<u64> {
+        let next = self.epoch.position().next_sequence;
+        if let Some(id) = self.batch.last_id(region, next) {
+            return Some(id);
+        }
+        let in_flight = self.objects.values().rev();
+        in_flight
+            .filter_map(|f| f.sealed.last_id(region))
+            .next()
+            .or_else(|| self.chain.last_entry_id(region))
+    }
+
+    /// Releases `region` (DESIGN.md "Regions moving between nodes"): from now on every
+    /// append of it is refused ([`Error::RegionReleased`]); a snapshot recording the
+    /// release goes into the open batch, which is sealed and started now. Returns the
+    /// region's last id in this log (`None`: it holds none) and what the release waits
+    /// for: once that object is acknowledged, so is every earlier one, and the last id
+    /// is the region's largest on the chain. Refused, changing nothing, for the control
+    /// region and a region released already.
+    pub fn release(&mut self, region: u64, now: Now) -> Result<(Option<u64>, ControlTicket)> {
+        self.ensure_writing()?;
+        if region == CONTROL_REGION {
+            return Err(Error::ReservedRegion { region });
+        }
+        self.holdings.refuse(region)?;
+        let last_id = self.last_id_of(region);
+        let mut holdings = self.holdings.clone();
+        holdings.release(region, last_id)?;
+        let ticket = self.put_snapshot(&holdings, now)?;
+        self.holdings = holdings;
+        Ok((last_id, ticket))
+    }
+
+    /// Acquires `region`, whose ids on its earlier owner end at `last_id`: raises this
+    /// log's ids above it ([`raise_ids_above`](Self::raise_ids_above)) and, if this log
+    /// had released the region, takes it back with a new snapshot. Returns what the
+    /// acquire waits for. Refused, changing nothing, for the control region and when
+    /// this log already handed out an id of the region above `last_id` (its own piece
+    /// would come before the earlier owner's).
+    pub fn acquire(&mut self, region: u64, last_id: u64, now: Now) -> Result<ControlTicket> {
+        self.ensure_writing()?;
+        if region == CONTROL_REGION {
+            return Err(Error::ReservedRegion { region });
+        }
+        if let Some(own) = self.last_id_of(region).filter(|own| *own > last_id) {
+            return Err(Error::AcquireBelowOwnIds {
+                region,
+                last_id,
+                own,
+            });
+        }
+        let id_offset = self.raise_ids_above(last_id, now)?;
+        let mut sequence = self.acknowledged_sequence;
+        if self.holdings.released(region).is_some() {
+            let mut holdings = self.holdings.clone();
+            holdings.take_back(region);
+            sequence = self.put_snapshot(&holdings, now)?.sequence;
+            self.holdings = holdings;
+        }
+        Ok(ControlTicket {
+            id_offset,
+            sequence,
+        })
+    }
+
+    /// Whether what `ticket` waits for is acknowledged.
+    pub fn ticket_acknowledged(&self, ticket: &ControlTicket) -> bool {
+        self.acknowledged_id_offset >= ticket.id_offset
+            && self.acknowledged_sequence >= ticket.sequence
+    }
+
+    /// Puts a snapshot of `holdings` in the open batch (sealing the batch first if it
+    /// does not fit) and marks it to be sealed and started now; returns the ticket of
+    /// the object it will be.
+    fn put_snapshot(&mut self, holdings: &Holdings, now: Now) -> Result<ControlTicket> {
+        let snapshot = holdings.snapshot().map_err(|e| Error::EncodeFailed {
+            what: "a control snapshot".into(),
+            reason: e.to_string(),
+        })?;
+        if let Err(snapshot) = self.batch.put_control(snapshot) {
+            self.seal(SealReason::Full, now)?;
+            if self.batch.put_control(snapshot).is_err() {
+                return Err(Error::EncodeFailed {
+                    what: "a control snapshot".into(),
+                    reason: "larger than max_batch_bytes allows an object".into(),
+                });
+            }
+        }
+        if self.batch_opened.is_none() {
+            self.batch_opened = Some(now.at);
+        }
+        self.batch_urgent = true;
+        Ok(ControlTicket {
+            id_offset: self.batch.id_offset(),
+            sequence: self.epoch.position().next_sequence,
+        })
+    }
+
+    fn ensure_writing(&self) -> Result<()> {
+        self.epoch.ensure_open()?;
+        if self.lifecycle != Lifecycle::Writing {
+            return Err(Error::Stopped {
+                durability: Durability::NotWritten,
+            });
+        }
+        Ok(())
     }
 
     /// The id offset of the last object acknowledged: a raise to an offset at most this
@@ -609,6 +779,9 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         if self.epoch.position().id_offset > self.sealed_id_offset {
             return Some(SealReason::Raise);
         }
+        if self.batch_urgent && !self.batch.is_empty() {
+            return Some(SealReason::Control);
+        }
         if self.batch.is_empty() {
             let half = self.limits.link_window / 2;
             let idle = self.objects.is_empty();
@@ -668,6 +841,15 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             .next()
             .copied()
             .unwrap_or(self.epoch.position().next_sequence);
+        if !self.batch.holds_control() && self.chain.control_holds_floor(lowest_uncommitted) {
+            // The last snapshot alone holds the floor: a copy moves it on (or, holding
+            // nothing, it needs no pin). One that does not fit waits for the next object.
+            if self.holdings.is_empty() {
+                self.chain.unpin_control();
+            } else if let Ok(snapshot) = self.holdings.snapshot() {
+                let _ = self.batch.put_control(snapshot);
+            }
+        }
         let floor = self.chain.floor_for(lowest_uncommitted);
         let sealed = self.epoch.seal(&mut self.batch, floor)?;
         self.sealed_id_offset = sealed.header().id_offset;
@@ -688,6 +870,8 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 refused: None,
                 handed_out: std::mem::take(&mut self.batch_handed_out),
                 sealed_at: now.at,
+                urgent: std::mem::take(&mut self.batch_urgent)
+                    || matches!(reason, SealReason::Raise | SealReason::Control),
             },
         );
         Ok(())
@@ -710,7 +894,8 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             if self.uploading.len() >= self.limits.max_in_flight {
                 return;
             }
-            if let Some(due) = self.next_start_due(now.at) {
+            let urgent = self.objects.get(&sequence).is_some_and(|f| f.urgent);
+            if let Some(due) = self.next_start_due(now.at).filter(|_| !urgent) {
                 self.actions.push_back(Action::WakeAt(due));
                 return;
             }
@@ -780,6 +965,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             };
             let sealed = flight.sealed;
             self.acknowledged_id_offset = sealed.header().id_offset;
+            self.acknowledged_sequence = sequence;
             self.pending_bytes = self.pending_bytes.saturating_sub(sealed.payload_bytes);
             if !sealed.receipts.is_empty() {
                 self.expected_burst = sealed.receipts.len();
@@ -835,6 +1021,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         }
         self.batch = Batch::with_id_offset(self.limits.batch, self.epoch.position().id_offset);
         self.batch_opened = None;
+        self.batch_urgent = false;
     }
 
     /// Ends the epoch: every waiter gets an error with its durability; nothing more is
@@ -1308,7 +1495,8 @@ mod tests {
         assert_eq!(raised, 498);
         assert_eq!(h.protocol.acknowledged_id_offset(), 0);
         h.protocol.poll(now);
-        // Both are sealed at once; the raise starts one `min_object_interval` later.
+        // Both are sealed at once; the raise, which a caller waits for, starts with no
+        // wait for its start slot.
         assert_eq!(h.protocol.position().next_sequence, 4);
         let mut created = creates(&mut h);
         h.t += 10;
@@ -1359,5 +1547,170 @@ mod tests {
             h.protocol.raise_ids_above(u64::MAX, now),
             Err(Error::IdsExhausted { above: u64::MAX })
         ));
+    }
+
+    fn admit(h: &mut Harness, waiter: u64, region: u64) -> Result<u64> {
+        let now = h.now();
+        let parts = vec![(region, vec![Bytes::from_static(b"e")])];
+        let admitted = h
+            .protocol
+            .admit(parts, waiter, true, WhenFull::Seal, now)
+            .map_err(|(_, e)| e)?;
+        Ok(admitted.ids.expect("ids at admission").parts[0].first_id)
+    }
+
+    fn durable(h: &mut Harness, sequence: u64) {
+        let now = h.now();
+        h.protocol
+            .handle_outcome(sequence, PersistOutcome::Durable { attempts: 1 }, now);
+    }
+
+    /// A release (DESIGN.md "Regions moving between nodes"): its last id is the region's
+    /// largest handed out, in flight or in the open batch; from then on every append of
+    /// the region is refused with that id, and so is a second release; the snapshot
+    /// rides in the open batch, sealed and started at once, and the release waits for
+    /// it. The control region and a region this log never held are answered as such.
+    #[test]
+    fn a_release_refuses_the_region_and_waits_for_its_snapshot() {
+        let mut h = Harness::new();
+        admit(&mut h, 0, 1).expect("admitted");
+        let now = h.now();
+        h.protocol.poll(now);
+        assert_eq!(creates(&mut h).len(), 1, "object 2 starts");
+        let last = admit(&mut h, 1, 1).expect("admitted into the open batch");
+        assert_eq!(last, entry_id(3, 0));
+
+        let (released, ticket) = h.protocol.release(1, now).expect("released");
+        assert_eq!(released, Some(last));
+        assert_eq!(
+            ticket,
+            ControlTicket {
+                id_offset: 0,
+                sequence: 3
+            }
+        );
+        let refused = Error::RegionReleased {
+            region: 1,
+            last_id: Some(last),
+        };
+        assert_eq!(
+            admit(&mut h, 2, 1).unwrap_err().to_string(),
+            refused.to_string()
+        );
+        assert_eq!(
+            h.protocol
+                .release(1, now)
+                .map(|(l, _)| l)
+                .unwrap_err()
+                .to_string(),
+            refused.to_string()
+        );
+        assert!(matches!(
+            h.protocol.release(CONTROL_REGION, now),
+            Err(Error::ReservedRegion { .. })
+        ));
+        admit(&mut h, 3, 2).expect("another region is admitted");
+
+        // Within the start interval of object 2: the release's object starts anyway.
+        h.protocol.poll(now);
+        let created = creates(&mut h);
+        assert_eq!(created.len(), 1);
+        let regions: Vec<u64> = created[0].segments().iter().map(|(r, _)| *r).collect();
+        assert_eq!(regions, vec![1, 2, CONTROL_REGION]);
+        let snapshot = &created[0].segments()[2].1[0];
+        let recorded = Holdings::from_snapshot(snapshot).expect("a snapshot");
+        assert_eq!(recorded.released(1), Some(Some(last)));
+
+        durable(&mut h, 2);
+        assert!(!h.protocol.ticket_acknowledged(&ticket));
+        durable(&mut h, 3);
+        assert!(h.protocol.ticket_acknowledged(&ticket));
+
+        // A region this log never held: released with no last id.
+        let (none, _) = h.protocol.release(9, now).expect("released");
+        assert_eq!(none, None);
+    }
+
+    /// An acquire is refused while this log handed out an id of the region above the
+    /// acquired last id, in flight or in the open batch as well as on the chain; an
+    /// acquire of a region this log released takes it back with a new snapshot, and
+    /// waits for it as well as for the raise.
+    #[test]
+    fn an_acquire_takes_a_released_region_back_above_its_last_id() {
+        let mut h = Harness::new();
+        let own = admit(&mut h, 0, 5).expect("admitted");
+        let now = h.now();
+        assert!(matches!(
+            h.protocol.acquire(5, own - 1, now),
+            Err(Error::AcquireBelowOwnIds { region: 5, .. })
+        ));
+        let (last, _) = h.protocol.release(5, now).expect("released");
+        assert_eq!(last, Some(own));
+        h.protocol.poll(now);
+        creates(&mut h);
+        durable(&mut h, 2);
+
+        let elsewhere = entry_id(40, 3);
+        let ticket = h.protocol.acquire(5, elsewhere, now).expect("acquired");
+        assert!(h.protocol.holdings().released(5).is_none());
+        h.protocol.poll(now);
+        let created = creates(&mut h);
+        assert_eq!(created.len(), 1, "one create: the raise with the snapshot");
+        assert_eq!(ticket.sequence, created[0].sequence());
+        assert_eq!(ticket.id_offset, created[0].header().id_offset);
+        let snapshot = created[0]
+            .segments()
+            .iter()
+            .find(|(r, _)| *r == CONTROL_REGION)
+            .map(|(_, e)| e[0].clone())
+            .expect("a snapshot");
+        assert!(Holdings::from_snapshot(&snapshot)
+            .expect("a snapshot")
+            .is_empty());
+        let first = admit(&mut h, 1, 5).expect("admitted again");
+        assert!(first > elsewhere);
+        assert!(!h.protocol.ticket_acknowledged(&ticket));
+        durable(&mut h, created[0].sequence());
+        assert!(h.protocol.ticket_acknowledged(&ticket));
+    }
+
+    /// The control region pins the floor at its last snapshot; once that pin alone holds
+    /// the floor `CONTROL_COPY_LAG` objects below, the next object carries a copy of the
+    /// snapshot, and the floor then moves past the old one. Exactly one copy is made.
+    #[test]
+    fn the_last_snapshot_is_copied_forward_when_it_alone_holds_the_floor() {
+        use crate::internal::chain::catalog::CONTROL_COPY_LAG;
+        let mut h = Harness::new();
+        let now = h.now();
+        h.protocol.release(9, now).expect("released");
+        h.protocol.poll(now);
+        assert_eq!(creates(&mut h).len(), 1);
+        durable(&mut h, 2);
+        let mut copies = Vec::new();
+        let mut floors = Vec::new();
+        for _ in 0..CONTROL_COPY_LAG + 3 {
+            h.t += 20;
+            admit(&mut h, 0, 2).expect("admitted");
+            let now = h.now();
+            h.protocol.poll(now);
+            for sealed in creates(&mut h) {
+                if sealed.segments().iter().any(|(r, _)| *r == CONTROL_REGION) {
+                    copies.push(sealed.sequence());
+                }
+                floors.push(sealed.header().floor);
+                durable(&mut h, sealed.sequence());
+            }
+            // Region 2's entries are all obsolete: only the snapshot holds the floor.
+            let chain = &h.protocol.chain;
+            let catalog = chain.catalog.read().expect("catalog");
+            chain.retention().obsolete_all(&catalog, 2);
+        }
+        let copy = 2 + CONTROL_COPY_LAG;
+        assert_eq!(copies, vec![copy]);
+        assert_eq!(
+            floors.iter().max(),
+            Some(&copy),
+            "the floor moved to the copy"
+        );
     }
 }

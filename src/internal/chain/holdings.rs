@@ -1,0 +1,160 @@
+//! What this log holds of regions that moved (DESIGN.md "Regions moving between nodes"):
+//! the regions it released, each with its last id here, and the earlier pieces of
+//! regions it acquired. The last control snapshot on the chain is this state
+//! (FORMAT.md "Control entries"); the writer keeps it in memory, refuses appends to a
+//! released region, and writes a fresh snapshot whenever it changes. Pure: no I/O.
+//!
+//! Bounded by the regions that moved away and did not come back, not by history.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::error::Error;
+use crate::format::control::{decode_ownership, encode_ownership, Holding};
+use crate::format::FormatError;
+
+/// The released regions and earlier pieces this log holds (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holdings {
+    /// Released regions: their last id in this log, or `None` when it held none.
+    released: BTreeMap<u64, Option<u64>>,
+    /// Earlier pieces of acquired regions, kept as read (the writer does not add them
+    /// yet).
+    pieces: Vec<Holding>,
+}
+
+/// A released holding's last id on the page: `0` stands for "none" (no entry id is 0:
+/// sequences start at 1).
+const NO_ENTRY: u64 = 0;
+
+impl Holdings {
+    /// Nothing released, no piece: a log that never moved a region.
+    pub fn new() -> Self {
+        Holdings::default()
+    }
+
+    /// The state a snapshot's bytes record (checked: [`decode_ownership`]).
+    pub fn from_snapshot(bytes: &[u8]) -> Result<Self, FormatError> {
+        let mut holdings = Holdings::new();
+        for holding in decode_ownership(bytes)? {
+            match holding {
+                Holding::Released { region, last_id } => {
+                    let last = (last_id != NO_ENTRY).then_some(last_id);
+                    holdings.released.insert(region, last);
+                }
+                piece @ Holding::EarlierPiece { .. } => holdings.pieces.push(piece),
+            }
+        }
+        Ok(holdings)
+    }
+
+    /// The snapshot of this state, as a control entry's payload.
+    pub fn snapshot(&self) -> Result<Bytes, FormatError> {
+        let mut all: Vec<Holding> = self
+            .released
+            .iter()
+            .map(|(region, last)| Holding::Released {
+                region: *region,
+                last_id: last.unwrap_or(NO_ENTRY),
+            })
+            .chain(self.pieces.iter().cloned())
+            .collect();
+        all.sort();
+        encode_ownership(&all)
+    }
+
+    /// Whether `region` was released, and if so its last id here (`Some(None)`: it was
+    /// released holding no entry here).
+    pub fn released(&self, region: u64) -> Option<Option<u64>> {
+        self.released.get(&region).copied()
+    }
+
+    /// The error an append to a released `region` gets, if it was released.
+    pub fn refuse(&self, region: u64) -> Result<(), Error> {
+        match self.released(region) {
+            Some(last_id) => Err(Error::RegionReleased { region, last_id }),
+            None => Ok(()),
+        }
+    }
+
+    /// Records `region` released with `last_id`; refused if it already was.
+    pub fn release(&mut self, region: u64, last_id: Option<u64>) -> Result<(), Error> {
+        self.refuse(region)?;
+        self.released.insert(region, last_id);
+        Ok(())
+    }
+
+    /// Takes `region` back (an acquire): returns whether it had been released.
+    pub fn take_back(&mut self, region: u64) -> bool {
+        self.released.remove(&region).is_some()
+    }
+
+    /// The regions released, with their last ids here, in region order.
+    pub fn released_regions(&self) -> impl Iterator<Item = (u64, Option<u64>)> + '_ {
+        self.released.iter().map(|(r, l)| (*r, *l))
+    }
+
+    /// Whether nothing is held: no release, no piece.
+    pub fn is_empty(&self) -> bool {
+        self.released.is_empty() && self.pieces.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_brings_back_the_releases_it_recorded() {
+        let mut h = Holdings::new();
+        h.release(9, Some(5 << 20)).unwrap();
+        h.release(3, None).unwrap();
+        let bytes = h.snapshot().unwrap();
+        let back = Holdings::from_snapshot(&bytes).unwrap();
+        assert_eq!(back, h);
+        assert_eq!(back.released(9), Some(Some(5 << 20)));
+        assert_eq!(back.released(3), Some(None));
+        assert_eq!(back.released(4), None);
+        assert_eq!(
+            back.released_regions().collect::<Vec<_>>(),
+            vec![(3, None), (9, Some(5 << 20))]
+        );
+    }
+
+    #[test]
+    fn a_second_release_is_refused_and_changes_nothing() {
+        let mut h = Holdings::new();
+        h.release(9, Some(7)).unwrap();
+        let err = h.release(9, Some(8)).unwrap_err();
+        assert!(matches!(
+            err,
+            Error::RegionReleased {
+                region: 9,
+                last_id: Some(7)
+            }
+        ));
+        assert_eq!(h.released(9), Some(Some(7)));
+    }
+
+    #[test]
+    fn taking_a_region_back_ends_its_release() {
+        let mut h = Holdings::new();
+        h.release(9, Some(7)).unwrap();
+        assert!(h.take_back(9));
+        assert!(!h.take_back(9));
+        assert!(h.refuse(9).is_ok());
+        assert!(h.is_empty());
+        let empty = Holdings::from_snapshot(&h.snapshot().unwrap()).unwrap();
+        assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn a_damaged_snapshot_is_an_error() {
+        let mut h = Holdings::new();
+        h.release(9, Some(7)).unwrap();
+        let mut bytes = h.snapshot().unwrap().to_vec();
+        bytes[20] ^= 1;
+        assert!(Holdings::from_snapshot(&bytes).is_err());
+    }
+}

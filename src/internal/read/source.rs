@@ -1,0 +1,204 @@
+//! Another node's log opened read-only as the source of regions this node takes over
+//! (DESIGN.md "Regions moving between nodes", catch-up): its chain is recovered once and
+//! extended by probing (as a read-only follower's, `tail`), and every region taken from
+//! it reads over that one catalog and one segment cache, so one node fetches each source
+//! object at most once however many of its regions it takes.
+//!
+//! A catch-up delivers a region's entries from an id up to exactly the id the source's
+//! release answered, then ends. It never hangs on an id the source does not hold: once
+//! the source's last control snapshot records the region released (its release is
+//! acknowledged before it answers), a catch-up that has read everything and not met the
+//! id fails [`Error::NotOnChain`], and so does one that meets a later id of the region
+//! first.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::{self, BoxStream, StreamExt};
+use tracing::info_span;
+
+use super::fetch::*;
+use super::follow::*;
+use super::tail::{PolledGrowth, TailedGrowth};
+use crate::config::Config;
+use crate::error::{Durability, Error, Result};
+use crate::format::control::CONTROL_REGION;
+use crate::format::Link;
+use crate::internal::chain::catalog::Catalog;
+use crate::internal::open::recover;
+use crate::internal::store::objects::WalIo;
+
+/// A source log opened read-only (see the module docs). Dropping it ends its polling
+/// task once no catch-up or follow over it is left.
+pub struct SourceLog {
+    io: WalIo,
+    config: Config,
+    catalog: Arc<RwLock<Catalog>>,
+    growth: TailedGrowth,
+}
+
+impl SourceLog {
+    /// Recovers the source's chain (read-only: nothing is written, nothing fenced) and
+    /// starts polling it for new objects every `poll_interval` while objects appear.
+    pub async fn open(io: WalIo, config: Config, poll_interval: Duration) -> Result<Self> {
+        let recovery = recover(&io, config.recovery_concurrency).await?;
+        let last = recovery
+            .catalog
+            .tip()
+            .map(|(sequence, o)| Link {
+                sequence,
+                epoch: o.epoch,
+            })
+            .unwrap_or(Link::NONE);
+        let catalog = Arc::new(RwLock::new(recovery.catalog));
+        let growth = PolledGrowth::new(io.clone(), catalog.clone(), &config, poll_interval, last);
+        let span = info_span!("source", prefix = %io.prefix());
+        let growth = TailedGrowth::spawn(growth, span);
+        Ok(SourceLog {
+            io,
+            config,
+            catalog,
+            growth,
+        })
+    }
+
+    /// Follows `region` from id `from` as the source's chain grows (to read a region's
+    /// entries ahead of its release, so that only the tail is left for the catch-up).
+    pub fn follow(&self, region: u64, from: u64) -> BoxStream<'static, Result<Entry>> {
+        let (io, catalog) = (self.io.clone(), self.catalog.clone());
+        follow_region(io, catalog, region, from, &self.config, self.growth.clone())
+    }
+
+    /// Delivers `region`'s entries with ids from `from` through `through` (the last id
+    /// the source's release answered), each once and in order, and ends after
+    /// `through`. Fails [`Error::NotOnChain`] if the source does not hold `through`,
+    /// and [`Error::CallTimeout`] if `within` passes first; either ends the stream.
+    pub fn catch_up(
+        &self,
+        region: u64,
+        from: u64,
+        through: u64,
+        within: Duration,
+    ) -> BoxStream<'static, Result<Entry>> {
+        if from > through {
+            return stream::empty().boxed();
+        }
+        let growth = CatchUpGrowth {
+            inner: self.growth.clone(),
+            io: self.io.clone(),
+            catalog: self.catalog.clone(),
+            region,
+            through,
+            checked_control: None,
+            refreshed: false,
+        };
+        let (io, catalog) = (self.io.clone(), self.catalog.clone());
+        let follow = follow_region(io, catalog, region, from, &self.config, growth);
+        let deadline = tokio::time::Instant::now() + within;
+        stream::unfold(Some(follow), move |follow| async move {
+            let mut follow = follow?;
+            let next = match tokio::time::timeout_at(deadline, follow.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    let timeout = Error::CallTimeout {
+                        op: "catch_up",
+                        after: within,
+                        durability: Durability::NotWritten,
+                    };
+                    return Some((Err(timeout), None));
+                }
+            };
+            match next {
+                Some(Ok(entry)) if entry.id < through => Some((Ok(entry), Some(follow))),
+                Some(Ok(entry)) if entry.id == through => Some((Ok(entry), None)),
+                Some(Ok(entry)) => {
+                    let passed = Error::NotOnChain {
+                        region,
+                        id: through,
+                        found: Some(entry.id),
+                    };
+                    Some((Err(passed), None))
+                }
+                Some(Err(e)) => Some((Err(e), None)),
+                None => {
+                    let stopped = Error::Stopped {
+                        durability: Durability::NotWritten,
+                    };
+                    Some((Err(stopped), None))
+                }
+            }
+        })
+        .boxed()
+    }
+
+    /// The catalog of the source's chain as far as this node has seen it.
+    pub fn catalog(&self) -> &Arc<RwLock<Catalog>> {
+        &self.catalog
+    }
+}
+
+/// A catch-up's growth: the shared polling, plus a look at the source's last control
+/// snapshot whenever a new one is on the catalog. The first wait asks for the catalog
+/// to be brought up to date at once (the release just landed: no probe interval).
+struct CatchUpGrowth {
+    inner: TailedGrowth,
+    io: WalIo,
+    catalog: Arc<RwLock<Catalog>>,
+    region: u64,
+    through: u64,
+    /// The sequence of the last control segment looked at.
+    checked_control: Option<u64>,
+    refreshed: bool,
+}
+
+impl CatchUpGrowth {
+    /// Fails if the source's last snapshot records the region released below
+    /// `through`: then `through` is not, and will never be, on its chain. Called when
+    /// the follow has read all the catalog held at its last pass.
+    async fn check_release(&mut self) -> Result<()> {
+        let control = {
+            let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
+            catalog.segments_from(CONTROL_REGION, 0).last().copied()
+        };
+        let sequence = control.map(|c| c.sequence);
+        if sequence.is_none() || sequence == self.checked_control {
+            return Ok(());
+        }
+        self.checked_control = sequence;
+        let holdings = read_holdings_at(&self.io, control).await?;
+        match holdings.released(self.region) {
+            // Released below `through` (or holding nothing): the region's entries there
+            // end below it for good. (Released above it, the follow meets `through` or
+            // passes it.)
+            Some(last) if last.is_none_or(|last| last < self.through) => Err(Error::NotOnChain {
+                region: self.region,
+                id: self.through,
+                found: last,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl ChainGrowth for CatchUpGrowth {
+    fn mark(&mut self) {
+        self.inner.mark();
+    }
+
+    fn grown(&mut self) -> BoxFuture<'_, Result<bool>> {
+        Box::pin(async move {
+            self.check_release().await?;
+            if !self.refreshed {
+                self.refreshed = true;
+                self.inner.refresh().await?;
+                return Ok(true);
+            }
+            self.inner.grown().await
+        })
+    }
+
+    fn refresh(&mut self) -> BoxFuture<'_, Result<()>> {
+        self.inner.refresh()
+    }
+}
