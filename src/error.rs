@@ -174,13 +174,13 @@ pub enum Error {
     },
     /// An append to a region this log released, or a second release of it (DESIGN.md
     /// "Regions moving between nodes"): another node owns it now. Nothing was written.
-    #[error("region {region} was released by this log (its last id here: {last_id:?})")]
+    #[error("region {region} was released by this log ({released:?})")]
     RegionReleased {
         /// The region.
         region: u64,
-        /// Its largest id in this log when it was released; `None` if the log held no
-        /// entry of it.
-        last_id: Option<u64>,
+        /// What its release answered: its last id here, and what the next owner
+        /// acquires above.
+        released: crate::internal::chain::holdings::Released,
     },
     /// A catch-up through an id its source's chain does not hold for the region: the
     /// source released the region at another last id, or holds a later entry of it
@@ -622,7 +622,10 @@ mod tests {
             (
                 Error::RegionReleased {
                     region: 7,
-                    last_id: Some(9),
+                    released: crate::internal::chain::holdings::Released {
+                        last_id: Some(9),
+                        acquire_above: 9,
+                    },
                 },
                 FixInput,
             ),

@@ -13,8 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::{
-    AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Error, Result,
-    WalStores,
+    AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Error, Released,
+    Result, WalStores,
 };
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
@@ -536,18 +536,21 @@ impl WalHandle {
     /// this WAL admits no more of its appends (each fails [`Error::RegionReleased`],
     /// never written), writes what it admitted of it now, and answers once nothing of
     /// it is in flight and the release is recorded in the log, with the region's **last
-    /// id**: its largest id on this log's chain (which can be above the last one
-    /// acknowledged: an append that failed `MayBeDurable` whose object landed is on the
-    /// chain). `None` when this log holds no entry of the region. The release holds
-    /// across restarts until [`acquire`](Self::acquire) takes the region back. A second
-    /// release is refused with [`Error::RegionReleased`], which names the last id.
+    /// id** ([`Released::last_id`]): its largest id on this log's chain (which can be
+    /// above the last one acknowledged: an append that failed `MayBeDurable` whose
+    /// object landed is on the chain), where a catch-up from this log ends; `None` when
+    /// this log holds no entry of the region. The next owner acquires the region above
+    /// [`Released::acquire_above`], which is above every id this log handed out for it,
+    /// landed or not. The release holds across restarts until [`acquire`](Self::acquire)
+    /// takes the region back. A second release is refused with
+    /// [`Error::RegionReleased`], which carries the same answer.
     ///
     /// An error with [`Durability::MayBeDurable`] means the release may be recorded:
     /// ask again, and a recorded one answers `RegionReleased` with its last id.
     ///
     /// Not yet public: catch-up, which makes a move safe, comes first.
     #[doc(hidden)]
-    pub async fn release(&self, region: u64) -> Result<Option<u64>> {
+    pub async fn release(&self, region: u64) -> Result<Released> {
         let call = self.call(
             |reply| InternalMsg::Control(ControlRequest::Release { region, reply }).into(),
             control_gone,

@@ -8,7 +8,7 @@
 use object_store_wal::internal::chain::holdings::Holdings;
 use object_store_wal::internal::open::Opened;
 use object_store_wal::internal::write::persist::PersistOutcome;
-use object_store_wal::{AppendParts, AppendReceipt, Error, Result};
+use object_store_wal::{AppendParts, AppendReceipt, Error, Released, Result};
 use ractor::RpcReplyPort;
 
 use crate::stats::WalStats;
@@ -197,8 +197,9 @@ pub(crate) enum ControlRequest {
     Release {
         /// The region.
         region: u64,
-        /// Its last id here (`None`: this log held no entry of it).
-        reply: RpcReplyPort<Result<Option<u64>>>,
+        /// Its last id here (`None`: this log held no entry of it), and what the next
+        /// owner acquires above.
+        reply: RpcReplyPort<Result<Released>>,
     },
 }
 

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use object_store_wal::internal::chain::catalog::{Catalog, Retention};
-use object_store_wal::internal::chain::holdings::Holdings;
+use object_store_wal::internal::chain::holdings::{Holdings, Released};
 use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::internal::write::batch::SealedObject;
 use object_store_wal::internal::write::epoch::WritePosition;
@@ -112,14 +112,14 @@ pub struct WriterState {
 /// Who waits for a release or an acquire, and with what answer.
 enum ControlWaiter {
     Acquire(RpcReplyPort<Result<(), Error>>),
-    Release(Option<u64>, RpcReplyPort<Result<Option<u64>, Error>>),
+    Release(Released, RpcReplyPort<Result<Released, Error>>),
 }
 
 impl ControlWaiter {
     fn answer(self, result: Result<(), Error>) {
         match self {
             ControlWaiter::Acquire(port) => reply(port, result),
-            ControlWaiter::Release(last_id, port) => reply(port, result.map(|()| last_id)),
+            ControlWaiter::Release(released, port) => reply(port, result.map(|()| released)),
         }
     }
 }
@@ -187,7 +187,7 @@ impl WriterState {
                 region,
                 reply: port,
             } => match self.protocol.release(region, now) {
-                Ok((last_id, ticket)) => (ticket, ControlWaiter::Release(last_id, port)),
+                Ok((released, ticket)) => (ticket, ControlWaiter::Release(released, port)),
                 Err(e) => return reply(port, Err(e)),
             },
         };

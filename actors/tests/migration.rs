@@ -128,8 +128,14 @@ async fn bad_acquires_are_refused_and_change_nothing() {
 /// written.
 fn is_released(result: &Result<impl std::fmt::Debug, Error>, region: u64, last: Option<u64>) {
     match result {
-        Err(e @ Error::RegionReleased { region: r, last_id }) => {
-            assert_eq!((*r, *last_id), (region, last));
+        Err(
+            e @ Error::RegionReleased {
+                region: r,
+                released,
+            },
+        ) => {
+            assert_eq!((*r, released.last_id), (region, last));
+            assert!(released.acquire_above >= released.last_id.unwrap_or(0));
             assert_eq!(e.durability(), Durability::NotWritten);
             assert!(!e.is_retryable());
         }
@@ -168,7 +174,7 @@ async fn a_release_stops_the_region_durably_until_it_is_acquired() {
     );
     hold.release();
     let released = bounded("the release", release).await.expect("released");
-    assert_eq!(released, Some(last));
+    assert_eq!(released.last_id, Some(last));
     is_released(&wal.release(1).await, 1, Some(last));
     bounded(
         "another region",
@@ -176,11 +182,8 @@ async fn a_release_stops_the_region_durably_until_it_is_acquired() {
     )
     .await
     .expect("append");
-    assert_eq!(
-        wal.release(7).await.expect("released"),
-        None,
-        "held nothing"
-    );
+    let nothing = wal.release(7).await.expect("released");
+    assert_eq!(nothing.last_id, None, "held nothing");
     stop(wal, join).await;
 
     let (wal, join) = spawn(&store, &config).await;
@@ -242,7 +245,7 @@ async fn a_release_counts_an_append_that_failed_but_landed() {
     let released = bounded("the release", wal.release(1))
         .await
         .expect("released");
-    assert_eq!(released, Some(entry_id(2, 0)));
+    assert_eq!(released.last_id, Some(entry_id(2, 0)));
     let region1: Vec<u64> = read(&wal, 1, 0).await.iter().map(|e| e.id).collect();
     assert_eq!(region1, vec![entry_id(2, 0)]);
     stop(wal, join).await;
@@ -262,7 +265,7 @@ async fn bad_releases_are_refused_and_change_nothing() {
         .await
         .expect("append");
     let last = Some(a.parts[0].first_id);
-    assert_eq!(wal.release(1).await.expect("released"), last);
+    assert_eq!(wal.release(1).await.expect("released").last_id, last);
     is_released(&wal.release(1).await, 1, last);
     is_released(
         &wal.append(1, vec![Bytes::from_static(b"b")]).await,
@@ -335,6 +338,7 @@ async fn a_catch_up_ends_exactly_at_the_released_id() {
     let last = bounded("the release", a.release(1))
         .await
         .expect("released")
+        .last_id
         .expect("a last id");
     assert_eq!(last, ids[2]);
     bounded("an append", a.append(2, vec![payload("after")]))

@@ -14,6 +14,20 @@ use crate::error::Error;
 use crate::format::control::{decode_ownership, encode_ownership, Holding};
 use crate::format::FormatError;
 
+/// A release's answer (DESIGN.md "Regions moving between nodes"): where the region's
+/// piece in this log ends, and what the next owner's ids must be above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Released {
+    /// The region's largest id on this log's chain: a catch-up from this log ends
+    /// here. `None` when the log holds no entry of it.
+    pub last_id: Option<u64>,
+    /// At least `last_id` and every id this log handed out for the region, acknowledged
+    /// or not (an append that failed `MayBeDurable` had ids too, whose object may never
+    /// land): the next owner acquires the region above it, so no id of the region
+    /// ever names two entries.
+    pub acquire_above: u64,
+}
+
 /// The released regions and earlier pieces this log holds (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Holdings {
@@ -70,17 +84,24 @@ impl Holdings {
         self.released.get(&region).copied()
     }
 
-    /// The error an append to a released `region` gets, if it was released.
-    pub fn refuse(&self, region: u64) -> Result<(), Error> {
+    /// The error an append to a released `region` gets, if it was released; it names
+    /// `acquire_above`, an id above every one this log handed out (the writer's bound).
+    pub fn refuse(&self, region: u64, acquire_above: u64) -> Result<(), Error> {
         match self.released(region) {
-            Some(last_id) => Err(Error::RegionReleased { region, last_id }),
+            Some(last_id) => Err(Error::RegionReleased {
+                region,
+                released: Released {
+                    last_id,
+                    acquire_above: acquire_above.max(last_id.unwrap_or(0)),
+                },
+            }),
             None => Ok(()),
         }
     }
 
     /// Records `region` released with `last_id`; refused if it already was.
     pub fn release(&mut self, region: u64, last_id: Option<u64>) -> Result<(), Error> {
-        self.refuse(region)?;
+        self.refuse(region, 0)?;
         self.released.insert(region, last_id);
         Ok(())
     }
@@ -131,7 +152,10 @@ mod tests {
             err,
             Error::RegionReleased {
                 region: 9,
-                last_id: Some(7)
+                released: Released {
+                    last_id: Some(7),
+                    acquire_above: 7
+                }
             }
         ));
         assert_eq!(h.released(9), Some(Some(7)));
@@ -143,7 +167,7 @@ mod tests {
         h.release(9, Some(7)).unwrap();
         assert!(h.take_back(9));
         assert!(!h.take_back(9));
-        assert!(h.refuse(9).is_ok());
+        assert!(h.refuse(9, 100).is_ok());
         assert!(h.is_empty());
         let empty = Holdings::from_snapshot(&h.snapshot().unwrap()).unwrap();
         assert!(empty.is_empty());

@@ -139,8 +139,8 @@ impl SourceLog {
 }
 
 /// A catch-up's growth: the shared polling, plus a look at the source's last control
-/// snapshot whenever a new one is on the catalog. The first wait asks for the catalog
-/// to be brought up to date at once (the release just landed: no probe interval).
+/// snapshot whenever a new one is on the catalog. The first wait probes the keys after
+/// the chain end at once (the release just landed: no wait for the next poll).
 struct CatchUpGrowth {
     inner: TailedGrowth,
     io: WalIo,
@@ -188,12 +188,13 @@ impl ChainGrowth for CatchUpGrowth {
 
     fn grown(&mut self) -> BoxFuture<'_, Result<bool>> {
         Box::pin(async move {
-            self.check_release().await?;
             if !self.refreshed {
+                // The release just landed: probe for it now, not at the next poll.
                 self.refreshed = true;
-                self.inner.refresh().await?;
+                self.inner.probe_now().await?;
                 return Ok(true);
             }
+            self.check_release().await?;
             self.inner.grown().await
         })
     }

@@ -440,8 +440,19 @@ impl ProbedCopies {
     }
 }
 
-/// A request to bring the catalog up to date now, with where to answer.
-type RefreshRequest = tokio::sync::oneshot::Sender<Result<()>>;
+/// A request to bring the catalog up to date now (by a listing, or by probing the keys
+/// after the chain end until one is absent), with where to answer.
+type RefreshRequest = (Refresh, tokio::sync::oneshot::Sender<Result<()>>);
+
+/// How a [`RefreshRequest`] brings the catalog up to date.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refresh {
+    /// One LIST after the chain end ([`PolledGrowth::extend`]).
+    List,
+    /// Probes now, round after round while every probed key holds an object: one
+    /// round trip when the next object is all there is (a release just landed).
+    Probe,
+}
 
 impl PolledGrowth {
     /// Polls in a task of its own, beside the follow that reads what it finds: the next
@@ -471,8 +482,18 @@ impl PolledGrowth {
             };
             match next {
                 Next::Closed => return,
-                Next::Refresh(reply) => {
+                Next::Refresh((Refresh::List, reply)) => {
                     let _ = reply.send(self.extend().await);
+                }
+                Next::Refresh((Refresh::Probe, reply)) => {
+                    let probed = loop {
+                        match self.probe().await {
+                            Ok(true) => continue,
+                            Ok(false) => break Ok(()),
+                            Err(e) => break Err(e),
+                        }
+                    };
+                    let _ = reply.send(probed);
                 }
                 Next::Polled(Ok(_)) => {}
                 Next::Polled(Err(e)) => {
@@ -539,9 +560,20 @@ impl ChainGrowth for TailedGrowth {
     }
 
     fn refresh(&mut self) -> BoxFuture<'_, Result<()>> {
+        self.ask(Refresh::List)
+    }
+}
+
+impl TailedGrowth {
+    /// Probes the keys after the chain end now, without waiting for the next poll.
+    pub(super) fn probe_now(&mut self) -> BoxFuture<'_, Result<()>> {
+        self.ask(Refresh::Probe)
+    }
+
+    fn ask(&mut self, how: Refresh) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             let (reply, answer) = tokio::sync::oneshot::channel();
-            if self.refreshes.send(reply).await.is_err() {
+            if self.refreshes.send((how, reply)).await.is_err() {
                 return Err(self.failure().unwrap_or(Error::Stopped {
                     durability: crate::error::Durability::NotWritten,
                 }));

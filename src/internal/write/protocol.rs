@@ -44,7 +44,7 @@ use crate::config::Config;
 use crate::error::{Durability, EpochEndReason, Error, Result};
 use crate::format::control::CONTROL_REGION;
 use crate::internal::chain::catalog::{Catalog, Retention};
-use crate::internal::chain::holdings::Holdings;
+use crate::internal::chain::holdings::{Holdings, Released};
 use crate::internal::store::codec::SegmentCodec;
 use crate::internal::write::batch::{
     AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted, SealedObject,
@@ -467,7 +467,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         }
         Batch::validate(&self.limits.batch, parts)?;
         for (region, _) in parts {
-            self.holdings.refuse(*region)?;
+            self.holdings.refuse(*region, self.id_bound())?;
         }
         Ok(())
     }
@@ -565,6 +565,8 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             return Ok(self.epoch.position().id_offset);
         }
         if !self.batch.is_empty() {
+            // Ahead of the raise, which waits for it: neither waits for a start slot.
+            self.batch_urgent = true;
             self.seal(SealReason::Flush, now)?;
         }
         let raised = self.epoch.raise_ids_above(above_id)?;
@@ -589,22 +591,35 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     /// Releases `region` (DESIGN.md "Regions moving between nodes"): from now on every
     /// append of it is refused ([`Error::RegionReleased`]); a snapshot recording the
     /// release goes into the open batch, which is sealed and started now. Returns the
-    /// region's last id in this log (`None`: it holds none) and what the release waits
-    /// for: once that object is acknowledged, so is every earlier one, and the last id
-    /// is the region's largest on the chain. Refused, changing nothing, for the control
-    /// region and a region released already.
-    pub fn release(&mut self, region: u64, now: Now) -> Result<(Option<u64>, ControlTicket)> {
+    /// region's last id in this log (`None`: it holds none) with the id the next owner
+    /// acquires above ([`Released`]; [`id_bound`](Self::id_bound)), and what the release
+    /// waits for: once that object is acknowledged, so is every earlier one, and the
+    /// last id is the region's largest on the chain. Refused, changing nothing, for the
+    /// control region and a region released already.
+    pub fn release(&mut self, region: u64, now: Now) -> Result<(Released, ControlTicket)> {
         self.ensure_writing()?;
         if region == CONTROL_REGION {
             return Err(Error::ReservedRegion { region });
         }
-        self.holdings.refuse(region)?;
+        self.holdings.refuse(region, self.id_bound())?;
         let last_id = self.last_id_of(region);
         let mut holdings = self.holdings.clone();
         holdings.release(region, last_id)?;
         let ticket = self.put_snapshot(&holdings, now)?;
         self.holdings = holdings;
-        Ok((last_id, ticket))
+        let released = Released {
+            last_id,
+            acquire_above: self.id_bound(),
+        };
+        Ok((released, ticket))
+    }
+
+    /// An id above every id this epoch handed out, and every id its instance handed out
+    /// before (a new epoch opens above those): the last position of the open batch's
+    /// id base. A released region's ids end below it for good, since it admits no more.
+    pub fn id_bound(&self) -> u64 {
+        let base = self.epoch.position().next_header().id_base();
+        crate::format::entry_id(base, crate::format::MAX_SEGMENT_ENTRIES - 1)
     }
 
     /// Acquires `region`, whose ids on its earlier owner end at `last_id`: raises this
@@ -1581,7 +1596,9 @@ mod tests {
         assert_eq!(last, entry_id(3, 0));
 
         let (released, ticket) = h.protocol.release(1, now).expect("released");
-        assert_eq!(released, Some(last));
+        assert_eq!(released.last_id, Some(last));
+        // Above every id handed out: the open batch's, object 3's, all positions.
+        assert_eq!(released.acquire_above, entry_id(3, (1 << 20) - 1));
         assert_eq!(
             ticket,
             ControlTicket {
@@ -1591,7 +1608,7 @@ mod tests {
         );
         let refused = Error::RegionReleased {
             region: 1,
-            last_id: Some(last),
+            released,
         };
         assert_eq!(
             admit(&mut h, 2, 1).unwrap_err().to_string(),
@@ -1628,7 +1645,8 @@ mod tests {
 
         // A region this log never held: released with no last id.
         let (none, _) = h.protocol.release(9, now).expect("released");
-        assert_eq!(none, None);
+        assert_eq!(none.last_id, None);
+        assert_eq!(none.acquire_above, entry_id(4, (1 << 20) - 1));
     }
 
     /// An acquire is refused while this log handed out an id of the region above the
@@ -1644,8 +1662,8 @@ mod tests {
             h.protocol.acquire(5, own - 1, now),
             Err(Error::AcquireBelowOwnIds { region: 5, .. })
         ));
-        let (last, _) = h.protocol.release(5, now).expect("released");
-        assert_eq!(last, Some(own));
+        let (released, _) = h.protocol.release(5, now).expect("released");
+        assert_eq!(released.last_id, Some(own));
         h.protocol.poll(now);
         creates(&mut h);
         durable(&mut h, 2);
