@@ -39,12 +39,10 @@ use futures::StreamExt;
 use hdrhistogram::Histogram;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
-use object_store_wal::internal::read::SourceLog;
-use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::testing::{
     with_latency_profile, FaultRates, FaultStore, LatencyProfile, SplitMix64,
 };
-use object_store_wal::{Config, Durability, Error, ObjectStoreLogStore};
+use object_store_wal::{Config, Durability, Error, ObjectStoreLogStore, SourceLog};
 use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
 use tokio::sync::{watch, Semaphore};
 
@@ -300,7 +298,8 @@ impl Cluster {
             if from_id > through {
                 return Ok(0);
             }
-            let mut entries = source.catch_up(region, from_id, through, Duration::from_secs(30));
+            let within = Duration::from_secs(30);
+            let mut entries = source.catch_up_released(region, from_id, &released, within);
             let mut count = 0u64;
             let mut at = caught_up;
             while let Some(entry) = entries.next().await {
@@ -496,9 +495,9 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
                 continue;
             }
             let config = config(&format!("node-{source}"), &args);
-            let io = WalIo::for_config(store.clone(), &config)?;
+            let poll = Duration::from_millis(20);
             row.push(Some(
-                SourceLog::open(io, config, Duration::from_millis(20)).await?,
+                SourceLog::open_stores(store.clone(), config, poll).await?,
             ));
         }
         sources.push(row);

@@ -174,7 +174,12 @@ pub enum Error {
     },
     /// An append to a region this log released, or a second release of it (DESIGN.md
     /// "Regions moving between nodes"): another node owns it now. Nothing was written.
-    #[error("region {region} was released by this log ({released:?})")]
+    #[error(
+        "region {region} was released by this log: its last id here {:?}, its next owner \
+         acquires above {}",
+        released.last_id,
+        released.acquire_above
+    )]
     RegionReleased {
         /// The region.
         region: u64,
@@ -625,6 +630,7 @@ mod tests {
                     released: crate::internal::chain::holdings::Released {
                         last_id: Some(9),
                         acquire_above: 9,
+                        sequence: None,
                     },
                 },
                 FixInput,

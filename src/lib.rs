@@ -181,6 +181,10 @@ pub use format::{entry_id, FormatError, Header, Link};
 pub use internal::chain::holdings::Released;
 pub use internal::open::{DamagedSegment, GivenUp, ObjectInfo, RecoveryReport, UnreadObject};
 pub use internal::read::Entry;
+/// Another node's log opened read-only, the source of regions this node takes over
+/// (catch-up). Hidden until region moves are public.
+#[doc(hidden)]
+pub use internal::read::SourceLog;
 pub use internal::sequential::{ChainSummary, FlushReceipt, ObjectStoreLogStore};
 #[doc(inline)]
 pub use internal::store::stores::WalStores;

@@ -191,14 +191,6 @@ pub struct WalHandle {
     io: WalIo,
 }
 
-/// The error of a release or an acquire whose WAL stopped before answering: it may
-/// have been recorded.
-fn control_gone() -> Error {
-    Error::Stopped {
-        durability: Durability::MayBeDurable,
-    }
-}
-
 impl WalHandle {
     /// The supervisor, for actors that send [`WalMsg`]s themselves.
     pub fn actor(&self) -> &ActorRef<WalMsg> {
@@ -266,6 +258,18 @@ impl WalHandle {
                 .await?
         })
         .await
+    }
+
+    /// The error of a release or an acquire that lost its answer: the writer that had
+    /// it ended (its epoch ended, or it failed) or the WAL ended. It may have been
+    /// recorded: ask again (a new writer answers it, or says the WAL ended).
+    fn control_gone(&self) -> Error {
+        match self.terminal_error() {
+            Some(e) => e.with_durability(Durability::MayBeDurable),
+            None => Error::WriterFailed {
+                durability: Durability::MayBeDurable,
+            },
+        }
     }
 
     fn gone(&self) -> Error {
@@ -526,7 +530,7 @@ impl WalHandle {
                 })
                 .into()
             },
-            control_gone,
+            || self.control_gone(),
         );
         self.timed("acquire", Durability::MayBeDurable, async { call.await? })
             .await
@@ -553,7 +557,7 @@ impl WalHandle {
     pub async fn release(&self, region: u64) -> Result<Released> {
         let call = self.call(
             |reply| InternalMsg::Control(ControlRequest::Release { region, reply }).into(),
-            control_gone,
+            || self.control_gone(),
         );
         self.timed("release", Durability::MayBeDurable, async { call.await? })
             .await

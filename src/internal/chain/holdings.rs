@@ -26,6 +26,10 @@ pub struct Released {
     /// land): the next owner acquires the region above it, so no id of the region
     /// ever names two entries.
     pub acquire_above: u64,
+    /// The sequence of the object that records the release (its snapshot), when this
+    /// answer comes from the release itself: every entry of the region on the chain is
+    /// at or below it, so a catch-up probes up to it at once.
+    pub sequence: Option<u64>,
 }
 
 /// The released regions and earlier pieces this log holds (see the module docs).
@@ -93,6 +97,7 @@ impl Holdings {
                 released: Released {
                     last_id,
                     acquire_above: acquire_above.max(last_id.unwrap_or(0)),
+                    sequence: None,
                 },
             }),
             None => Ok(()),
@@ -154,7 +159,8 @@ mod tests {
                 region: 9,
                 released: Released {
                     last_id: Some(7),
-                    acquire_above: 7
+                    acquire_above: 7,
+                    sequence: None,
                 }
             }
         ));

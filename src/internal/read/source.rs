@@ -26,8 +26,10 @@ use crate::error::{Durability, Error, Result};
 use crate::format::control::CONTROL_REGION;
 use crate::format::Link;
 use crate::internal::chain::catalog::Catalog;
+use crate::internal::chain::holdings::Released;
 use crate::internal::open::recover;
 use crate::internal::store::objects::WalIo;
+use crate::internal::store::stores::WalStores;
 
 /// A source log opened read-only (see the module docs). Dropping it ends its polling
 /// task once no catch-up or follow over it is left.
@@ -63,6 +65,17 @@ impl SourceLog {
         })
     }
 
+    /// [`open`](Self::open) over `stores` (one, or a quorum) under `config.prefix`.
+    pub async fn open_stores(
+        stores: impl Into<WalStores>,
+        config: Config,
+        poll_interval: Duration,
+    ) -> Result<Self> {
+        config.validate()?;
+        let io = stores.into().into_io(&config)?;
+        Self::open(io, config, poll_interval).await
+    }
+
     /// Follows `region` from id `from` as the source's chain grows (to read a region's
     /// entries ahead of its release, so that only the tail is left for the catch-up).
     pub fn follow(&self, region: u64, from: u64) -> BoxStream<'static, Result<Entry>> {
@@ -81,6 +94,34 @@ impl SourceLog {
         through: u64,
         within: Duration,
     ) -> BoxStream<'static, Result<Entry>> {
+        self.catch_up_to(region, from, through, None, within)
+    }
+
+    /// [`catch_up`](Self::catch_up) through the release's answer: its last id, and the
+    /// object that recorded it ([`Released::sequence`]), which the catch-up probes for
+    /// at once with every key before it (one round trip). A release with no last id
+    /// leaves nothing to catch up.
+    pub fn catch_up_released(
+        &self,
+        region: u64,
+        from: u64,
+        released: &Released,
+        within: Duration,
+    ) -> BoxStream<'static, Result<Entry>> {
+        match released.last_id {
+            Some(through) => self.catch_up_to(region, from, through, released.sequence, within),
+            None => stream::empty().boxed(),
+        }
+    }
+
+    fn catch_up_to(
+        &self,
+        region: u64,
+        from: u64,
+        through: u64,
+        recorded_at: Option<u64>,
+        within: Duration,
+    ) -> BoxStream<'static, Result<Entry>> {
         if from > through {
             return stream::empty().boxed();
         }
@@ -90,6 +131,7 @@ impl SourceLog {
             catalog: self.catalog.clone(),
             region,
             through,
+            recorded_at,
             checked_control: None,
             refreshed: false,
         };
@@ -147,6 +189,8 @@ struct CatchUpGrowth {
     catalog: Arc<RwLock<Catalog>>,
     region: u64,
     through: u64,
+    /// The object that recorded the release, if known: probed for at once.
+    recorded_at: Option<u64>,
     /// The sequence of the last control segment looked at.
     checked_control: Option<u64>,
     refreshed: bool,
@@ -191,7 +235,7 @@ impl ChainGrowth for CatchUpGrowth {
             if !self.refreshed {
                 // The release just landed: probe for it now, not at the next poll.
                 self.refreshed = true;
-                self.inner.probe_now().await?;
+                self.inner.probe_now(self.recorded_at).await?;
                 return Ok(true);
             }
             self.check_release().await?;

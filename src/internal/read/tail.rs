@@ -449,9 +449,11 @@ type RefreshRequest = (Refresh, tokio::sync::oneshot::Sender<Result<()>>);
 enum Refresh {
     /// One LIST after the chain end ([`PolledGrowth::extend`]).
     List,
-    /// Probes now, round after round while every probed key holds an object: one
-    /// round trip when the next object is all there is (a release just landed).
-    Probe,
+    /// Probes now, round after round while every probed key holds an object; given a
+    /// sequence, the first round probes every key up to it at once (capped at
+    /// [`MAX_PROBES`]) and the rounds end once it is on the chain: one round trip to
+    /// reach an object whose sequence is known (a release's).
+    Probe(Option<u64>),
 }
 
 impl PolledGrowth {
@@ -485,10 +487,19 @@ impl PolledGrowth {
                 Next::Refresh((Refresh::List, reply)) => {
                     let _ = reply.send(self.extend().await);
                 }
-                Next::Refresh((Refresh::Probe, reply)) => {
+                Next::Refresh((Refresh::Probe(known), reply)) => {
+                    if let Some(known) = known {
+                        let wanted = known.saturating_sub(self.next_key).saturating_add(1);
+                        let wanted = usize::try_from(wanted).unwrap_or(MAX_PROBES);
+                        self.probes = self.probes.max(wanted.min(MAX_PROBES));
+                    }
+                    let through = known.unwrap_or(u64::MAX);
                     let probed = loop {
                         match self.probe().await {
-                            Ok(true) => continue,
+                            // Up to the object asked for: another round would only
+                            // meet the absent key after the chain end.
+                            Ok(true) if self.last.sequence < through => continue,
+                            Ok(true) => break Ok(()),
                             Ok(false) => break Ok(()),
                             Err(e) => break Err(e),
                         }
@@ -565,9 +576,10 @@ impl ChainGrowth for TailedGrowth {
 }
 
 impl TailedGrowth {
-    /// Probes the keys after the chain end now, without waiting for the next poll.
-    pub(super) fn probe_now(&mut self) -> BoxFuture<'_, Result<()>> {
-        self.ask(Refresh::Probe)
+    /// Probes the keys after the chain end now, without waiting for the next poll; the
+    /// first round reaches `through` if it is near (a release's object).
+    pub(super) fn probe_now(&mut self, through: Option<u64>) -> BoxFuture<'_, Result<()>> {
+        self.ask(Refresh::Probe(through))
     }
 
     fn ask(&mut self, how: Refresh) -> BoxFuture<'_, Result<()>> {

@@ -610,6 +610,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         let released = Released {
             last_id,
             acquire_above: self.id_bound(),
+            sequence: Some(ticket.sequence),
         };
         Ok((released, ticket))
     }
@@ -1606,9 +1607,13 @@ mod tests {
                 sequence: 3
             }
         );
+        // Refusals name the release's answer, without the object that recorded it.
         let refused = Error::RegionReleased {
             region: 1,
-            released,
+            released: Released {
+                sequence: None,
+                ..released
+            },
         };
         assert_eq!(
             admit(&mut h, 2, 1).unwrap_err().to_string(),
