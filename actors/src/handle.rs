@@ -13,8 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::{
-    AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Error, Released,
-    Result, WalStores,
+    AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Error, RegionHolding,
+    Released, Result, WalStores,
 };
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
@@ -560,6 +560,23 @@ impl WalHandle {
             || self.control_gone(),
         );
         self.timed("release", Durability::MayBeDurable, async { call.await? })
+            .await
+    }
+
+    /// What the live log holds of each region, in region order (DESIGN.md "Regions
+    /// moving between nodes"): its first and last ids on the chain, and its release if
+    /// this log released it, for a node to reconcile its log with its routes. A
+    /// released region's entries stay until [`obsolete`](Self::obsolete) says the new
+    /// owner no longer needs them.
+    ///
+    /// Not yet public, as [`release`](Self::release).
+    #[doc(hidden)]
+    pub async fn holdings(&self) -> Result<Vec<RegionHolding>> {
+        let call = self.call(
+            |reply| InternalMsg::Control(ControlRequest::Holdings { reply }).into(),
+            || self.control_gone(),
+        );
+        self.timed("holdings", Durability::NotWritten, async { call.await? })
             .await
     }
 

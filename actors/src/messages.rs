@@ -8,7 +8,7 @@
 use object_store_wal::internal::chain::holdings::Holdings;
 use object_store_wal::internal::open::Opened;
 use object_store_wal::internal::write::persist::PersistOutcome;
-use object_store_wal::{AppendParts, AppendReceipt, Error, Released, Result};
+use object_store_wal::{AppendParts, AppendReceipt, Error, RegionHolding, Released, Result};
 use ractor::RpcReplyPort;
 
 use crate::stats::WalStats;
@@ -201,6 +201,11 @@ pub(crate) enum ControlRequest {
         /// owner acquires above.
         reply: RpcReplyPort<Result<Released>>,
     },
+    /// List what the live log holds of each region.
+    Holdings {
+        /// Every region on the chain or released, in region order.
+        reply: RpcReplyPort<Result<Vec<RegionHolding>>>,
+    },
 }
 
 impl ControlRequest {
@@ -212,6 +217,9 @@ impl ControlRequest {
                 let _ = reply.send(Err(error));
             }
             ControlRequest::Release { reply, .. } => {
+                let _ = reply.send(Err(error));
+            }
+            ControlRequest::Holdings { reply } => {
                 let _ = reply.send(Err(error));
             }
         }

@@ -32,8 +32,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use object_store_wal::format::control::CONTROL_REGION;
 use object_store_wal::internal::chain::catalog::{Catalog, Retention};
-use object_store_wal::internal::chain::holdings::{Holdings, Released};
+use object_store_wal::internal::chain::holdings::{Holdings, RegionHolding, Released};
 use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::internal::write::batch::SealedObject;
 use object_store_wal::internal::write::epoch::WritePosition;
@@ -190,10 +191,46 @@ impl WriterState {
                 Ok((released, ticket)) => (ticket, ControlWaiter::Release(released, port)),
                 Err(e) => return reply(port, Err(e)),
             },
+            ControlRequest::Holdings { reply: port } => return reply(port, Ok(self.holdings())),
         };
         self.controls.push(waiting);
         self.answer_controls();
         self.step(myself);
+    }
+
+    /// What the live log holds of each region: the catalog's pieces, the releases.
+    fn holdings(&self) -> Vec<RegionHolding> {
+        let mut held: BTreeMap<u64, RegionHolding> = BTreeMap::new();
+        {
+            let catalog = self.args.catalog.read().unwrap_or_else(|p| p.into_inner());
+            for region in catalog.regions().filter(|r| *r != CONTROL_REGION) {
+                let ids = catalog
+                    .first_entry_id(region)
+                    .zip(catalog.last_entry_id(region));
+                held.insert(
+                    region,
+                    RegionHolding {
+                        region,
+                        ids,
+                        released: None,
+                    },
+                );
+            }
+        }
+        let acquire_above = self.protocol.id_bound();
+        for (region, last_id) in self.protocol.holdings().released_regions() {
+            let entry = held.entry(region).or_insert(RegionHolding {
+                region,
+                ids: None,
+                released: None,
+            });
+            entry.released = Some(Released {
+                last_id,
+                acquire_above: acquire_above.max(last_id.unwrap_or(0)),
+                sequence: None,
+            });
+        }
+        held.into_values().collect()
     }
 
     /// Answers the releases and acquires whose object is acknowledged now.

@@ -477,3 +477,60 @@ async fn a_release_and_a_catch_up_work_over_a_quorum_of_stores() {
     let got: Vec<u64> = all.into_iter().map(|e| e.expect("an entry").id).collect();
     assert_eq!(got, ids);
 }
+
+/// A node lists what its live log holds of each region: the first and last ids on the
+/// chain, and the release of a released region (whose entries stay), across a restart;
+/// an acquire ends the release in the listing; the control region is never listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_lists_its_regions_with_their_pieces_and_releases() {
+    let (_faults, store) = memory();
+    let config = config_no_reclaim();
+    let (wal, join) = spawn(&store, &config).await;
+    let a = bounded(
+        "an append",
+        wal.append_many(vec![(1, vec![payload("a")]), (2, vec![payload("b")])]),
+    )
+    .await
+    .expect("append");
+    let b = bounded("an append", wal.append(1, vec![payload("c")]))
+        .await
+        .expect("append");
+    let (first, last) = (a.parts[0].first_id, b.parts[0].first_id);
+    let released = bounded("the release", wal.release(1))
+        .await
+        .expect("released");
+    stop(wal, join).await;
+
+    let (wal, join) = spawn(&store, &config).await;
+    let held = bounded("the listing", wal.holdings())
+        .await
+        .expect("listed");
+    type Listed = (u64, Option<(u64, u64)>, Option<Option<u64>>);
+    let regions: Vec<Listed> = held
+        .iter()
+        .map(|h| (h.region, h.ids, h.released.map(|r| r.last_id)))
+        .collect();
+    let second = a.parts[1].first_id;
+    assert_eq!(
+        regions,
+        vec![
+            (1, Some((first, last)), Some(released.last_id)),
+            (2, Some((second, second)), None),
+        ]
+    );
+    let above = held[0].released.expect("released").acquire_above;
+    assert!(
+        above >= released.acquire_above,
+        "still above what was handed out"
+    );
+
+    bounded("the acquire", wal.acquire(1, entry_id(500, 0)))
+        .await
+        .expect("acquired");
+    let held = bounded("the listing", wal.holdings())
+        .await
+        .expect("listed");
+    assert_eq!(held.len(), 2);
+    assert!(held.iter().all(|h| h.released.is_none()), "{held:?}");
+    stop(wal, join).await;
+}

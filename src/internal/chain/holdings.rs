@@ -32,6 +32,20 @@ pub struct Released {
     pub sequence: Option<u64>,
 }
 
+/// What a live log holds of one region: its piece on the chain, and whether it released
+/// the region (for a node to reconcile its log with its routes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionHolding {
+    /// The region.
+    pub region: u64,
+    /// Its first and last ids on the live chain (`None`: no entry of it is live, all
+    /// reclaimed or never written).
+    pub ids: Option<(u64, u64)>,
+    /// Its release, if this log released it (its next owner acquired above
+    /// `acquire_above`, or will).
+    pub released: Option<Released>,
+}
+
 /// The released regions and earlier pieces this log holds (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Holdings {
