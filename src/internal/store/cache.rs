@@ -335,6 +335,16 @@ impl SegmentCache {
         }
     }
 
+    /// Whether segments of `region` are wanted here: a follow is under way, or a read
+    /// left a segment of it.
+    pub fn wants(&self, region: u64) -> bool {
+        if self.region_limit == 0 {
+            return false;
+        }
+        let lru = self.lru();
+        lru.watched.contains_key(&region) || lru.regions.contains_key(&region)
+    }
+
     /// Marks `region` as followed until the guard is dropped: the writer hands its
     /// segments over from now on.
     pub fn watch(self: &Arc<Self>, region: u64) -> RegionWatch {

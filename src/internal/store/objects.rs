@@ -39,7 +39,7 @@ use crate::format::{
     self, EncodedObject, FormatError, ObjectSummary, SegmentDamage, SegmentRecord,
     EMPTY_OBJECT_LEN, EMPTY_OBJECT_LEN_V3, HEADER_LEN, HEADER_LEN_V3, TRAILER_LEN,
 };
-use crate::internal::store::cache::{RegionWatch, SegmentCache};
+use crate::internal::store::cache::{Payloads, RegionWatch, SegmentCache, SegmentId};
 use crate::internal::store::codec::SegmentCodec;
 use crate::internal::store::keys::{object_key, parse_key};
 use crate::internal::store::replicated::ReplicatedTransport;
@@ -577,9 +577,43 @@ impl WalIo {
                 other => other?,
             }
         };
+        let whole = (tail.len() as u64 == size).then(|| tail.clone());
         let summary = self.decode_summary_of(sequence, &head, tail, size).await?;
         self.check_sequence(sequence, &summary)?;
+        if let Some(object) = whole {
+            self.keep_followed_segments(&summary, &object);
+        }
         Ok(Some(summary))
+    }
+
+    /// A probe that read a small object whole: the segments of regions followed here
+    /// go into the segment cache, verified, so their follows read them without another
+    /// round trip. One that fails verification is left out (its region's fetch reads it
+    /// again, and reports damage if it is).
+    fn keep_followed_segments(&self, summary: &format::ObjectSummary, object: &Bytes) {
+        let cache = self.segment_cache();
+        let (sequence, epoch) = (summary.header.sequence, summary.header.epoch);
+        for record in &summary.footer.records {
+            if !cache.wants(record.region) {
+                continue;
+            }
+            let range = record.range();
+            let (Ok(start), Ok(end)) = (usize::try_from(range.start), usize::try_from(range.end))
+            else {
+                continue;
+            };
+            let Some(segment) = object.get(start..end).map(|s| object.slice_ref(s)) else {
+                continue;
+            };
+            if let Ok(payloads) = self.decode_segment(segment, record, sequence, epoch) {
+                let id = SegmentId {
+                    sequence,
+                    epoch,
+                    region: record.region,
+                };
+                cache.insert(id, Payloads::from(payloads));
+            }
+        }
     }
 
     /// Deletes the object with `sequence` (a missing object is not an error).
