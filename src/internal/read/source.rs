@@ -20,11 +20,10 @@ use tracing::info_span;
 
 use super::fetch::*;
 use super::follow::*;
-use super::tail::{PolledGrowth, TailedGrowth};
+use super::tail::{tail_catalog, TailedGrowth, MAX_PROBES};
 use crate::config::Config;
 use crate::error::{Durability, Error, Result};
 use crate::format::control::CONTROL_REGION;
-use crate::format::Link;
 use crate::internal::chain::catalog::Catalog;
 use crate::internal::chain::holdings::Released;
 use crate::internal::open::recover;
@@ -44,19 +43,13 @@ impl SourceLog {
     /// Recovers the source's chain (read-only: nothing is written, nothing fenced) and
     /// starts polling it for new objects every `poll_interval` while objects appear.
     pub async fn open(io: WalIo, config: Config, poll_interval: Duration) -> Result<Self> {
+        // As a read-only follower: a round of objects fetched per round trip.
+        let mut config = config;
+        config.read_ahead = config.read_ahead.max(MAX_PROBES);
         let recovery = recover(&io, config.recovery_concurrency).await?;
-        let last = recovery
-            .catalog
-            .tip()
-            .map(|(sequence, o)| Link {
-                sequence,
-                epoch: o.epoch,
-            })
-            .unwrap_or(Link::NONE);
-        let catalog = Arc::new(RwLock::new(recovery.catalog));
-        let growth = PolledGrowth::new(io.clone(), catalog.clone(), &config, poll_interval, last);
         let span = info_span!("source", prefix = %io.prefix());
-        let growth = TailedGrowth::spawn(growth, span);
+        let (catalog, growth) =
+            span.in_scope(|| tail_catalog(&io, recovery.catalog, &config, poll_interval));
         Ok(SourceLog {
             io,
             config,

@@ -600,6 +600,27 @@ impl TailedGrowth {
     }
 }
 
+/// A recovered catalog of a prefix opened read-only, shared, and the polling task that
+/// extends it from its end (in the current span).
+pub(super) fn tail_catalog(
+    io: &WalIo,
+    catalog: Catalog,
+    config: &Config,
+    poll_interval: Duration,
+) -> (Arc<RwLock<Catalog>>, TailedGrowth) {
+    let last = catalog
+        .tip()
+        .map(|(sequence, o)| Link {
+            sequence,
+            epoch: o.epoch,
+        })
+        .unwrap_or(Link::NONE);
+    let catalog = Arc::new(RwLock::new(catalog));
+    let growth = PolledGrowth::new(io.clone(), catalog.clone(), config, poll_interval, last);
+    let growth = TailedGrowth::spawn(growth, tracing::Span::current());
+    (catalog, growth)
+}
+
 /// Follows `region` of a prefix opened read-only (another node's log): recovers the
 /// chain, yields the entries with id `>= from` on it, then each object that extends it,
 /// found by probing the keys after the chain end (DESIGN.md "Tailing without listing"). It
@@ -626,17 +647,7 @@ pub fn follow_read_only(
             Ok(recovery) => recovery,
             Err(e) => return stream::iter([Err(e)]).boxed(),
         };
-        let last = recovery
-            .catalog
-            .tip()
-            .map(|(sequence, o)| Link {
-                sequence,
-                epoch: o.epoch,
-            })
-            .unwrap_or(Link::NONE);
-        let catalog = Arc::new(RwLock::new(recovery.catalog));
-        let growth = PolledGrowth::new(io.clone(), catalog.clone(), &config, poll_interval, last);
-        let growth = TailedGrowth::spawn(growth, tracing::Span::current());
+        let (catalog, growth) = tail_catalog(&io, recovery.catalog, &config, poll_interval);
         follow_region(io, catalog, region, from, &config, growth)
     })
     .flatten()
