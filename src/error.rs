@@ -185,7 +185,7 @@ pub enum Error {
         region: u64,
         /// What its release answered: its last id here, and what the next owner
         /// acquires above.
-        released: crate::internal::chain::holdings::Released,
+        released: Released,
     },
     /// A catch-up through an id its source's chain does not hold for the region: the
     /// source released the region at another last id, or holds a later entry of it
@@ -519,6 +519,24 @@ impl Error {
     }
 }
 
+/// A release's answer (DESIGN.md "Regions moving between nodes"): where the region's
+/// piece in this log ends, and what the next owner's ids must be above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Released {
+    /// The region's largest id on this log's chain: a catch-up from this log ends
+    /// here. `None` when the log holds no entry of it.
+    pub last_id: Option<u64>,
+    /// At least `last_id` and every id this log handed out for the region, acknowledged
+    /// or not (an append that failed `MayBeDurable` had ids too, whose object may never
+    /// land): the next owner acquires the region above it, so no id of the region
+    /// ever names two entries.
+    pub acquire_above: u64,
+    /// The sequence of the object that records the release (its snapshot), when this
+    /// answer comes from the release itself: every entry of the region on the chain is
+    /// at or below it, so a catch-up probes up to it at once.
+    pub sequence: Option<u64>,
+}
+
 /// What a caller does about an error ([`Error::kind`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -627,7 +645,7 @@ mod tests {
             (
                 Error::RegionReleased {
                     region: 7,
-                    released: crate::internal::chain::holdings::Released {
+                    released: Released {
                         last_id: Some(9),
                         acquire_above: 9,
                         sequence: None,

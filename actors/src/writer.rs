@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use object_store_wal::format::control::CONTROL_REGION;
 use object_store_wal::internal::chain::catalog::{Catalog, Retention};
-use object_store_wal::internal::chain::holdings::{Holdings, RegionHolding, Released};
+use object_store_wal::internal::chain::holdings::{Holdings, RegionHolding};
 use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::internal::write::batch::SealedObject;
 use object_store_wal::internal::write::epoch::WritePosition;
@@ -43,7 +43,9 @@ use object_store_wal::internal::write::protocol::{
     payload_bytes, Action, Admitted, ControlTicket, Limits, Now, SharedChain, WhenFull,
     WriteProtocol,
 };
-use object_store_wal::{AppendReceipt, BackpressureLimit, Config, CreateClock, Durability, Error};
+use object_store_wal::{
+    AppendReceipt, BackpressureLimit, Config, CreateClock, Durability, Error, Released,
+};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 use tracing::{debug, info_span, warn, Instrument};

@@ -10,27 +10,9 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use crate::error::Error;
+use crate::error::{Error, Released};
 use crate::format::control::{decode_ownership, encode_ownership, Holding};
 use crate::format::FormatError;
-
-/// A release's answer (DESIGN.md "Regions moving between nodes"): where the region's
-/// piece in this log ends, and what the next owner's ids must be above.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Released {
-    /// The region's largest id on this log's chain: a catch-up from this log ends
-    /// here. `None` when the log holds no entry of it.
-    pub last_id: Option<u64>,
-    /// At least `last_id` and every id this log handed out for the region, acknowledged
-    /// or not (an append that failed `MayBeDurable` had ids too, whose object may never
-    /// land): the next owner acquires the region above it, so no id of the region
-    /// ever names two entries.
-    pub acquire_above: u64,
-    /// The sequence of the object that records the release (its snapshot), when this
-    /// answer comes from the release itself: every entry of the region on the chain is
-    /// at or below it, so a catch-up probes up to it at once.
-    pub sequence: Option<u64>,
-}
 
 /// What a live log holds of one region: its piece on the chain, and whether it released
 /// the region (for a node to reconcile its log with its routes).

@@ -41,10 +41,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::error::{Durability, EpochEndReason, Error, Result};
+use crate::error::{Durability, EpochEndReason, Error, Released, Result};
 use crate::format::control::CONTROL_REGION;
 use crate::internal::chain::catalog::{Catalog, Retention};
-use crate::internal::chain::holdings::{Holdings, Released};
+use crate::internal::chain::holdings::Holdings;
 use crate::internal::store::codec::SegmentCodec;
 use crate::internal::write::batch::{
     AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted, SealedObject,
