@@ -60,7 +60,7 @@ impl Holding {
     }
 
     /// The order snapshots keep: by region, a release before pieces, pieces by first id.
-    fn key(&self) -> (u64, u8, u64) {
+    pub fn key(&self) -> (u64, u8, u64) {
         match self {
             Holding::Released { region, .. } => (*region, KIND_RELEASED, 0),
             Holding::EarlierPiece {

@@ -74,7 +74,8 @@ impl Holdings {
             })
             .chain(self.pieces.iter().cloned())
             .collect();
-        all.sort();
+        // The snapshot's order (by region, a release before pieces), not the enum's.
+        all.sort_by_key(Holding::key);
         encode_ownership(&all)
     }
 
@@ -142,6 +143,22 @@ mod tests {
             back.released_regions().collect::<Vec<_>>(),
             vec![(3, None), (9, Some(5 << 20))]
         );
+    }
+
+    /// A snapshot holding releases and earlier pieces of several regions is in the
+    /// snapshot's order (by region, a release before pieces), and reads back whole.
+    #[test]
+    fn releases_and_pieces_of_several_regions_make_one_snapshot() {
+        let mut h = Holdings::new();
+        h.release(9, Some(5 << 20)).unwrap();
+        h.pieces.push(Holding::EarlierPiece {
+            region: 3,
+            prefix: "node-a".into(),
+            first_id: 1 << 20,
+            last_id: 2 << 20,
+        });
+        let bytes = h.snapshot().expect("in order");
+        assert_eq!(Holdings::from_snapshot(&bytes).unwrap(), h);
     }
 
     #[test]
