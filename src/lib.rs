@@ -180,7 +180,7 @@ pub use error::{
     BackpressureLimit, Durability, EpochEndReason, Error, ErrorKind, Released, Result,
 };
 pub use format::{entry_id, FormatError, Header, Link};
-pub use internal::chain::holdings::RegionHolding;
+pub use internal::chain::holdings::{Piece, RegionHolding};
 pub use internal::open::{DamagedSegment, GivenUp, ObjectInfo, RecoveryReport, UnreadObject};
 pub use internal::read::Entry;
 /// Another node's log opened read-only, the source of regions this node takes over

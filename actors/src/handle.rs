@@ -13,8 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::{
-    AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Error, RegionHolding,
-    Released, Result, WalStores,
+    AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Error, Piece,
+    RegionHolding, Released, Result, WalStores,
 };
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorRef, RpcReplyPort};
@@ -521,11 +521,28 @@ impl WalHandle {
     /// Not yet public: catch-up, which makes a move safe, comes first.
     #[doc(hidden)]
     pub async fn acquire(&self, region: u64, last_id: u64) -> Result<()> {
+        self.acquire_with_piece(region, last_id, None).await
+    }
+
+    /// [`acquire`](Self::acquire), recording the region's piece in the log of its owner
+    /// before (its prefix and ids: the catch-up's), so that a replay after a restart of
+    /// this node reads it before this log's own entries ([`holdings`](Self::holdings)
+    /// lists it), until [`obsolete`](Self::obsolete) passes its last id.
+    ///
+    /// Not yet public, as [`release`](Self::release).
+    #[doc(hidden)]
+    pub async fn acquire_with_piece(
+        &self,
+        region: u64,
+        last_id: u64,
+        piece: Option<Piece>,
+    ) -> Result<()> {
         let call = self.call(
             |reply| {
                 InternalMsg::Control(ControlRequest::Acquire {
                     region,
                     last_id,
+                    piece,
                     reply,
                 })
                 .into()

@@ -85,6 +85,6 @@ pub use entries::{EntryReceiver, EntryStream, ReadEnded};
 pub use handle::spawn_wal_io;
 pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
 pub use messages::{AppendRequest, RuntimeMsg, WalMsg, MAX_QUEUED_REQUESTS};
-pub use object_store_wal::{Durability, Error, RegionHolding, Released, WalStores};
+pub use object_store_wal::{Durability, Error, Piece, RegionHolding, Released, WalStores};
 pub use stats::WalStats;
 pub use supervisor::{RestartPolicy, MAX_READERS};

@@ -5,7 +5,7 @@
 //! reply is a `Result` with the core's [`Error`], whose
 //! [`durability`](Error::durability) says whether a failed append may still be replayed.
 
-use object_store_wal::internal::chain::holdings::Holdings;
+use object_store_wal::internal::chain::holdings::{Holdings, Piece};
 use object_store_wal::internal::open::Opened;
 use object_store_wal::internal::write::persist::PersistOutcome;
 use object_store_wal::{AppendParts, AppendReceipt, Error, RegionHolding, Released, Result};
@@ -188,6 +188,8 @@ pub(crate) enum ControlRequest {
         region: u64,
         /// The largest id the earlier owner gave it.
         last_id: u64,
+        /// Its piece in the earlier owner's log, recorded for replays.
+        piece: Option<Piece>,
         /// Answered once an acknowledged object carries the raised id offset (and the
         /// snapshot that takes the region back, if it was released).
         reply: RpcReplyPort<Result<()>>,
@@ -200,6 +202,14 @@ pub(crate) enum ControlRequest {
         /// Its last id here (`None`: this log held no entry of it), and what the next
         /// owner acquires above.
         reply: RpcReplyPort<Result<Released>>,
+    },
+    /// `region` is flushed through `id` (an obsolete): its earlier pieces at or below
+    /// it are forgotten. Not answered.
+    Flushed {
+        /// The region.
+        region: u64,
+        /// The watermark.
+        id: u64,
     },
     /// List what the live log holds of each region.
     Holdings {
@@ -222,6 +232,7 @@ impl ControlRequest {
             ControlRequest::Holdings { reply } => {
                 let _ = reply.send(Err(error));
             }
+            ControlRequest::Flushed { .. } => {}
         }
     }
 }

@@ -529,6 +529,13 @@ impl SupervisorState {
             }
             WalMsg::Obsolete { region, id, reply } => {
                 self.on_obsolete(region, id);
+                // Earlier pieces flushed past are forgotten (by the writer, which keeps
+                // them; a writer between epochs misses it, and a later obsolete drops
+                // them).
+                if let Phase::Running { writer, .. } = &self.phase {
+                    let flushed = ControlRequest::Flushed { region, id };
+                    let _ = writer.cast(WriterMsg::Control(flushed));
+                }
                 let _ = reply.send(Ok(()));
             }
             WalMsg::Ready { reply } => {

@@ -181,8 +181,12 @@ impl WriterState {
             ControlRequest::Acquire {
                 region,
                 last_id,
+                piece,
                 reply: port,
-            } => match self.protocol.acquire(region, last_id, now) {
+            } => match self
+                .protocol
+                .acquire_with(region, last_id, piece.as_ref(), now)
+            {
                 Ok(ticket) => (ticket, ControlWaiter::Acquire(port)),
                 Err(e) => return reply(port, Err(e)),
             },
@@ -194,6 +198,12 @@ impl WriterState {
                 Err(e) => return reply(port, Err(e)),
             },
             ControlRequest::Holdings { reply: port } => return reply(port, Ok(self.holdings())),
+            ControlRequest::Flushed { region, id } => {
+                if let Err(e) = self.protocol.flushed(region, id, now) {
+                    warn!(region, error = %e, "cannot record a flushed piece");
+                }
+                return self.step(myself);
+            }
         };
         self.controls.push(waiting);
         self.answer_controls();
@@ -215,6 +225,7 @@ impl WriterState {
                         region,
                         ids,
                         released: None,
+                        pieces: Vec::new(),
                     },
                 );
             }
@@ -225,12 +236,22 @@ impl WriterState {
                 region,
                 ids: None,
                 released: None,
+                pieces: Vec::new(),
             });
             entry.released = Some(Released {
                 last_id,
                 acquire_above: acquire_above.max(last_id.unwrap_or(0)),
                 sequence: None,
             });
+        }
+        for region in self.protocol.holdings().regions_with_pieces() {
+            let entry = held.entry(region).or_insert(RegionHolding {
+                region,
+                ids: None,
+                released: None,
+                pieces: Vec::new(),
+            });
+            entry.pieces = self.protocol.holdings().pieces_of(region);
         }
         held.into_values().collect()
     }

@@ -21,11 +21,11 @@ use futures::stream::{BoxStream, StreamExt};
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use object_store_wal::format::{decode_header, entry_id};
-use object_store_wal::internal::read::SourceLog;
 use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::testing::{CreateFault, DownHooks, DownStore, FaultStore};
+use object_store_wal::SourceLog;
 use object_store_wal::{
-    Config, Durability, Entry, Error, HedgeAfter, ObjectStoreLogStore, WalStores,
+    Config, Durability, Entry, Error, HedgeAfter, ObjectStoreLogStore, Piece, WalStores,
 };
 use object_store_wal_actors::spawn_wal;
 
@@ -533,4 +533,83 @@ async fn the_log_lists_its_regions_with_their_pieces_and_releases() {
     assert_eq!(held.len(), 2);
     assert!(held.iter().all(|h| h.released.is_none()), "{held:?}");
     stop(wal, join).await;
+}
+
+/// The target records the region's earlier piece when it acquires it: listed across
+/// its restarts, read back through a source log before the target's own entries (the
+/// region's whole history), and forgotten once the target's node flushed past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquired_piece_is_kept_for_replays_until_flushed_past() {
+    let (_faults, store) = memory();
+    let mut config_a = config_no_reclaim();
+    config_a.prefix = "node-a".into();
+    let mut config_b = config_no_reclaim();
+    config_b.prefix = "node-b".into();
+    let (a, join_a) = spawn(&store, &config_a).await;
+    let mut history = Vec::new();
+    for i in 0..2 {
+        let r = bounded("an append", a.append(1, vec![payload(i)]))
+            .await
+            .expect("append");
+        history.push(r.parts[0].first_id);
+    }
+    let released = bounded("the release", a.release(1))
+        .await
+        .expect("released");
+    let piece = Piece {
+        prefix: "node-a".into(),
+        first_id: history[0],
+        last_id: released.last_id.expect("a last id"),
+    };
+    stop(a, join_a).await;
+
+    let (b, join_b) = spawn(&store, &config_b).await;
+    let above = released.acquire_above;
+    bounded(
+        "the acquire",
+        b.acquire_with_piece(1, above, Some(piece.clone())),
+    )
+    .await
+    .expect("acquired");
+    let own = bounded("an append", b.append(1, vec![payload(2)]))
+        .await
+        .expect("append");
+    history.push(own.parts[0].first_id);
+    stop(b, join_b).await;
+
+    let (b, join_b) = spawn(&store, &config_b).await;
+    let held = bounded("the listing", b.holdings()).await.expect("listed");
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].pieces, vec![piece.clone()]);
+    // A replay of region 1 after the restart: its earlier piece, then this log's own.
+    let mut replayed = Vec::new();
+    for p in &held[0].pieces {
+        let mut config = config_b.clone();
+        config.prefix = p.prefix.clone();
+        let source = bounded(
+            "the source",
+            SourceLog::open_stores(store.clone(), config, Duration::from_millis(5)),
+        )
+        .await
+        .expect("the source");
+        let within = Duration::from_secs(10);
+        for e in caught(source.catch_up(1, p.first_id, p.last_id, within)).await {
+            replayed.push(e.expect("an entry").id);
+        }
+    }
+    replayed.extend(read(&b, 1, 0).await.iter().map(|e| e.id));
+    assert_eq!(replayed, history);
+
+    // Flushed past the piece: forgotten with the next object, across a restart.
+    bounded("the flush", b.obsolete(1, piece.last_id))
+        .await
+        .expect("obsolete");
+    bounded("an append", b.append(1, vec![payload(3)]))
+        .await
+        .expect("append");
+    stop(b, join_b).await;
+    let (b, join_b) = spawn(&store, &config_b).await;
+    let held = bounded("the listing", b.holdings()).await.expect("listed");
+    assert!(held.iter().all(|h| h.pieces.is_empty()), "{held:?}");
+    stop(b, join_b).await;
 }

@@ -14,9 +14,22 @@ use crate::error::{Error, Released};
 use crate::format::control::{decode_ownership, encode_ownership, Holding};
 use crate::format::FormatError;
 
+/// An earlier piece of a region this log acquired: ids `first_id..=last_id` of it are in
+/// the log under `prefix` (the owner before), which a replay of the region reads before
+/// this log's own entries, until this log's node flushed past them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    /// The prefix of the log that holds it.
+    pub prefix: String,
+    /// Its first id.
+    pub first_id: u64,
+    /// Its last id (the release's last id there).
+    pub last_id: u64,
+}
+
 /// What a live log holds of one region: its piece on the chain, and whether it released
 /// the region (for a node to reconcile its log with its routes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegionHolding {
     /// The region.
     pub region: u64,
@@ -26,6 +39,9 @@ pub struct RegionHolding {
     /// Its release, if this log released it (its next owner acquired above
     /// `acquire_above`, or will).
     pub released: Option<Released>,
+    /// The earlier pieces recorded when this log acquired it, by first id: a replay
+    /// reads them (from their prefixes) before this log's own entries.
+    pub pieces: Vec<Piece>,
 }
 
 /// The released regions and earlier pieces this log holds (see the module docs).
@@ -33,8 +49,7 @@ pub struct RegionHolding {
 pub struct Holdings {
     /// Released regions: their last id in this log, or `None` when it held none.
     released: BTreeMap<u64, Option<u64>>,
-    /// Earlier pieces of acquired regions, kept as read (the writer does not add them
-    /// yet).
+    /// Earlier pieces of acquired regions (`Holding::EarlierPiece`), in snapshot order.
     pieces: Vec<Holding>,
 }
 
@@ -113,6 +128,67 @@ impl Holdings {
         self.released.remove(&region).is_some()
     }
 
+    /// Records an earlier piece of `region` (an acquire from its owner before); one
+    /// recorded already changes nothing. Returns whether it was added.
+    pub fn add_piece(&mut self, region: u64, piece: &Piece) -> Result<bool, FormatError> {
+        let holding = Holding::EarlierPiece {
+            region,
+            prefix: piece.prefix.clone(),
+            first_id: piece.first_id,
+            last_id: piece.last_id,
+        };
+        if self.pieces.contains(&holding) {
+            return Ok(false);
+        }
+        let mut pieces = self.pieces.clone();
+        pieces.push(holding);
+        pieces.sort_by_key(Holding::key);
+        // Checked as a snapshot would be (prefix length, order, no overlap).
+        encode_ownership(&pieces)?;
+        self.pieces = pieces;
+        Ok(true)
+    }
+
+    /// Forgets `region`'s earlier pieces whose ids are all at or below `id` (its node
+    /// flushed past them). Returns whether any was forgotten.
+    pub fn drop_pieces_through(&mut self, region: u64, id: u64) -> bool {
+        let before = self.pieces.len();
+        self.pieces.retain(|h| match h {
+            Holding::EarlierPiece {
+                region: r, last_id, ..
+            } => *r != region || *last_id > id,
+            Holding::Released { .. } => true,
+        });
+        self.pieces.len() != before
+    }
+
+    /// `region`'s earlier pieces, by first id.
+    pub fn pieces_of(&self, region: u64) -> Vec<Piece> {
+        self.pieces
+            .iter()
+            .filter_map(|h| match h {
+                Holding::EarlierPiece {
+                    region: r,
+                    prefix,
+                    first_id,
+                    last_id,
+                } if *r == region => Some(Piece {
+                    prefix: prefix.clone(),
+                    first_id: *first_id,
+                    last_id: *last_id,
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The regions with earlier pieces, in region order, each once.
+    pub fn regions_with_pieces(&self) -> Vec<u64> {
+        let mut regions: Vec<u64> = self.pieces.iter().map(Holding::region).collect();
+        regions.dedup();
+        regions
+    }
+
     /// The regions released, with their last ids here, in region order.
     pub fn released_regions(&self) -> impl Iterator<Item = (u64, Option<u64>)> + '_ {
         self.released.iter().map(|(r, l)| (*r, *l))
@@ -159,6 +235,34 @@ mod tests {
         });
         let bytes = h.snapshot().expect("in order");
         assert_eq!(Holdings::from_snapshot(&bytes).unwrap(), h);
+    }
+
+    /// Pieces are recorded once, listed by region, refused when they break the
+    /// snapshot's rules (an overlap), and forgotten once flushed past.
+    #[test]
+    fn earlier_pieces_are_recorded_once_and_forgotten_when_flushed_past() {
+        let mut h = Holdings::new();
+        let piece = |first: u64, last: u64| Piece {
+            prefix: "node-a".into(),
+            first_id: first << 20,
+            last_id: last << 20,
+        };
+        assert!(h.add_piece(3, &piece(1, 2)).unwrap());
+        assert!(!h.add_piece(3, &piece(1, 2)).unwrap(), "once");
+        assert!(h.add_piece(3, &piece(5, 6)).unwrap());
+        assert!(h.add_piece(3, &piece(2, 4)).is_err(), "an overlap");
+        assert!(h.add_piece(1, &piece(1, 1)).unwrap());
+        assert_eq!(h.pieces_of(3), vec![piece(1, 2), piece(5, 6)]);
+        assert_eq!(h.regions_with_pieces(), vec![1, 3]);
+        let back = Holdings::from_snapshot(&h.snapshot().unwrap()).unwrap();
+        assert_eq!(back, h);
+        assert!(
+            !h.drop_pieces_through(3, (2 << 20) - 1),
+            "not past its last id"
+        );
+        assert!(h.drop_pieces_through(3, 2 << 20));
+        assert_eq!(h.pieces_of(3), vec![piece(5, 6)]);
+        assert_eq!(h.pieces_of(1), vec![piece(1, 1)]);
     }
 
     #[test]

@@ -44,7 +44,7 @@ use crate::config::Config;
 use crate::error::{Durability, EpochEndReason, Error, Released, Result};
 use crate::format::control::CONTROL_REGION;
 use crate::internal::chain::catalog::{Catalog, Retention};
-use crate::internal::chain::holdings::Holdings;
+use crate::internal::chain::holdings::{Holdings, Piece};
 use crate::internal::store::codec::SegmentCodec;
 use crate::internal::write::batch::{
     AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted, SealedObject,
@@ -605,7 +605,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         let last_id = self.last_id_of(region);
         let mut holdings = self.holdings.clone();
         holdings.release(region, last_id)?;
-        let ticket = self.put_snapshot(&holdings, now)?;
+        let ticket = self.put_snapshot(&holdings, true, now)?;
         self.holdings = holdings;
         let released = Released {
             last_id,
@@ -630,6 +630,21 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     /// this log already handed out an id of the region above `last_id` (its own piece
     /// would come before the earlier owner's).
     pub fn acquire(&mut self, region: u64, last_id: u64, now: Now) -> Result<ControlTicket> {
+        self.acquire_with(region, last_id, None, now)
+    }
+
+    /// [`acquire`](Self::acquire), recording `piece`, the region's piece in the log of
+    /// its owner before (a replay reads it before this log's own entries), in the
+    /// snapshot the raise's object carries. A piece that breaks the snapshot's rules
+    /// (an empty or too long prefix, an overlap with one recorded) is refused, changing
+    /// nothing.
+    pub fn acquire_with(
+        &mut self,
+        region: u64,
+        last_id: u64,
+        piece: Option<&Piece>,
+        now: Now,
+    ) -> Result<ControlTicket> {
         self.ensure_writing()?;
         if region == CONTROL_REGION {
             return Err(Error::ReservedRegion { region });
@@ -641,12 +656,20 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 own,
             });
         }
+        let mut holdings = self.holdings.clone();
+        let mut changed = holdings.take_back(region);
+        if let Some(piece) = piece {
+            changed |= holdings
+                .add_piece(region, piece)
+                .map_err(|e| Error::Config {
+                    field: "piece",
+                    reason: e.to_string(),
+                })?;
+        }
         let id_offset = self.raise_ids_above(last_id, now)?;
         let mut sequence = self.acknowledged_sequence;
-        if self.holdings.released(region).is_some() {
-            let mut holdings = self.holdings.clone();
-            holdings.take_back(region);
-            sequence = self.put_snapshot(&holdings, now)?.sequence;
+        if changed {
+            sequence = self.put_snapshot(&holdings, true, now)?.sequence;
             self.holdings = holdings;
         }
         Ok(ControlTicket {
@@ -661,10 +684,30 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             && self.acknowledged_sequence >= ticket.sequence
     }
 
+    /// `region` is flushed through `id` by this log's node: its earlier pieces at or
+    /// below `id` are forgotten, with a new snapshot in the open batch (written at its
+    /// usual time). Nothing to do when none is, or when the epoch no longer writes.
+    pub fn flushed(&mut self, region: u64, id: u64, now: Now) -> Result<()> {
+        if self.ensure_writing().is_err() {
+            return Ok(());
+        }
+        let mut holdings = self.holdings.clone();
+        if holdings.drop_pieces_through(region, id) {
+            self.put_snapshot(&holdings, false, now)?;
+            self.holdings = holdings;
+        }
+        Ok(())
+    }
+
     /// Puts a snapshot of `holdings` in the open batch (sealing the batch first if it
-    /// does not fit) and marks it to be sealed and started now; returns the ticket of
+    /// does not fit), to be sealed and started now if `urgent`; returns the ticket of
     /// the object it will be.
-    fn put_snapshot(&mut self, holdings: &Holdings, now: Now) -> Result<ControlTicket> {
+    fn put_snapshot(
+        &mut self,
+        holdings: &Holdings,
+        urgent: bool,
+        now: Now,
+    ) -> Result<ControlTicket> {
         let snapshot = holdings.snapshot().map_err(|e| Error::EncodeFailed {
             what: "a control snapshot".into(),
             reason: e.to_string(),
@@ -681,7 +724,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         if self.batch_opened.is_none() {
             self.batch_opened = Some(now.at);
         }
-        self.batch_urgent = true;
+        self.batch_urgent |= urgent;
         Ok(ControlTicket {
             id_offset: self.batch.id_offset(),
             sequence: self.epoch.position().next_sequence,
