@@ -240,6 +240,8 @@ fn the_control_region_pins_only_its_last_snapshot() {
         retention.committed(s, &recs);
     }
     retention.obsolete_all(&catalog, 10);
+    // The control region's own entries are never obsolete: its pin stays.
+    retention.obsolete_all(&catalog, CONTROL_REGION);
     assert_eq!(
         retention.floor_for(5),
         4,

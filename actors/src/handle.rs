@@ -608,7 +608,12 @@ impl WalHandle {
     }
 
     /// Records that `region`'s entries with id `<= id` are safe elsewhere: reads hide them.
+    /// The control region (`2^64 - 1`) is the log's own: refused with
+    /// [`Error::ReservedRegion`].
     pub async fn obsolete(&self, region: u64, id: u64) -> Result<()> {
+        if region == object_store_wal::format::control::CONTROL_REGION {
+            return Err(Error::ReservedRegion { region });
+        }
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };

@@ -231,7 +231,10 @@ impl WriterState {
             }
         }
         let acquire_above = self.protocol.id_bound();
-        for (region, last_id) in self.protocol.holdings().released_regions() {
+        // What the chain records, not what is in flight: a release listed here holds
+        // across a restart.
+        let recorded = self.protocol.acknowledged_holdings();
+        for (region, last_id) in recorded.released_regions() {
             let entry = held.entry(region).or_insert(RegionHolding {
                 region,
                 ids: None,
@@ -244,14 +247,14 @@ impl WriterState {
                 sequence: None,
             });
         }
-        for region in self.protocol.holdings().regions_with_pieces() {
+        for region in recorded.regions_with_pieces() {
             let entry = held.entry(region).or_insert(RegionHolding {
                 region,
                 ids: None,
                 released: None,
                 pieces: Vec::new(),
             });
-            entry.pieces = self.protocol.holdings().pieces_of(region);
+            entry.pieces = recorded.pieces_of(region);
         }
         held.into_values().collect()
     }

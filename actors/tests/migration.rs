@@ -270,6 +270,12 @@ async fn bad_releases_are_refused_and_change_nothing() {
         Err(e @ Error::ReservedRegion { region: u64::MAX }) => assert!(!e.is_retryable()),
         other => panic!("{other:?}"),
     }
+    // Nor can the log's own control entries be marked obsolete (they would unpin the
+    // snapshot that records releases).
+    match bounded("an obsolete", wal.obsolete_all(u64::MAX)).await {
+        Err(Error::ReservedRegion { region: u64::MAX }) => {}
+        other => panic!("{other:?}"),
+    }
     let a = bounded("an append", wal.append(1, vec![Bytes::from_static(b"a")]))
         .await
         .expect("append");

@@ -606,6 +606,10 @@ impl Retention {
     /// Records that `region`'s entries with id `<= id` are obsolete (the watermark only
     /// rises) and moves its pin.
     pub fn obsolete(&mut self, catalog: &Catalog, region: u64, id: u64) {
+        if region == CONTROL_REGION {
+            // The log's own: its last snapshot stays pinned (the writer copies it on).
+            return;
+        }
         // Only ids the chain holds can be obsolete: a watermark beyond the region's last
         // committed entry would hide entries not written yet. A region with no live entry
         // has nothing to hide or pin (a watermark it had is forgotten with the stale ones).

@@ -31,7 +31,9 @@ use crate::internal::store::objects::WalIo;
 use crate::internal::store::stores::WalStores;
 
 /// A source log opened read-only (see the module docs). Dropping it ends its polling
-/// task once no catch-up or follow over it is left.
+/// task once no catch-up or follow over it is left. A poll that fails (a probe's error
+/// and then the listing's) ends the polling for good, and every later follow or
+/// catch-up over it fails with that error: open the source again.
 pub struct SourceLog {
     io: WalIo,
     config: Config,
@@ -79,7 +81,9 @@ impl SourceLog {
     /// Delivers `region`'s entries with ids from `from` through `through` (the last id
     /// the source's release answered), each once and in order, and ends after
     /// `through`. Fails [`Error::NotOnChain`] if the source does not hold `through`,
-    /// and [`Error::CallTimeout`] if `within` passes first; either ends the stream.
+    /// and [`Error::CallTimeout`] if the whole catch-up takes longer than `within`
+    /// (reads included, not only the wait for the chain to grow); either ends the
+    /// stream.
     pub fn catch_up(
         &self,
         region: u64,
@@ -199,7 +203,10 @@ impl CatchUpGrowth {
             catalog.segments_from(CONTROL_REGION, 0).last().copied()
         };
         let sequence = control.map(|c| c.sequence);
-        if sequence.is_none() || sequence == self.checked_control {
+        // A snapshot older than the release's own (the catalog not there yet) may
+        // record an earlier release of the region: not the one to judge by.
+        let older = matches!((sequence, self.recorded_at), (Some(s), Some(r)) if s < r);
+        if sequence.is_none() || sequence == self.checked_control || older {
             return Ok(());
         }
         self.checked_control = sequence;

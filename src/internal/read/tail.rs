@@ -488,6 +488,9 @@ impl PolledGrowth {
                     let _ = reply.send(self.extend().await);
                 }
                 Next::Refresh((Refresh::Probe(known), reply)) => {
+                    // Active: each probe reads the header beside the tail (one round
+                    // trip), however idle the source was.
+                    self.wait = self.wait.min(self.poll_interval);
                     if let Some(known) = known {
                         let wanted = known.saturating_sub(self.next_key).saturating_add(1);
                         let wanted = usize::try_from(wanted).unwrap_or(MAX_PROBES);

@@ -347,8 +347,13 @@ pub struct WriteProtocol<W, C> {
     acknowledged_id_offset: u64,
     /// The sequence of the last object acknowledged (the opening object's at first).
     acknowledged_sequence: u64,
-    /// The regions released and the pieces held: the control snapshot's state.
+    /// The regions released and the pieces held: the control snapshot's state, with
+    /// what is in flight (appends of a region released are refused from the release on).
     holdings: Holdings,
+    /// The state the last acknowledged snapshot records (what a restart would read).
+    acknowledged_holdings: Holdings,
+    /// Snapshots sealed or in the open batch, not yet acknowledged, by sequence.
+    snapshots_in_flight: BTreeMap<u64, Holdings>,
     /// The open batch is to be sealed and started now (a release's or an acquire's).
     batch_urgent: bool,
     actions: VecDeque<Action<W>>,
@@ -392,6 +397,8 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             acknowledged_id_offset: position.id_offset,
             acknowledged_sequence: position.link.sequence,
             holdings: Holdings::new(),
+            acknowledged_holdings: Holdings::new(),
+            snapshots_in_flight: BTreeMap::new(),
             batch_urgent: false,
             actions,
         }
@@ -400,8 +407,15 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     /// The protocol with `holdings` (what the chain's last control snapshot records):
     /// its released regions are refused to appends.
     pub fn with_holdings(mut self, holdings: Holdings) -> Self {
+        self.acknowledged_holdings = holdings.clone();
         self.holdings = holdings;
         self
+    }
+
+    /// The state the last acknowledged snapshot records: what a restart would read
+    /// (releases and pieces still in flight are not in it).
+    pub fn acknowledged_holdings(&self) -> &Holdings {
+        &self.acknowledged_holdings
     }
 
     /// The regions released and the pieces held, as the next snapshot will record them.
@@ -666,11 +680,35 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                     reason: e.to_string(),
                 })?;
         }
+        let before = self.epoch.position().id_offset;
         let id_offset = self.raise_ids_above(last_id, now)?;
         let mut sequence = self.acknowledged_sequence;
+        let base = crate::format::entry_sequence(last_id);
+        let covered = self
+            .acknowledged_sequence
+            .saturating_add(self.acknowledged_id_offset)
+            > base;
         if changed {
             sequence = self.put_snapshot(&holdings, true, now)?.sequence;
             self.holdings = holdings;
+        } else if id_offset == before && !covered {
+            // No raise was needed since the ids handed out already are above
+            // `last_id`, but they are not durable: objects in flight may never land,
+            // and a reopen would count from the chain's end, at or below it. The
+            // acquire waits for the first object whose id base is above `last_id`
+            // (the open batch's, sealed now, when none in flight is).
+            let in_flight = self
+                .objects
+                .iter()
+                .find(|(_, f)| f.sealed.header().id_base() > base)
+                .map(|(s, _)| *s);
+            sequence = match in_flight {
+                Some(s) => s,
+                None => {
+                    let current = self.holdings.clone();
+                    self.put_snapshot(&current, true, now)?.sequence
+                }
+            };
         }
         Ok(ControlTicket {
             id_offset,
@@ -725,6 +763,8 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             self.batch_opened = Some(now.at);
         }
         self.batch_urgent |= urgent;
+        let next = self.epoch.position().next_sequence;
+        self.snapshots_in_flight.insert(next, holdings.clone());
         Ok(ControlTicket {
             id_offset: self.batch.id_offset(),
             sequence: self.epoch.position().next_sequence,
@@ -900,13 +940,20 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             .next()
             .copied()
             .unwrap_or(self.epoch.position().next_sequence);
-        if !self.batch.holds_control() && self.chain.control_holds_floor(lowest_uncommitted) {
+        // (Not while a snapshot is on its way: the pin moves when it lands.)
+        if !self.batch.holds_control()
+            && self.snapshots_in_flight.is_empty()
+            && self.chain.control_holds_floor(lowest_uncommitted)
+        {
             // The last snapshot alone holds the floor: a copy moves it on (or, holding
             // nothing, it needs no pin). One that does not fit waits for the next object.
             if self.holdings.is_empty() {
                 self.chain.unpin_control();
             } else if let Ok(snapshot) = self.holdings.snapshot() {
-                let _ = self.batch.put_control(snapshot);
+                if self.batch.put_control(snapshot).is_ok() {
+                    let next = self.epoch.position().next_sequence;
+                    self.snapshots_in_flight.insert(next, self.holdings.clone());
+                }
             }
         }
         let floor = self.chain.floor_for(lowest_uncommitted);
@@ -1025,6 +1072,9 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             let sealed = flight.sealed;
             self.acknowledged_id_offset = sealed.header().id_offset;
             self.acknowledged_sequence = sequence;
+            if let Some(holdings) = self.snapshots_in_flight.remove(&sequence) {
+                self.acknowledged_holdings = holdings;
+            }
             self.pending_bytes = self.pending_bytes.saturating_sub(sealed.payload_bytes);
             if !sealed.receipts.is_empty() {
                 self.expected_burst = sealed.receipts.len();
@@ -1688,8 +1738,17 @@ mod tests {
 
         durable(&mut h, 2);
         assert!(!h.protocol.ticket_acknowledged(&ticket));
+        assert_eq!(
+            h.protocol.acknowledged_holdings().released(1),
+            None,
+            "not recorded on the chain yet"
+        );
         durable(&mut h, 3);
         assert!(h.protocol.ticket_acknowledged(&ticket));
+        assert_eq!(
+            h.protocol.acknowledged_holdings().released(1),
+            Some(Some(last))
+        );
 
         // A region this log never held: released with no last id.
         let (none, _) = h.protocol.release(9, now).expect("released");
@@ -1778,5 +1837,66 @@ mod tests {
             Some(&copy),
             "the floor moved to the copy"
         );
+    }
+
+    /// An acquire whose last id is below the ids this epoch handed out needs no raise,
+    /// but is answered only once an object above it is acknowledged: the objects in
+    /// flight may never land, and a reopen would count from the chain's end. (A review
+    /// found it answered at once.)
+    #[test]
+    fn an_acquire_under_ids_in_flight_waits_for_them() {
+        let mut h = Harness::new();
+        admit(&mut h, 0, 1).expect("admitted");
+        let now = h.now();
+        h.protocol.poll(now);
+        assert_eq!(creates(&mut h).len(), 1, "object 2 in flight");
+        h.t += 20;
+        admit(&mut h, 1, 1).expect("admitted");
+        let now = h.now();
+        h.protocol.poll(now);
+        assert_eq!(creates(&mut h).len(), 1, "object 3 in flight");
+        // Region 9's last id elsewhere is at base 2: the open batch (4) is above it.
+        let ticket = h
+            .protocol
+            .acquire(9, entry_id(2, 5), now)
+            .expect("acquired");
+        assert_eq!(ticket.sequence, 3, "the first object above it");
+        assert!(!h.protocol.ticket_acknowledged(&ticket));
+        durable(&mut h, 2);
+        assert!(!h.protocol.ticket_acknowledged(&ticket));
+        durable(&mut h, 3);
+        assert!(h.protocol.ticket_acknowledged(&ticket));
+        // Once acknowledged above it, an acquire is answered at once.
+        let at_once = h
+            .protocol
+            .acquire(9, entry_id(2, 6), now)
+            .expect("acquired");
+        assert!(h.protocol.ticket_acknowledged(&at_once));
+        // Above what is in flight (4) but below the open batch (5): the open batch is
+        // sealed and started at once, and the acquire waits for it.
+        h.t += 20;
+        admit(&mut h, 2, 1).expect("admitted");
+        let now = h.now();
+        h.protocol.poll(now);
+        assert_eq!(creates(&mut h).len(), 1, "object 4 in flight");
+        admit(&mut h, 3, 1).expect("admitted into the open batch, 5");
+        let sealed = h
+            .protocol
+            .acquire(9, entry_id(4, 3), now)
+            .expect("acquired");
+        assert_eq!(
+            sealed,
+            ControlTicket {
+                id_offset: 0,
+                sequence: 5
+            }
+        );
+        h.protocol.poll(now);
+        let started: Vec<u64> = creates(&mut h).iter().map(|s| s.sequence()).collect();
+        assert_eq!(started, vec![5], "within the start interval, at once");
+        durable(&mut h, 4);
+        assert!(!h.protocol.ticket_acknowledged(&sealed));
+        durable(&mut h, 5);
+        assert!(h.protocol.ticket_acknowledged(&sealed));
     }
 }
