@@ -695,8 +695,9 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             // No raise was needed since the ids handed out already are above
             // `last_id`, but they are not durable: objects in flight may never land,
             // and a reopen would count from the chain's end, at or below it. The
-            // acquire waits for the first object whose id base is above `last_id`
-            // (the open batch's, sealed now, when none in flight is).
+            // acquire waits for the first object whose id base is above `last_id`:
+            // one in flight, or the open batch, sealed and started at once (made
+            // non-empty by a copy of the snapshot if nothing else is in it).
             let in_flight = self
                 .objects
                 .iter()
@@ -704,9 +705,13 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 .map(|(s, _)| *s);
             sequence = match in_flight {
                 Some(s) => s,
-                None => {
+                None if self.batch.is_empty() => {
                     let current = self.holdings.clone();
                     self.put_snapshot(&current, true, now)?.sequence
+                }
+                None => {
+                    self.batch_urgent = true;
+                    self.epoch.position().next_sequence
                 }
             };
         }
