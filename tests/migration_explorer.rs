@@ -317,8 +317,8 @@ struct NodeSt {
     /// The highest sequence and id base handed out at admission (the runtime's
     /// progress, kept across epochs, lost in a crash).
     handed_out: (u64, u64),
-    /// The release's or acquire's ticket waited for: (id offset, sequence).
-    ticket: Option<(u64, u64)>,
+    /// The release's or acquire's ticket waited for.
+    ticket: Option<ControlTicket>,
     /// Mutation (d): the jump object's create in the air (sequence, object), made by the
     /// model outside the protocol, which answers the acquire once durable.
     jump: Option<(u64, u16)>,
@@ -806,11 +806,7 @@ impl Explorer {
         }
         // A release or an acquire answered once its ticket is acknowledged.
         if n.nodes[node].up {
-            if let Some((id_offset, sequence)) = n.nodes[node].ticket {
-                let ticket = ControlTicket {
-                    id_offset,
-                    sequence,
-                };
+            if let Some(ticket) = n.nodes[node].ticket {
                 if p.ticket_acknowledged(&ticket) {
                     n.nodes[node].ticket = None;
                     if node == S {
@@ -1166,7 +1162,7 @@ impl Explorer {
                         note(log, format!(" [last id {}]", opt_id_str(last)));
                         n.release = Ctl::Waiting(last);
                         n.above = fed.above;
-                        n.nodes[S].ticket = Some((ticket.id_offset, ticket.sequence));
+                        n.nodes[S].ticket = Some(ticket);
                         // (An acknowledged ticket is answered on the next input: the
                         // release's object is new, so never at once.)
                     }
@@ -1211,7 +1207,7 @@ impl Explorer {
                                     self.saw("the acquire needs no raise");
                                 } else {
                                     n.acquire = Ctl::Waiting(None);
-                                    n.nodes[T].ticket = Some((ticket.id_offset, ticket.sequence));
+                                    n.nodes[T].ticket = Some(ticket);
                                 }
                             }
                         }

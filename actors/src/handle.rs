@@ -537,20 +537,29 @@ impl WalHandle {
         last_id: u64,
         piece: Option<Piece>,
     ) -> Result<()> {
+        let acquire = |reply| ControlRequest::Acquire {
+            region,
+            last_id,
+            piece,
+            reply,
+        };
+        self.control("acquire", Durability::MayBeDurable, acquire)
+            .await
+    }
+
+    /// Sends a release, an acquire or a listing to the writer and waits for its answer
+    /// (under the handle's timeout, with `durability` if it passes).
+    async fn control<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        durability: Durability,
+        build: impl FnOnce(RpcReplyPort<Result<T>>) -> ControlRequest,
+    ) -> Result<T> {
         let call = self.call(
-            |reply| {
-                InternalMsg::Control(ControlRequest::Acquire {
-                    region,
-                    last_id,
-                    piece,
-                    reply,
-                })
-                .into()
-            },
+            |reply| InternalMsg::Control(build(reply)).into(),
             || self.control_gone(),
         );
-        self.timed("acquire", Durability::MayBeDurable, async { call.await? })
-            .await
+        self.timed(op, durability, async { call.await? }).await
     }
 
     /// Releases `region` to another node (DESIGN.md "Regions moving between nodes"):
@@ -572,11 +581,8 @@ impl WalHandle {
     /// Not yet public: catch-up, which makes a move safe, comes first.
     #[doc(hidden)]
     pub async fn release(&self, region: u64) -> Result<Released> {
-        let call = self.call(
-            |reply| InternalMsg::Control(ControlRequest::Release { region, reply }).into(),
-            || self.control_gone(),
-        );
-        self.timed("release", Durability::MayBeDurable, async { call.await? })
+        let release = |reply| ControlRequest::Release { region, reply };
+        self.control("release", Durability::MayBeDurable, release)
             .await
     }
 
@@ -589,12 +595,8 @@ impl WalHandle {
     /// Not yet public, as [`release`](Self::release).
     #[doc(hidden)]
     pub async fn holdings(&self) -> Result<Vec<RegionHolding>> {
-        let call = self.call(
-            |reply| InternalMsg::Control(ControlRequest::Holdings { reply }).into(),
-            || self.control_gone(),
-        );
-        self.timed("holdings", Durability::NotWritten, async { call.await? })
-            .await
+        let list = |reply| ControlRequest::Holdings { reply };
+        self.control("holdings", Durability::NotWritten, list).await
     }
 
     /// Records that every entry `region` has now is safe elsewhere (a dropped region).
@@ -611,9 +613,7 @@ impl WalHandle {
     /// The control region (`2^64 - 1`) is the log's own: refused with
     /// [`Error::ReservedRegion`].
     pub async fn obsolete(&self, region: u64, id: u64) -> Result<()> {
-        if region == object_store_wal::format::control::CONTROL_REGION {
-            return Err(Error::ReservedRegion { region });
-        }
+        object_store_wal::internal::chain::holdings::node_region(region)?;
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };

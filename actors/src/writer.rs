@@ -28,7 +28,7 @@
 //! - **Metrics.** Each acknowledgement records its appends' admission-to-durable and
 //!   its object's seal-to-durable latencies ([`object_store_wal::metrics`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -212,51 +212,30 @@ impl WriterState {
 
     /// What the live log holds of each region: the catalog's pieces, the releases.
     fn holdings(&self) -> Vec<RegionHolding> {
-        let mut held: BTreeMap<u64, RegionHolding> = BTreeMap::new();
-        {
-            let catalog = self.args.catalog.read().unwrap_or_else(|p| p.into_inner());
-            for region in catalog.regions().filter(|r| *r != CONTROL_REGION) {
-                let ids = catalog
-                    .first_entry_id(region)
-                    .zip(catalog.last_entry_id(region));
-                held.insert(
-                    region,
-                    RegionHolding {
-                        region,
-                        ids,
-                        released: None,
-                        pieces: Vec::new(),
-                    },
-                );
-            }
-        }
-        let acquire_above = self.protocol.id_bound();
+        let catalog = self.args.catalog.read().unwrap_or_else(|p| p.into_inner());
         // What the chain records, not what is in flight: a release listed here holds
         // across a restart.
         let recorded = self.protocol.acknowledged_holdings();
-        for (region, last_id) in recorded.released_regions() {
-            let entry = held.entry(region).or_insert(RegionHolding {
+        let mut regions: BTreeSet<u64> =
+            catalog.regions().filter(|r| *r != CONTROL_REGION).collect();
+        regions.extend(recorded.released_regions().map(|(r, _)| r));
+        regions.extend(recorded.regions_with_pieces());
+        let acquire_above = self.protocol.id_bound();
+        regions
+            .into_iter()
+            .map(|region| RegionHolding {
                 region,
-                ids: None,
-                released: None,
-                pieces: Vec::new(),
-            });
-            entry.released = Some(Released {
-                last_id,
-                acquire_above: acquire_above.max(last_id.unwrap_or(0)),
-                sequence: None,
-            });
-        }
-        for region in recorded.regions_with_pieces() {
-            let entry = held.entry(region).or_insert(RegionHolding {
-                region,
-                ids: None,
-                released: None,
-                pieces: Vec::new(),
-            });
-            entry.pieces = recorded.pieces_of(region);
-        }
-        held.into_values().collect()
+                ids: catalog
+                    .first_entry_id(region)
+                    .zip(catalog.last_entry_id(region)),
+                released: recorded.released(region).map(|last_id| Released {
+                    last_id,
+                    acquire_above: acquire_above.max(last_id.unwrap_or(0)),
+                    sequence: None,
+                }),
+                pieces: recorded.pieces_of(region),
+            })
+            .collect()
     }
 
     /// Answers the releases and acquires whose object is acknowledged now.

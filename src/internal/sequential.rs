@@ -351,9 +351,7 @@ impl ObjectStoreLogStore {
         if self.writing.is_none() {
             return Err(Error::ReadOnly);
         }
-        if region == crate::format::control::CONTROL_REGION {
-            return Err(Error::ReservedRegion { region });
-        }
+        crate::internal::chain::holdings::node_region(region)?;
         let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
         lock(&self.retention).obsolete(&catalog, region, id);
         Ok(())

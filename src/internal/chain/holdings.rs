@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::error::{Error, Released};
-use crate::format::control::{decode_ownership, encode_ownership, Holding};
+use crate::format::control::{decode_ownership, encode_ownership, Holding, CONTROL_REGION};
 use crate::format::FormatError;
 
 /// An earlier piece of a region this log acquired: ids `first_id..=last_id` of it are in
@@ -51,6 +51,16 @@ pub struct Holdings {
     released: BTreeMap<u64, Option<u64>>,
     /// Earlier pieces of acquired regions (`Holding::EarlierPiece`), in snapshot order.
     pieces: Vec<Holding>,
+}
+
+/// Whether a node may name `region`: every region but the control region (`2^64 - 1`,
+/// the log's own), which is refused with [`Error::ReservedRegion`] to appends,
+/// releases, acquires and obsoletes alike.
+pub fn node_region(region: u64) -> Result<(), Error> {
+    if region == CONTROL_REGION {
+        return Err(Error::ReservedRegion { region });
+    }
+    Ok(())
 }
 
 /// A released holding's last id on the page: `0` stands for "none" (no entry id is 0:
@@ -101,14 +111,15 @@ impl Holdings {
     }
 
     /// The error an append to a released `region` gets, if it was released; it names
-    /// `acquire_above`, an id above every one this log handed out (the writer's bound).
-    pub fn refuse(&self, region: u64, acquire_above: u64) -> Result<(), Error> {
+    /// `acquire_above()`, an id above every one this log handed out (the writer's
+    /// bound, asked for only then).
+    pub fn refuse(&self, region: u64, acquire_above: impl FnOnce() -> u64) -> Result<(), Error> {
         match self.released(region) {
             Some(last_id) => Err(Error::RegionReleased {
                 region,
                 released: Released {
                     last_id,
-                    acquire_above: acquire_above.max(last_id.unwrap_or(0)),
+                    acquire_above: acquire_above().max(last_id.unwrap_or(0)),
                     sequence: None,
                 },
             }),
@@ -118,7 +129,7 @@ impl Holdings {
 
     /// Records `region` released with `last_id`; refused if it already was.
     pub fn release(&mut self, region: u64, last_id: Option<u64>) -> Result<(), Error> {
-        self.refuse(region, 0)?;
+        self.refuse(region, || 0)?;
         self.released.insert(region, last_id);
         Ok(())
     }
@@ -290,7 +301,7 @@ mod tests {
         h.release(9, Some(7)).unwrap();
         assert!(h.take_back(9));
         assert!(!h.take_back(9));
-        assert!(h.refuse(9, 100).is_ok());
+        assert!(h.refuse(9, || 100).is_ok());
         assert!(h.is_empty());
         let empty = Holdings::from_snapshot(&h.snapshot().unwrap()).unwrap();
         assert!(empty.is_empty());

@@ -20,6 +20,7 @@ use crate::format::{
     encode_object, entry_id, EncodedObject, FormatError, Header, ENTRY_PREFIX_LEN,
     FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN, MAX_SEGMENT_ENTRIES, TRAILER_LEN,
 };
+use crate::internal::chain::holdings::node_region;
 use crate::internal::store::codec::SegmentCodec;
 
 /// One append: the entries of one or more regions, landing together in one object.
@@ -184,9 +185,7 @@ impl Batch {
         }
         let mut segment_bytes = 0u64;
         for (region, entries) in parts {
-            if *region == CONTROL_REGION {
-                return Err(Error::ReservedRegion { region: *region });
-            }
+            node_region(*region)?;
             if entries.is_empty() {
                 return Err(Error::EmptyAppend);
             }

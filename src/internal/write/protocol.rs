@@ -42,9 +42,8 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::error::{Durability, EpochEndReason, Error, Released, Result};
-use crate::format::control::CONTROL_REGION;
 use crate::internal::chain::catalog::{Catalog, Retention};
-use crate::internal::chain::holdings::{Holdings, Piece};
+use crate::internal::chain::holdings::{node_region, Holdings, Piece};
 use crate::internal::store::codec::SegmentCodec;
 use crate::internal::write::batch::{
     AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted, SealedObject,
@@ -285,12 +284,11 @@ pub enum SealReason {
 }
 
 /// What a release or an acquire waits for (DESIGN.md "Regions moving between nodes"):
-/// it is answered once an acknowledged object carries at least `id_offset` and the
-/// object at `sequence` (holding its control snapshot) is acknowledged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// it is answered once the object at `sequence` is acknowledged (its snapshot, or the
+/// first object above the acquired last id; every earlier one is acknowledged with it,
+/// and offsets never decrease, so a raise it carries is durable then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ControlTicket {
-    /// The id offset that must be acknowledged.
-    pub id_offset: u64,
     /// The object that must be acknowledged.
     pub sequence: u64,
 }
@@ -481,7 +479,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         }
         Batch::validate(&self.limits.batch, parts)?;
         for (region, _) in parts {
-            self.holdings.refuse(*region, self.id_bound())?;
+            self.holdings.refuse(*region, || self.id_bound())?;
         }
         Ok(())
     }
@@ -612,10 +610,8 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     /// control region and a region released already.
     pub fn release(&mut self, region: u64, now: Now) -> Result<(Released, ControlTicket)> {
         self.ensure_writing()?;
-        if region == CONTROL_REGION {
-            return Err(Error::ReservedRegion { region });
-        }
-        self.holdings.refuse(region, self.id_bound())?;
+        node_region(region)?;
+        self.holdings.refuse(region, || self.id_bound())?;
         let last_id = self.last_id_of(region);
         let mut holdings = self.holdings.clone();
         holdings.release(region, last_id)?;
@@ -660,9 +656,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         now: Now,
     ) -> Result<ControlTicket> {
         self.ensure_writing()?;
-        if region == CONTROL_REGION {
-            return Err(Error::ReservedRegion { region });
-        }
+        node_region(region)?;
         if let Some(own) = self.last_id_of(region).filter(|own| *own > last_id) {
             return Err(Error::AcquireBelowOwnIds {
                 region,
@@ -681,50 +675,46 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 })?;
         }
         let before = self.epoch.position().id_offset;
-        let id_offset = self.raise_ids_above(last_id, now)?;
-        let mut sequence = self.acknowledged_sequence;
+        let raised = self.raise_ids_above(last_id, now)? > before;
+        // The acquire waits for the first object whose id base is above `last_id`'s:
+        // ids handed out above it are not durable until then (objects in flight may
+        // never land, and a reopen counts from the chain's end), and a raise is
+        // durable with its object.
         let base = crate::format::entry_sequence(last_id);
         let covered = self
             .acknowledged_sequence
             .saturating_add(self.acknowledged_id_offset)
             > base;
-        if changed {
-            sequence = self.put_snapshot(&holdings, true, now)?.sequence;
+        let above_in_flight = self
+            .objects
+            .iter()
+            .find(|(_, f)| f.sealed.header().id_base() > base)
+            .map(|(s, _)| *s);
+        let sequence = if changed {
+            // The snapshot's object, the open batch: above `last_id` too.
+            let sequence = self.put_snapshot(&holdings, true, now)?.sequence;
             self.holdings = holdings;
-        } else if id_offset == before && !covered {
-            // No raise was needed since the ids handed out already are above
-            // `last_id`, but they are not durable: objects in flight may never land,
-            // and a reopen would count from the chain's end, at or below it. The
-            // acquire waits for the first object whose id base is above `last_id`:
-            // one in flight, or the open batch, sealed and started at once (made
-            // non-empty by a copy of the snapshot if nothing else is in it).
-            let in_flight = self
-                .objects
-                .iter()
-                .find(|(_, f)| f.sealed.header().id_base() > base)
-                .map(|(s, _)| *s);
-            sequence = match in_flight {
-                Some(s) => s,
-                None if self.batch.is_empty() => {
-                    let current = self.holdings.clone();
-                    self.put_snapshot(&current, true, now)?.sequence
-                }
-                None => {
-                    self.batch_urgent = true;
-                    self.epoch.position().next_sequence
-                }
-            };
-        }
-        Ok(ControlTicket {
-            id_offset,
-            sequence,
-        })
+            sequence
+        } else if covered {
+            self.acknowledged_sequence
+        } else if let Some(sequence) = above_in_flight {
+            sequence
+        } else {
+            // The open batch, sealed and started at once: the raise's object (sealed
+            // even empty), or one made non-empty by a copy of the snapshot.
+            if self.batch.is_empty() && !raised {
+                let current = self.holdings.clone();
+                self.put_snapshot(&current, true, now)?;
+            }
+            self.batch_urgent = true;
+            self.epoch.position().next_sequence
+        };
+        Ok(ControlTicket { sequence })
     }
 
     /// Whether what `ticket` waits for is acknowledged.
     pub fn ticket_acknowledged(&self, ticket: &ControlTicket) -> bool {
-        self.acknowledged_id_offset >= ticket.id_offset
-            && self.acknowledged_sequence >= ticket.sequence
+        self.acknowledged_sequence >= ticket.sequence
     }
 
     /// `region` is flushed through `id` by this log's node: its earlier pieces at or
@@ -771,7 +761,6 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         let next = self.epoch.position().next_sequence;
         self.snapshots_in_flight.insert(next, holdings.clone());
         Ok(ControlTicket {
-            id_offset: self.batch.id_offset(),
             sequence: self.epoch.position().next_sequence,
         })
     }
@@ -981,8 +970,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 refused: None,
                 handed_out: std::mem::take(&mut self.batch_handed_out),
                 sealed_at: now.at,
-                urgent: std::mem::take(&mut self.batch_urgent)
-                    || matches!(reason, SealReason::Raise | SealReason::Control),
+                urgent: std::mem::take(&mut self.batch_urgent) || reason == SealReason::Raise,
             },
         );
         Ok(())
@@ -1197,6 +1185,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::format::control::CONTROL_REGION;
     use crate::format::{entry_id, Header, Link};
 
     #[derive(Debug, Clone)]
@@ -1698,13 +1687,7 @@ mod tests {
         assert_eq!(released.last_id, Some(last));
         // Above every id handed out: the open batch's, object 3's, all positions.
         assert_eq!(released.acquire_above, entry_id(3, (1 << 20) - 1));
-        assert_eq!(
-            ticket,
-            ControlTicket {
-                id_offset: 0,
-                sequence: 3
-            }
-        );
+        assert_eq!(ticket, ControlTicket { sequence: 3 });
         // Refusals name the release's answer, without the object that recorded it.
         let refused = Error::RegionReleased {
             region: 1,
@@ -1787,7 +1770,7 @@ mod tests {
         let created = creates(&mut h);
         assert_eq!(created.len(), 1, "one create: the raise with the snapshot");
         assert_eq!(ticket.sequence, created[0].sequence());
-        assert_eq!(ticket.id_offset, created[0].header().id_offset);
+        assert!(created[0].header().id_offset > 0, "it carries the raise");
         let snapshot = created[0]
             .segments()
             .iter()
@@ -1889,13 +1872,7 @@ mod tests {
             .protocol
             .acquire(9, entry_id(4, 3), now)
             .expect("acquired");
-        assert_eq!(
-            sealed,
-            ControlTicket {
-                id_offset: 0,
-                sequence: 5
-            }
-        );
+        assert_eq!(sealed, ControlTicket { sequence: 5 });
         h.protocol.poll(now);
         let started: Vec<u64> = creates(&mut h).iter().map(|s| s.sequence()).collect();
         assert_eq!(started, vec![5], "within the start interval, at once");
