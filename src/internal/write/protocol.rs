@@ -1012,11 +1012,15 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             // The next slot is an interval after this one, or after this start if it
             // came more than a timer tick late (idle): starts are never closer than an
             // interval less a tick, and never more than one per interval on average.
-            let interval = self.limits.min_object_interval;
-            let slack = interval.min(TIMER_TICK);
-            let on_grid = self.next_slot.map(|slot| slot + interval);
-            let from_now = now.at + interval - slack;
-            self.next_slot = Some(on_grid.map_or(now.at + interval, |g| g.max(from_now)));
+            // An urgent object (a release's or an acquire's) starts beside the grid and
+            // leaves it as it was: the appends behind it keep their slot.
+            if !urgent {
+                let interval = self.limits.min_object_interval;
+                let slack = interval.min(TIMER_TICK);
+                let on_grid = self.next_slot.map(|slot| slot + interval);
+                let from_now = now.at + interval - slack;
+                self.next_slot = Some(on_grid.map_or(now.at + interval, |g| g.max(from_now)));
+            }
             self.uploading.insert(sequence);
             self.actions
                 .push_back(Action::Create(flight.sealed.clone()));
@@ -1742,6 +1746,38 @@ mod tests {
         let (none, _) = h.protocol.release(9, now).expect("released");
         assert_eq!(none.last_id, None);
         assert_eq!(none.acquire_above, entry_id(4, (1 << 20) - 1));
+    }
+
+    /// A release's object starts at once, beside the start grid, and leaves the grid as
+    /// it was: the appends sealed behind it start at the slot they had, not an interval
+    /// after the release's object.
+    #[test]
+    fn a_release_object_leaves_the_start_grid_as_it_was() {
+        let mut h = Harness::new();
+        admit(&mut h, 0, 1).expect("admitted");
+        let now = h.now();
+        h.protocol.poll(now);
+        assert_eq!(creates(&mut h).len(), 1, "object 2 starts at 0 ms");
+
+        h.t = 3;
+        admit(&mut h, 1, 1).expect("admitted");
+        let now = h.now();
+        h.protocol.release(1, now).expect("released");
+        h.protocol.poll(now);
+        let release = creates(&mut h);
+        assert_eq!(release.len(), 1, "the release's object starts at 3 ms");
+        assert_eq!(release[0].sequence(), 3);
+
+        admit(&mut h, 2, 2).expect("admitted");
+        let now = h.now();
+        h.protocol.poll(now);
+        assert!(creates(&mut h).is_empty(), "object 4 waits for its slot");
+        h.t = 10;
+        let now = h.now();
+        h.protocol.poll(now);
+        let next = creates(&mut h);
+        assert_eq!(next.len(), 1, "object 4 starts at its slot, 10 ms");
+        assert_eq!(next[0].sequence(), 4);
     }
 
     /// An acquire is refused while this log handed out an id of the region above the
