@@ -86,6 +86,13 @@ struct Args {
     /// unapplied, landing late).
     #[arg(long, default_value_t = 0.001)]
     fault_rate: f64,
+    /// The wait before a failed create's first retry, ms (the library's default is 50;
+    /// each retry doubles it). A faulted create costs this plus a PUT (and a GET to
+    /// verify its own bytes when it had landed), and about one window in a hundred
+    /// waits for one at the default fault rate (BENCHMARKS.md: with 50 the window's
+    /// p99 is that tail's, 72 to 126 ms across runs).
+    #[arg(long, default_value_t = 10)]
+    retry_initial_backoff_ms: u64,
     /// Seed of the load, the moves and the faults.
     #[arg(long, default_value_t = 7)]
     seed: u64,
@@ -159,6 +166,9 @@ fn payload(region: u64, n: u64) -> Bytes {
 fn config(prefix: &str, args: &Args) -> Config {
     let mut c = Config::new(prefix).with_create_if_missing(true);
     c.min_object_interval = Duration::from_millis(args.min_object_interval_ms);
+    c.retry = c
+        .retry
+        .with_initial_backoff(Duration::from_millis(args.retry_initial_backoff_ms));
     c
 }
 
