@@ -9,8 +9,9 @@
 //!   counts as acknowledged with the id it has there; not found, it is sent again.
 //! - **The coordinator** moves `--moves` regions every `--move-every-ms`, some of them
 //!   back to an earlier owner: the source releases the region (its last id), the target
-//!   acquires it above that id and catches up from the source's log (a `SourceLog` per
-//!   source prefix, opened once), then the route switches. The **migration window** is
+//!   acquires it above that id and catches up from the source's log through its own
+//!   WAL (`WalHandle::catch_up_released`: the target's WAL opens each source prefix
+//!   once and every catch-up from it shares that open), then the route switches. The **migration window** is
 //!   from the release called to the route switched (the target accepts the region's
 //!   appends from then on).
 //! - **The checker**, once the load stopped and every WAL stopped, opens every prefix
@@ -42,7 +43,7 @@ use object_store::ObjectStore;
 use object_store_wal::testing::{
     with_latency_profile, FaultRates, FaultStore, LatencyProfile, SplitMix64,
 };
-use object_store_wal::{Config, Durability, Error, ObjectStoreLogStore, SourceLog};
+use object_store_wal::{Config, Durability, Error, ObjectStoreLogStore};
 use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
 use tokio::sync::{watch, Semaphore};
 
@@ -125,8 +126,6 @@ struct Acked {
 
 struct Cluster {
     nodes: Vec<WalHandle>,
-    /// `sources[target][source]`: the target's read-only view of the source's log.
-    sources: Vec<Vec<Option<SourceLog>>>,
     routes: Vec<Mutex<Route>>,
     pieces: Vec<Mutex<Vec<Piece>>>,
     /// Bumped at every route switch.
@@ -161,6 +160,11 @@ fn record(h: &Mutex<Histogram<u64>>, since: Instant) {
 
 fn payload(region: u64, n: u64) -> Bytes {
     Bytes::from(format!("{region}:{n}"))
+}
+
+/// Node `node`'s WAL prefix.
+fn prefix(node: usize) -> String {
+    format!("node-{node}")
 }
 
 fn config(prefix: &str, args: &Args) -> Config {
@@ -252,14 +256,13 @@ impl Cluster {
             .and_then(|p| p.after);
         // Before the release, the target reads what the source holds of the region so
         // far (the tail is all that is left to catch up after it).
-        let source = self.sources[to][from].as_ref();
+        let (target, source) = (&self.nodes[to], prefix(from));
+        let within = Duration::from_secs(30);
         let mut caught_up = after;
-        if let (Some(source), Ok(Some(now))) =
-            (source, self.nodes[from].last_entry_id(region).await)
-        {
+        if let Ok(Some(now)) = self.nodes[from].last_entry_id(region).await {
             let first = after.map_or(0, |a| a + 1);
             if now >= first {
-                let mut ahead = source.catch_up(region, first, now, Duration::from_secs(30));
+                let mut ahead = target.catch_up(&source, region, first, now, within).await?;
                 while let Some(entry) = ahead.next().await {
                     caught_up = Some(entry?.id);
                 }
@@ -301,15 +304,13 @@ impl Cluster {
             let Some(through) = last else {
                 return Ok(0u64);
             };
-            let Some(source) = source else {
-                return Ok(0);
-            };
             let from_id = caught_up.map_or(0, |a| a + 1);
             if from_id > through {
                 return Ok(0);
             }
-            let within = Duration::from_secs(30);
-            let mut entries = source.catch_up_released(region, from_id, &released, within);
+            let mut entries = target
+                .catch_up_released(&source, region, from_id, &released, within)
+                .await?;
             let mut count = 0u64;
             let mut at = caught_up;
             while let Some(entry) = entries.next().await {
@@ -395,7 +396,7 @@ async fn check(
 ) -> Result<Verdict, Error> {
     let mut logs = Vec::new();
     for node in 0..args.nodes {
-        let config = config(&format!("node-{node}"), args);
+        let config = config(&prefix(node), args);
         logs.push(ObjectStoreLogStore::open_read_only(store.clone(), config).await?);
     }
     let acked = cluster.acked.lock().expect("acked").clone();
@@ -486,36 +487,14 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     let mut nodes = Vec::new();
     let mut joins = Vec::new();
     for node in 0..args.nodes {
-        let (wal, join) = spawn_wal(
-            store.clone(),
-            config(&format!("node-{node}"), &args),
-            restarts,
-        )
-        .await?;
+        let (wal, join) = spawn_wal(store.clone(), config(&prefix(node), &args), restarts).await?;
         wal.ready().await?;
         nodes.push(wal);
         joins.push(join);
     }
-    let mut sources = Vec::new();
-    for target in 0..args.nodes {
-        let mut row = Vec::new();
-        for source in 0..args.nodes {
-            if source == target || args.no_migrations {
-                row.push(None);
-                continue;
-            }
-            let config = config(&format!("node-{source}"), &args);
-            let poll = Duration::from_millis(20);
-            row.push(Some(
-                SourceLog::open_stores(store.clone(), config, poll).await?,
-            ));
-        }
-        sources.push(row);
-    }
     let regions = args.regions as usize;
     let cluster = Arc::new(Cluster {
         nodes,
-        sources,
         routes: (0..regions)
             .map(|r| {
                 Mutex::new(Route {

@@ -25,6 +25,11 @@ impl EntryReceiver {
         EntryReceiver(rx)
     }
 
+    /// A receiver that has delivered everything: nothing to read.
+    pub(crate) fn empty() -> Self {
+        EntryReceiver(flume::bounded(0).1)
+    }
+
     /// The next entry (or the error that ended the read), waiting for it; `Err(ReadEnded)`
     /// once everything was delivered.
     pub async fn recv_async(&self) -> std::result::Result<Result<Entry>, ReadEnded> {

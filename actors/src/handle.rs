@@ -599,6 +599,93 @@ impl WalHandle {
         self.control("holdings", Durability::NotWritten, list).await
     }
 
+    /// Catches up `region` from the log of its earlier owner, under the prefix
+    /// `source` on this WAL's store or stores (DESIGN.md "Regions moving between
+    /// nodes"): its entries with ids from `from` through `through` (the source's
+    /// [`Released::last_id`]), each once and in order; the stream ends after `through`.
+    /// The source is opened read-only (read with this WAL's codec and keys) on the first
+    /// catch-up from it and shared by every later one, so this node fetches each
+    /// source object at most once however many of its regions it takes. The stream
+    /// fails [`Error::NotOnChain`] if the source does not hold `through` (it met a later
+    /// id of the region first, or the source's snapshot records the region released
+    /// below it), never hanging; and [`Error::CallTimeout`] once `within` passed (the
+    /// source's open and every read included).
+    ///
+    /// Not yet public, as [`release`](Self::release).
+    #[doc(hidden)]
+    pub async fn catch_up(
+        &self,
+        source: &str,
+        region: u64,
+        from: u64,
+        through: u64,
+        within: Duration,
+    ) -> Result<EntryStream> {
+        self.catch_up_to(source, region, from, through, None, within)
+            .await
+    }
+
+    /// [`catch_up`](Self::catch_up) through the source's release: its last id, and the
+    /// object that recorded it ([`Released::sequence`]), probed for at once with every
+    /// key before it (one round trip once the release answered). A release with no
+    /// last id leaves nothing to catch up: the stream is empty.
+    ///
+    /// Not yet public, as [`release`](Self::release).
+    #[doc(hidden)]
+    pub async fn catch_up_released(
+        &self,
+        source: &str,
+        region: u64,
+        from: u64,
+        released: &Released,
+        within: Duration,
+    ) -> Result<EntryStream> {
+        match released.last_id {
+            Some(through) => {
+                let sequence = released.sequence;
+                self.catch_up_to(source, region, from, through, sequence, within)
+                    .await
+            }
+            None => Ok(EntryReceiver::empty().into_stream()),
+        }
+    }
+
+    async fn catch_up_to(
+        &self,
+        source: &str,
+        region: u64,
+        from: u64,
+        through: u64,
+        released_in: Option<u64>,
+        within: Duration,
+    ) -> Result<EntryStream> {
+        let gone = || Error::Stopped {
+            durability: Durability::NotWritten,
+        };
+        let source = source.to_owned();
+        let call = self.call(
+            |reply| WalMsg::CatchUp {
+                source,
+                region,
+                from,
+                through,
+                released_in,
+                within,
+                reply,
+            },
+            gone,
+        );
+        let timeout = Error::CallTimeout {
+            op: "catch_up",
+            after: within,
+            durability: Durability::NotWritten,
+        };
+        match tokio::time::timeout(within, call).await {
+            Ok(result) => Ok(result??.into_stream()),
+            Err(_) => Err(timeout),
+        }
+    }
+
     /// Records that every entry `region` has now is safe elsewhere (a dropped region).
     pub async fn obsolete_all(&self, region: u64) -> Result<()> {
         self.obsolete(region, u64::MAX).await

@@ -103,6 +103,32 @@ pub enum WalMsg {
         /// Gets the receiving end of the entry stream.
         reply: RpcReplyPort<Result<EntryReceiver>>,
     },
+    /// Read a region's piece from the log of its earlier owner (DESIGN.md "Regions
+    /// moving between nodes", catch-up): its entries with ids from `from` through
+    /// `through`, each once and in order, ending after `through`. The source prefix is
+    /// opened read-only (on the same store or stores as this WAL, read with this WAL's
+    /// codec and keys) on the first catch-up from it, and shared by every later one.
+    /// The stream fails [`Error::NotOnChain`] if the source does not hold `through`
+    /// (it met a later id of the region, or the source's snapshot records the region
+    /// released below it), and [`Error::CallTimeout`] once `within` passed.
+    CatchUp {
+        /// The source log's prefix.
+        source: String,
+        /// The region.
+        region: u64,
+        /// The first id wanted.
+        from: u64,
+        /// The last id wanted: the source's release's last id
+        /// ([`Released::last_id`]).
+        through: u64,
+        /// The object that recorded the release ([`Released::sequence`]), if known:
+        /// the catch-up probes for it and every key before it at once.
+        released_in: Option<u64>,
+        /// How long the whole catch-up may take, the source's open included.
+        within: std::time::Duration,
+        /// Gets the receiving end of the entry stream.
+        reply: RpcReplyPort<Result<EntryReceiver>>,
+    },
     /// Record that the region's entries up to `id` are safe elsewhere (`u64::MAX`: all
     /// of them, a dropped region).
     Obsolete {
@@ -173,6 +199,13 @@ pub(crate) enum InternalMsg {
     },
     /// Start a new open after a backoff.
     Restart,
+    /// A source log's open finished (a catch-up's).
+    SourceOpened {
+        /// Its prefix.
+        source: String,
+        /// The log, or why it cannot be opened.
+        result: Result<std::sync::Arc<object_store_wal::SourceLog>>,
+    },
     /// A release or an acquire, for the writer.
     Control(ControlRequest),
 }

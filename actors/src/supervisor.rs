@@ -46,6 +46,7 @@ use crate::messages::{
 use crate::reader::{forward, ReaderActor, ReaderArgs};
 use crate::reclaimer::{ReclaimerActor, ReclaimerArgs, ReclaimerMsg};
 use crate::recovery::{RecoveryActor, RecoveryArgs};
+use crate::sources::{CatchUp, Sources};
 use crate::stats::{Counters, WalStats};
 use crate::writer::{WriterActor, WriterArgs};
 
@@ -153,6 +154,8 @@ pub struct SupervisorState {
     commits: tokio::sync::watch::Sender<u64>,
     reclaimer: Option<ActorRef<ReclaimerMsg>>,
     progress: Progress,
+    /// The source logs of catch-ups.
+    sources: Sources,
 }
 
 /// A region's reader and when it last served a read (in reads counted by the supervisor).
@@ -195,7 +198,8 @@ fn refuse(msg: WalMsg, error: &Error) {
         }
         WalMsg::Read { reply, .. }
         | WalMsg::Replay { reply, .. }
-        | WalMsg::Follow { reply, .. } => {
+        | WalMsg::Follow { reply, .. }
+        | WalMsg::CatchUp { reply, .. } => {
             let _ = reply.send(Err(e));
         }
         WalMsg::Obsolete { reply, .. } | WalMsg::Ready { reply } => {
@@ -372,6 +376,7 @@ impl SupervisorState {
         if let Some(r) = self.reclaimer.take() {
             r.stop(None);
         }
+        self.sources.stop();
     }
 
     /// The region's reader, started if it has none; the least recently used reader is
@@ -458,6 +463,16 @@ impl SupervisorState {
             Phase::Recovering | Phase::BackingOff => self.enqueue(WalMsg::Append(req)),
             Phase::Stopped => refuse(WalMsg::Append(req), &stopped()),
         }
+    }
+
+    /// A catch-up reads its source log, opened on first use; refused once stopped.
+    fn on_catch_up(&mut self, myself: &ActorRef<WalMsg>, catch_up: CatchUp) {
+        if matches!(self.phase, Phase::Stopped) {
+            let _ = catch_up.reply.send(Err(stopped()));
+            return;
+        }
+        self.sources
+            .catch_up(catch_up, &self.io, &self.config, myself);
     }
 
     /// A release or an acquire goes to the writer, or waits for it while an open runs.
@@ -702,6 +717,7 @@ impl Actor for Supervisor {
             commits: tokio::sync::watch::Sender::new(0),
             reclaimer: None,
             progress: args.progress,
+            sources: Sources::default(),
         };
         state.start_recovery(&myself).await?;
         Ok(state)
@@ -743,6 +759,26 @@ impl Actor for Supervisor {
                 let _ = reply.send(state.stats());
             }
             WalMsg::Stop { reply } => state.on_stop(&myself, reply).await,
+            WalMsg::CatchUp {
+                source,
+                region,
+                from,
+                through,
+                released_in,
+                within,
+                reply,
+            } => {
+                let catch_up = CatchUp {
+                    source,
+                    region,
+                    from,
+                    through,
+                    released_in,
+                    deadline: Instant::now() + within,
+                    reply,
+                };
+                state.on_catch_up(&myself, catch_up);
+            }
             WalMsg::Runtime(RuntimeMsg(msg)) => match msg {
                 InternalMsg::Recovered(result) => state.on_recovered(&myself, *result).await?,
                 InternalMsg::WriterEnded { epoch, error } => {
@@ -754,6 +790,9 @@ impl Actor for Supervisor {
                     }
                 }
                 InternalMsg::Control(req) => state.on_control(req),
+                InternalMsg::SourceOpened { source, result } => {
+                    state.sources.opened(source, result)
+                }
             },
             #[cfg(feature = "testing")]
             WalMsg::PanicWriter => {

@@ -21,8 +21,9 @@ use futures::stream::{BoxStream, StreamExt};
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use object_store_wal::format::{decode_header, entry_id};
+use object_store_wal::internal::store::keys::object_key;
 use object_store_wal::internal::store::objects::WalIo;
-use object_store_wal::testing::{CreateFault, DownHooks, DownStore, FaultStore};
+use object_store_wal::testing::{CountingStore, CreateFault, DownHooks, DownStore, FaultStore};
 use object_store_wal::SourceLog;
 use object_store_wal::{
     Config, Durability, Entry, Error, HedgeAfter, ObjectStoreLogStore, Piece, WalStores,
@@ -618,4 +619,105 @@ async fn an_acquired_piece_is_kept_for_replays_until_flushed_past() {
     let held = bounded("the listing", b.holdings()).await.expect("listed");
     assert!(held.iter().all(|h| h.pieces.is_empty()), "{held:?}");
     stop(b, join_b).await;
+}
+
+/// A target catches up through its own WAL (a `WalMsg::CatchUp`): node B takes regions
+/// 1, 2 and 3 from node A, whose release answers name their last ids. Each catch-up
+/// delivers its region's entries exactly, and the three share one open of A's log: A's
+/// objects' summaries are read once, by that open, and no segment is fetched twice. A
+/// release with no last id leaves nothing to catch up; a catch-up through an id A does
+/// not hold fails `NotOnChain`; once B stopped, a catch-up is refused `Stopped`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_catches_up_through_its_wal_over_one_open_of_the_source() {
+    let counting = CountingStore::new(Arc::new(InMemory::new()));
+    let store: Arc<dyn ObjectStore> = counting.clone();
+    let mut config_a = config_no_reclaim();
+    config_a.prefix = "node-a".into();
+    let mut config_b = config_no_reclaim();
+    config_b.prefix = "node-b".into();
+    let (a, join_a) = spawn(&store, &config_a).await;
+    let (b, join_b) = spawn(&store, &config_b).await;
+    let mut ids: Vec<Vec<u64>> = vec![Vec::new(); 3];
+    for i in 0..3 {
+        let parts = (1..=3)
+            .map(|r| (r, vec![payload(format!("{r}:{i}"))]))
+            .collect();
+        let receipt = bounded("an append", a.append_many(parts))
+            .await
+            .expect("append");
+        for (r, part) in receipt.parts.iter().enumerate() {
+            ids[r].push(part.first_id);
+        }
+    }
+    let mut released = Vec::new();
+    for r in 1..=3u64 {
+        let answer = bounded("the release", a.release(r))
+            .await
+            .expect("released");
+        assert_eq!(answer.last_id, ids[r as usize - 1].last().copied());
+        released.push(answer);
+    }
+    counting.reset();
+
+    let within = Duration::from_secs(10);
+    for (r, answer) in (1..=3u64).zip(&released) {
+        let stream = bounded(
+            "the catch-up",
+            b.catch_up_released("node-a", r, 0, answer, within),
+        )
+        .await
+        .expect("a catch-up");
+        let got: Vec<(u64, Bytes)> = bounded("its entries", stream.collect::<Vec<_>>())
+            .await
+            .into_iter()
+            .map(|e| e.map(|e| (e.id, e.payload)).expect("an entry"))
+            .collect();
+        let want: Vec<(u64, Bytes)> = ids[r as usize - 1]
+            .iter()
+            .zip(0..)
+            .map(|(id, i)| (*id, payload(format!("{r}:{i}"))))
+            .collect();
+        assert_eq!(got, want, "region {r}");
+    }
+    let gets = counting.get_log();
+    let data_key = object_key(&object_store::path::Path::from("node-a"), 2).to_string();
+    let summaries = gets
+        .iter()
+        .filter(|g| g.key == data_key && g.range.as_ref().is_none_or(|r| r.end == u64::MAX))
+        .count();
+    assert_eq!(summaries, 1, "one open of the source: {gets:?}");
+    let mut seen = std::collections::HashSet::new();
+    for g in gets
+        .iter()
+        .filter(|g| g.found && g.key.starts_with("node-a/"))
+    {
+        assert!(seen.insert((&g.key, &g.range)), "fetched twice: {g:?}");
+    }
+
+    let none = object_store_wal::Released {
+        last_id: None,
+        ..released[0]
+    };
+    let empty = bounded(
+        "the catch-up",
+        b.catch_up_released("node-a", 1, 0, &none, within),
+    )
+    .await
+    .expect("a catch-up");
+    assert_eq!(bounded("nothing", empty.collect::<Vec<_>>()).await.len(), 0);
+    let through = ids[0][2] + 1;
+    let beyond = bounded("the catch-up", b.catch_up("node-a", 1, 0, through, within))
+        .await
+        .expect("a catch-up");
+    match bounded("its end", beyond.collect::<Vec<_>>()).await.last() {
+        Some(Err(Error::NotOnChain { region: 1, id, .. })) => assert_eq!(*id, through),
+        other => panic!("{other:?}"),
+    }
+
+    stop(b.clone(), join_b).await;
+    match b.catch_up("node-a", 2, 0, ids[1][2], within).await {
+        Err(Error::Stopped { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    stop(a, join_a).await;
 }

@@ -41,6 +41,14 @@ pub struct SourceLog {
     growth: TailedGrowth,
 }
 
+impl std::fmt::Debug for SourceLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceLog")
+            .field("prefix", &self.io.prefix().as_ref())
+            .finish_non_exhaustive()
+    }
+}
+
 impl SourceLog {
     /// Recovers the source's chain (read-only: nothing is written, nothing fenced) and
     /// starts polling it for new objects every `poll_interval` while objects appear.
@@ -111,7 +119,9 @@ impl SourceLog {
         }
     }
 
-    fn catch_up_to(
+    /// [`catch_up`](Self::catch_up), probing at once for `recorded_at` (the object that
+    /// recorded the release, [`Released::sequence`]) and every key before it, if known.
+    pub fn catch_up_to(
         &self,
         region: u64,
         from: u64,

@@ -460,7 +460,8 @@ impl PolledGrowth {
     /// Polls in a task of its own, beside the follow that reads what it finds: the next
     /// keys are probed while the last round's segments are fetched. Each extension of
     /// the catalog bumps `grown`; a failed poll is left in `failed` and ends the task.
-    /// Ends when the follow drops its end (every receiver of `grown`).
+    /// Ends when the follow drops its end (every receiver of `grown`), or the store
+    /// access closes.
     async fn run(
         mut self,
         grown: tokio::sync::watch::Sender<u64>,
@@ -472,10 +473,13 @@ impl PolledGrowth {
             Refresh(RefreshRequest),
             Polled(Result<bool>),
         }
+        // A view derived from a WAL's store access closes with it: the task ends then.
+        let io = self.io.clone();
         loop {
             let before = self.last;
             let next = tokio::select! {
                 _ = grown.closed() => Next::Closed,
+                _ = io.closed() => Next::Closed,
                 request = refreshes.recv() => match request {
                     Some(reply) => Next::Refresh(reply),
                     None => Next::Closed,

@@ -171,6 +171,18 @@ impl WalIo {
         .with_segment_cache(config))
     }
 
+    /// The log under another `prefix` of the same store(s), for reading it (a source
+    /// a region is taken from): the same transport (its requests count here, and it
+    /// closes with this view), codec and request bounds, a segment cache of its own
+    /// bounded as `config` says.
+    pub fn at_prefix(&self, prefix: &str, config: &Config) -> Result<Self> {
+        Ok(WalIo {
+            prefix: validate_prefix(prefix)?,
+            ..self.clone()
+        }
+        .with_segment_cache(config))
+    }
+
     /// With a fresh segment cache bounded as `config` says.
     pub fn with_segment_cache(mut self, config: &Config) -> Self {
         self.cache = Arc::new(SegmentCache::new(

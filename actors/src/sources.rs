@@ -1,0 +1,203 @@
+//! The source logs a node takes regions from (DESIGN.md "Regions moving between
+//! nodes", catch-up).
+//!
+//! A source prefix is opened read-only on the first catch-up from it (recovery, then
+//! probing as a read-only follower does), and every later catch-up from it reads over
+//! that one catalog and segment cache: the node fetches each source object at most
+//! once, however many of its regions it takes. Opens run in tasks of their own, off
+//! the supervisor's mailbox; catch-ups asked for meanwhile wait for theirs.
+//!
+//! Bounded: at most [`MAX_SOURCES`] sources are kept, the most recently used; one
+//! dropped ends once its last catch-up does. Each reads through the WAL's store access
+//! (its requests count in the WAL's metrics) and closes with it, so every task of a
+//! source ends when the WAL stops or is aborted.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store_wal::internal::store::objects::WalIo;
+use object_store_wal::{Config, Durability, Error, Result, SourceLog};
+use ractor::{ActorRef, RpcReplyPort};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{info_span, warn};
+
+use crate::messages::{EntryReceiver, InternalMsg, WalMsg};
+use crate::reader::forward;
+
+/// Source logs kept open at most (the most recently used): a node takes regions from a
+/// few others at a time, and each keeps a catalog and a segment cache.
+pub const MAX_SOURCES: usize = 8;
+
+/// Catch-ups waiting for their source's open at most; the next is refused with
+/// [`Error::Backpressure`].
+const MAX_WAITING: usize = 1024;
+
+/// The shortest interval between two probes of a source for new objects.
+const POLL_FLOOR: Duration = Duration::from_millis(10);
+
+/// A catch-up of a region from a source log, as the supervisor received it.
+#[derive(Debug)]
+pub(crate) struct CatchUp {
+    /// The source log's prefix.
+    pub source: String,
+    /// The region.
+    pub region: u64,
+    /// The first id wanted.
+    pub from: u64,
+    /// The last id wanted: the source's release's last id.
+    pub through: u64,
+    /// The object that recorded the release, if known: probed for at once.
+    pub released_in: Option<u64>,
+    /// When the whole catch-up (the source's open included) must be done.
+    pub deadline: Instant,
+    /// Gets the entries.
+    pub reply: RpcReplyPort<Result<EntryReceiver>>,
+}
+
+impl CatchUp {
+    /// Starts the catch-up over `source` and answers with its entries.
+    fn start(self, source: &SourceLog) {
+        let within = self.deadline.saturating_duration_since(Instant::now());
+        let entries = source.catch_up_to(
+            self.region,
+            self.from,
+            self.through,
+            self.released_in,
+            within,
+        );
+        let span = info_span!("catch_up", source = %self.source, region = self.region);
+        let _ = self.reply.send(Ok(forward(entries, span)));
+    }
+}
+
+/// The open source logs, the opens in flight and the catch-ups waiting for them.
+#[derive(Default)]
+pub(crate) struct Sources {
+    open: HashMap<String, Kept>,
+    opening: HashMap<String, Opening>,
+    /// Counts uses: a source's `last_used` orders the sources by recency.
+    uses: u64,
+}
+
+struct Kept {
+    log: Arc<SourceLog>,
+    last_used: u64,
+}
+
+struct Opening {
+    task: JoinHandle<()>,
+    waiting: Vec<CatchUp>,
+}
+
+impl Drop for Sources {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Sources {
+    /// Serves `catch_up` over its source, opening the source first if it is not open
+    /// (the answer of the open comes back to `myself` as [`InternalMsg::SourceOpened`]).
+    pub(crate) fn catch_up(
+        &mut self,
+        catch_up: CatchUp,
+        io: &WalIo,
+        config: &Config,
+        myself: &ActorRef<WalMsg>,
+    ) {
+        self.uses += 1;
+        if let Some(kept) = self.open.get_mut(&catch_up.source) {
+            kept.last_used = self.uses;
+            return catch_up.start(&kept.log);
+        }
+        if let Some(opening) = self.opening.get_mut(&catch_up.source) {
+            if opening.waiting.len() >= MAX_WAITING {
+                let _ = catch_up.reply.send(Err(Error::Backpressure {
+                    limit: object_store_wal::BackpressureLimit::QueuedRequests,
+                    held: opening.waiting.len() as u64,
+                    max: MAX_WAITING as u64,
+                }));
+                return;
+            }
+            opening.waiting.push(catch_up);
+            return;
+        }
+        let source_io = match io.at_prefix(&catch_up.source, config) {
+            Ok(source_io) => source_io,
+            Err(e) => {
+                let _ = catch_up.reply.send(Err(e));
+                return;
+            }
+        };
+        let prefix = catch_up.source.clone();
+        let (config, myself) = (config.clone(), myself.clone());
+        let poll = config.min_object_interval.max(POLL_FLOOR);
+        let span = info_span!("source", prefix = %prefix);
+        let opened_prefix = prefix.clone();
+        let task = tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let result = SourceLog::open(source_io, config, poll).await;
+                let opened = InternalMsg::SourceOpened {
+                    source: opened_prefix,
+                    result: result.map(Arc::new),
+                };
+                // A supervisor that stopped meanwhile drops it: nothing waits.
+                let _ = myself.cast(opened.into());
+            },
+            span,
+        ));
+        self.opening.insert(
+            prefix,
+            Opening {
+                task,
+                waiting: vec![catch_up],
+            },
+        );
+    }
+
+    /// The open of `source` finished: its waiting catch-ups start, or get its error.
+    pub(crate) fn opened(&mut self, source: String, result: Result<Arc<SourceLog>>) {
+        let Some(opening) = self.opening.remove(&source) else {
+            return;
+        };
+        let log = match result {
+            Ok(log) => log,
+            Err(e) => {
+                warn!(source = %source, error = %e, "cannot open a source log");
+                for catch_up in opening.waiting {
+                    let _ = catch_up.reply.send(Err(e.clone()));
+                }
+                return;
+            }
+        };
+        for catch_up in opening.waiting {
+            catch_up.start(&log);
+        }
+        if self.open.len() >= MAX_SOURCES {
+            // Dropped here, it ends once its last catch-up does.
+            let oldest = self.open.iter().min_by_key(|(_, k)| k.last_used);
+            if let Some(oldest) = oldest.map(|(p, _)| p.clone()) {
+                self.open.remove(&oldest);
+            }
+        }
+        self.uses += 1;
+        let last_used = self.uses;
+        self.open.insert(source, Kept { log, last_used });
+    }
+
+    /// Ends every open in flight (its catch-ups get [`Error::Stopped`]) and drops the
+    /// open sources (their tasks end with the WAL's store access).
+    pub(crate) fn stop(&mut self) {
+        for (_, opening) in self.opening.drain() {
+            opening.task.abort();
+            for catch_up in opening.waiting {
+                let _ = catch_up.reply.send(Err(Error::Stopped {
+                    durability: Durability::NotWritten,
+                }));
+            }
+        }
+        self.open.clear();
+    }
+}
