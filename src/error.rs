@@ -187,6 +187,25 @@ pub enum Error {
         /// acquires above.
         released: Released,
     },
+    /// A release of a region this log holds nothing of (DESIGN.md "Regions moving
+    /// between nodes"): no entry on its chain, in flight or in the open batch, and no
+    /// earlier piece recorded. Nothing changed: in particular this log does not refuse
+    /// the region's appends (it has no record of owning it; the node refuses them, as
+    /// for any region it does not own). A region whose entries here were all reclaimed
+    /// counts as unknown: its next owner acquires above the region's flushed id and
+    /// `acquire_above`.
+    #[error(
+        "region {region} is unknown to this log: no entry or earlier piece of it here (a \
+         next owner acquires above {acquire_above})"
+    )]
+    UnknownRegion {
+        /// The region.
+        region: u64,
+        /// An id above every id this log handed out, as [`Released::acquire_above`]: an
+        /// append of the region that failed `MayBeDurable` here and never landed had an
+        /// id below it.
+        acquire_above: u64,
+    },
     /// A catch-up through an id its source's chain does not hold for the region: the
     /// source released the region at another last id, or holds a later entry of it
     /// without this one (DESIGN.md "Regions moving between nodes").
@@ -446,6 +465,7 @@ impl Error {
             | Error::IdsExhausted { .. }
             | Error::ReservedRegion { .. }
             | Error::RegionReleased { .. }
+            | Error::UnknownRegion { .. }
             | Error::NotOnChain { .. }
             | Error::AcquireBelowOwnIds { .. }
             | Error::ReadOnly
@@ -658,6 +678,13 @@ mod tests {
                     region: 7,
                     id: 9,
                     found: None,
+                },
+                FixInput,
+            ),
+            (
+                Error::UnknownRegion {
+                    region: 7,
+                    acquire_above: 9,
                 },
                 FixInput,
             ),

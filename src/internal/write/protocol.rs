@@ -603,16 +603,23 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     /// Releases `region` (DESIGN.md "Regions moving between nodes"): from now on every
     /// append of it is refused ([`Error::RegionReleased`]); a snapshot recording the
     /// release goes into the open batch, which is sealed and started now. Returns the
-    /// region's last id in this log (`None`: it holds none) with the id the next owner
-    /// acquires above ([`Released`]; [`id_bound`](Self::id_bound)), and what the release
-    /// waits for: once that object is acknowledged, so is every earlier one, and the
-    /// last id is the region's largest on the chain. Refused, changing nothing, for the
-    /// control region and a region released already.
+    /// region's last id in this log (`None`: it holds none, only earlier pieces) with
+    /// the id the next owner acquires above ([`Released`]; [`id_bound`](Self::id_bound)),
+    /// and what the release waits for: once that object is acknowledged, so is every
+    /// earlier one, and the last id is the region's largest on the chain. Refused,
+    /// changing nothing, for the control region, a region released already, and a
+    /// region this log holds nothing of ([`Error::UnknownRegion`]).
     pub fn release(&mut self, region: u64, now: Now) -> Result<(Released, ControlTicket)> {
         self.ensure_writing()?;
         node_region(region)?;
         self.holdings.refuse(region, || self.id_bound())?;
         let last_id = self.last_id_of(region);
+        if last_id.is_none() && self.holdings.pieces_of(region).is_empty() {
+            return Err(Error::UnknownRegion {
+                region,
+                acquire_above: self.id_bound(),
+            });
+        }
         let mut holdings = self.holdings.clone();
         holdings.release(region, last_id)?;
         let ticket = self.put_snapshot(&holdings, true, now)?;
@@ -1742,10 +1749,13 @@ mod tests {
             Some(Some(last))
         );
 
-        // A region this log never held: released with no last id.
-        let (none, _) = h.protocol.release(9, now).expect("released");
-        assert_eq!(none.last_id, None);
-        assert_eq!(none.acquire_above, entry_id(4, (1 << 20) - 1));
+        // A region this log never held: refused, changing nothing.
+        assert!(matches!(
+            h.protocol.release(9, now),
+            Err(Error::UnknownRegion { region: 9, acquire_above })
+                if acquire_above == entry_id(4, (1 << 20) - 1)
+        ));
+        admit(&mut h, 4, 9).expect("its appends are not refused");
     }
 
     /// A release's object starts at once, beside the start grid, and leaves the grid as
@@ -1831,6 +1841,15 @@ mod tests {
         use crate::internal::chain::catalog::CONTROL_COPY_LAG;
         let mut h = Harness::new();
         let now = h.now();
+        // Known here by its earlier piece only: no entry of it pins the floor.
+        let piece = Piece {
+            prefix: "node-a".into(),
+            first_id: 1,
+            last_id: 5,
+        };
+        h.protocol
+            .acquire_with(9, 5, Some(&piece), now)
+            .expect("acquired");
         h.protocol.release(9, now).expect("released");
         h.protocol.poll(now);
         assert_eq!(creates(&mut h).len(), 1);
