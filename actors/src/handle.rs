@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::{
     AppendParts, AppendReceipt, BootClock, Config, CreateClock, Durability, Error, Piece,
@@ -23,7 +24,7 @@ use tokio::task::JoinHandle;
 
 use crate::admission::{wait_durable_through, Admitted, PendingReceipt, Progress, ProgressState};
 use crate::entries::{EntryReceiver, EntryStream};
-use crate::messages::{AppendRequest, ControlRequest, InternalMsg, WalMsg};
+use crate::messages::{AppendRequest, WalMsg};
 use crate::stats::WalStats;
 use crate::supervisor::{RestartPolicy, Supervisor, SupervisorArgs};
 
@@ -513,90 +514,125 @@ impl WalHandle {
 
     /// Takes `region` over from another node's log, where its largest id is `last_id`
     /// (DESIGN.md "Regions moving between nodes"): every id this WAL gives the region
-    /// from now on is above `last_id`, across restarts too, for the answer comes once an
-    /// acknowledged object carries the raised id offset. A region this log had released
-    /// is taken back (its appends are admitted again). Refused if this log already
-    /// handed out an id of the region above `last_id` ([`Error::AcquireBelowOwnIds`]).
+    /// from now on is above `last_id`, across restarts too, for the answer comes once
+    /// an acknowledged object carries the raised id offset (one create at most; it
+    /// may be one already in flight). Pass the source's [`Released::acquire_above`]
+    /// (or, for a region whose entries there were all flushed, at least the region's
+    /// flushed id). A region this log had released is taken back (its appends are
+    /// admitted again). Refused, changing nothing, if this log already handed out an
+    /// id of the region above `last_id` ([`Error::AcquireBelowOwnIds`]) and for the
+    /// control region ([`Error::ReservedRegion`]).
     ///
-    /// Not yet public: catch-up, which makes a move safe, comes first.
-    #[doc(hidden)]
+    /// An error with [`Durability::MayBeDurable`] means the raise may be durable: ask
+    /// again (an acquire is idempotent).
     pub async fn acquire(&self, region: u64, last_id: u64) -> Result<()> {
-        self.acquire_with_piece(region, last_id, None).await
+        self.acquire_with_pieces(region, last_id, Vec::new()).await
     }
 
-    /// [`acquire`](Self::acquire), recording the region's piece in the log of its owner
-    /// before (its prefix and ids: the catch-up's), so that a replay after a restart of
-    /// this node reads it before this log's own entries ([`holdings`](Self::holdings)
-    /// lists it), until [`obsolete`](Self::obsolete) passes its last id.
-    ///
-    /// Not yet public, as [`release`](Self::release).
-    #[doc(hidden)]
-    pub async fn acquire_with_piece(
+    /// [`acquire`](Self::acquire), recording the region's pieces in the logs of its
+    /// earlier owners that are not flushed yet (each a prefix and ids: what the
+    /// catch-ups read; the source's own piece, and the pieces its
+    /// [`holdings`](Self::holdings) list for the region), so that a replay after a
+    /// restart of this node reads them before this log's own entries
+    /// ([`read_history`](Self::read_history)). Each is kept until
+    /// [`obsolete`](Self::obsolete) passes its last id. A piece whose ids overlap one
+    /// recorded, or end above `last_id`, is refused with [`Error::Config`], changing
+    /// nothing.
+    pub async fn acquire_with_pieces(
         &self,
         region: u64,
         last_id: u64,
-        piece: Option<Piece>,
+        pieces: Vec<Piece>,
     ) -> Result<()> {
-        let acquire = |reply| ControlRequest::Acquire {
+        let acquire = |reply| WalMsg::Acquire {
             region,
             last_id,
-            piece,
+            pieces,
             reply,
         };
         self.control("acquire", Durability::MayBeDurable, acquire)
             .await
     }
 
-    /// Sends a release, an acquire or a listing to the writer and waits for its answer
-    /// (under the handle's timeout, with `durability` if it passes).
+    /// Sends a release, an acquire or a listing and waits for its answer (under the
+    /// handle's timeout, with `durability` if it passes).
     async fn control<T: Send + 'static>(
         &self,
         op: &'static str,
         durability: Durability,
-        build: impl FnOnce(RpcReplyPort<Result<T>>) -> ControlRequest,
+        build: impl FnOnce(RpcReplyPort<Result<T>>) -> WalMsg,
     ) -> Result<T> {
-        let call = self.call(
-            |reply| InternalMsg::Control(build(reply)).into(),
-            || self.control_gone(),
-        );
+        let call = self.call(build, || self.control_gone());
         self.timed(op, durability, async { call.await? }).await
     }
 
     /// Releases `region` to another node (DESIGN.md "Regions moving between nodes"):
     /// this WAL admits no more of its appends (each fails [`Error::RegionReleased`],
-    /// never written), writes what it admitted of it now, and answers once nothing of
-    /// it is in flight and the release is recorded in the log, with the region's **last
-    /// id** ([`Released::last_id`]): its largest id on this log's chain (which can be
-    /// above the last one acknowledged: an append that failed `MayBeDurable` whose
-    /// object landed is on the chain), where a catch-up from this log ends; `None` when
-    /// this log holds no entry of the region. The next owner acquires the region above
-    /// [`Released::acquire_above`], which is above every id this log handed out for it,
-    /// landed or not. The release holds across restarts until [`acquire`](Self::acquire)
-    /// takes the region back. A second release is refused with
-    /// [`Error::RegionReleased`], which carries the same answer.
+    /// never written), writes what it admitted of it now (not at its next start slot),
+    /// and answers once nothing of it is in flight and the release is recorded in the
+    /// log, with the region's **last id** ([`Released::last_id`]): its largest id on
+    /// this log's chain (which can be above the last one acknowledged: an append that
+    /// failed `MayBeDurable` whose object landed is on the chain), where a catch-up
+    /// from this log ends (`None` when this log holds only earlier pieces of it). The
+    /// next owner acquires the region above [`Released::acquire_above`], which is above
+    /// every id this log handed out, landed or not. The release holds across restarts
+    /// until [`acquire`](Self::acquire) takes the region back.
     ///
-    /// An error with [`Durability::MayBeDurable`] means the release may be recorded:
-    /// ask again, and a recorded one answers `RegionReleased` with its last id.
-    ///
-    /// Not yet public: catch-up, which makes a move safe, comes first.
-    #[doc(hidden)]
+    /// Refused, changing nothing: a second release, with [`Error::RegionReleased`]
+    /// (which carries the same answer); a region this log holds nothing of, with
+    /// [`Error::UnknownRegion`] (this log then does not refuse its appends); the
+    /// control region, with [`Error::ReservedRegion`]. An error with
+    /// [`Durability::MayBeDurable`] means the release may be recorded: ask again, and a
+    /// recorded one answers `RegionReleased` with its last id.
     pub async fn release(&self, region: u64) -> Result<Released> {
-        let release = |reply| ControlRequest::Release { region, reply };
+        let release = |reply| WalMsg::Release { region, reply };
         self.control("release", Durability::MayBeDurable, release)
             .await
     }
 
     /// What the live log holds of each region, in region order (DESIGN.md "Regions
-    /// moving between nodes"): its first and last ids on the chain, and its release if
-    /// this log released it, for a node to reconcile its log with its routes. A
-    /// released region's entries stay until [`obsolete`](Self::obsolete) says the new
-    /// owner no longer needs them.
-    ///
-    /// Not yet public, as [`release`](Self::release).
-    #[doc(hidden)]
+    /// moving between nodes"): its first and last ids on the chain, its release if
+    /// this log released it, and its pieces in earlier owners' logs, as the chain
+    /// records them (never a release or acquire still in flight), for a node to
+    /// reconcile its log with its routes. A released region's entries stay until
+    /// [`obsolete`](Self::obsolete) says the new owner no longer needs them.
     pub async fn holdings(&self) -> Result<Vec<RegionHolding>> {
-        let list = |reply| ControlRequest::Holdings { reply };
+        let list = |reply| WalMsg::Holdings { reply };
         self.control("holdings", Durability::NotWritten, list).await
+    }
+
+    /// The region's history from id `from` (DESIGN.md "Regions moving between
+    /// nodes"): first its pieces in earlier owners' logs that this log records
+    /// ([`holdings`](Self::holdings); each read from its log as a
+    /// [`catch_up`](Self::catch_up) is, in id order, `within` bounding each), then
+    /// this log's own entries, as [`read`](Self::read) gives them. What a node replays
+    /// for a region it took from another node whose entries there are not flushed yet;
+    /// for any other region it is [`read`](Self::read). An error ends the stream.
+    pub async fn read_history(
+        &self,
+        region: u64,
+        from: u64,
+        within: Duration,
+    ) -> Result<EntryStream> {
+        let holdings = self.holdings().await?;
+        let mut pieces: Vec<Piece> = holdings
+            .into_iter()
+            .find(|h| h.region == region)
+            .map(|h| h.pieces)
+            .unwrap_or_default();
+        pieces.sort_by_key(|p| p.first_id);
+        let mut parts = Vec::new();
+        for piece in pieces.iter().filter(|p| p.last_id >= from) {
+            let first = from.max(piece.first_id);
+            let part = self
+                .catch_up(&piece.prefix, region, first, piece.last_id, within)
+                .await?;
+            parts.push(part);
+        }
+        parts.push(self.read_stream(region, from).await?);
+        let history = futures::stream::iter(parts).flatten().boxed();
+        let span = tracing::info_span!("history", region, from);
+        Ok(crate::reader::forward(history, span).into_stream())
     }
 
     /// Catches up `region` from the log of its earlier owner, under the prefix
@@ -610,9 +646,6 @@ impl WalHandle {
     /// id of the region first, or the source's snapshot records the region released
     /// below it), never hanging; and [`Error::CallTimeout`] once `within` passed (the
     /// source's open and every read included).
-    ///
-    /// Not yet public, as [`release`](Self::release).
-    #[doc(hidden)]
     pub async fn catch_up(
         &self,
         source: &str,
@@ -629,9 +662,6 @@ impl WalHandle {
     /// object that recorded it ([`Released::sequence`]), probed for at once with every
     /// key before it (one round trip once the release answered). A release with no
     /// last id leaves nothing to catch up: the stream is empty.
-    ///
-    /// Not yet public, as [`release`](Self::release).
-    #[doc(hidden)]
     pub async fn catch_up_released(
         &self,
         source: &str,

@@ -103,6 +103,37 @@ pub enum WalMsg {
         /// Gets the receiving end of the entry stream.
         reply: RpcReplyPort<Result<EntryReceiver>>,
     },
+    /// Release a region to another node (DESIGN.md "Regions moving between nodes"):
+    /// no more of its appends are admitted, what was admitted is written now, and the
+    /// answer comes once the release is recorded on the chain, with the region's last
+    /// id here and the id its next owner acquires above. See `WalHandle::release`.
+    Release {
+        /// The region.
+        region: u64,
+        /// Gets the release's answer.
+        reply: RpcReplyPort<Result<Released>>,
+    },
+    /// Take a region over from the logs of its earlier owners: every id this WAL gives
+    /// it from now on is above `last_id`, across restarts, and `pieces` (its pieces in
+    /// those logs, not flushed yet) are recorded for replays. Answered once the raise
+    /// is durable. See `WalHandle::acquire_with_pieces`.
+    Acquire {
+        /// The region.
+        region: u64,
+        /// The largest id an earlier owner gave it (at least the release's
+        /// `acquire_above`).
+        last_id: u64,
+        /// Its pieces in earlier owners' logs, in id order.
+        pieces: Vec<Piece>,
+        /// Acknowledges the acquire.
+        reply: RpcReplyPort<Result<()>>,
+    },
+    /// List what the live log holds of each region (its ids on the chain, its release,
+    /// its earlier pieces), as the chain records it. See `WalHandle::holdings`.
+    Holdings {
+        /// Gets the list, in region order.
+        reply: RpcReplyPort<Result<Vec<RegionHolding>>>,
+    },
     /// Read a region's piece from the log of its earlier owner (DESIGN.md "Regions
     /// moving between nodes", catch-up): its entries with ids from `from` through
     /// `through`, each once and in order, ending after `through`. The source prefix is
@@ -221,8 +252,8 @@ pub(crate) enum ControlRequest {
         region: u64,
         /// The largest id the earlier owner gave it.
         last_id: u64,
-        /// Its piece in the earlier owner's log, recorded for replays.
-        piece: Option<Piece>,
+        /// Its pieces in the logs of earlier owners, recorded for replays.
+        pieces: Vec<Piece>,
         /// Answered once an acknowledged object carries the raised id offset (and the
         /// snapshot that takes the region back, if it was released).
         reply: RpcReplyPort<Result<()>>,

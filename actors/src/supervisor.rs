@@ -211,6 +211,15 @@ fn refuse(msg: WalMsg, error: &Error) {
         WalMsg::Stop { reply } => {
             let _ = reply.send(());
         }
+        WalMsg::Release { reply, .. } => {
+            let _ = reply.send(Err(e));
+        }
+        WalMsg::Acquire { reply, .. } => {
+            let _ = reply.send(Err(e));
+        }
+        WalMsg::Holdings { reply } => {
+            let _ = reply.send(Err(e));
+        }
         WalMsg::Runtime(RuntimeMsg(InternalMsg::Control(req))) => req.refuse(e),
         _ => {}
     }
@@ -759,6 +768,21 @@ impl Actor for Supervisor {
                 let _ = reply.send(state.stats());
             }
             WalMsg::Stop { reply } => state.on_stop(&myself, reply).await,
+            WalMsg::Release { region, reply } => {
+                state.on_control(ControlRequest::Release { region, reply })
+            }
+            WalMsg::Acquire {
+                region,
+                last_id,
+                pieces,
+                reply,
+            } => state.on_control(ControlRequest::Acquire {
+                region,
+                last_id,
+                pieces,
+                reply,
+            }),
+            WalMsg::Holdings { reply } => state.on_control(ControlRequest::Holdings { reply }),
             WalMsg::CatchUp {
                 source,
                 region,

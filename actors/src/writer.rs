@@ -181,12 +181,9 @@ impl WriterState {
             ControlRequest::Acquire {
                 region,
                 last_id,
-                piece,
+                pieces,
                 reply: port,
-            } => match self
-                .protocol
-                .acquire_with(region, last_id, piece.as_ref(), now)
-            {
+            } => match self.protocol.acquire_with(region, last_id, &pieces, now) {
                 Ok(ticket) => (ticket, ControlWaiter::Acquire(port)),
                 Err(e) => return reply(port, Err(e)),
             },

@@ -28,7 +28,7 @@ use object_store_wal::SourceLog;
 use object_store_wal::{
     Config, Durability, Entry, Error, HedgeAfter, ObjectStoreLogStore, Piece, WalStores,
 };
-use object_store_wal_actors::spawn_wal;
+use object_store_wal_actors::{spawn_wal, WalHandle};
 
 use support::harness::{
     bounded, config_no_reclaim, key, object_at, payload, read, restart_policy, spawn, stats,
@@ -542,16 +542,25 @@ async fn the_log_lists_its_regions_with_their_pieces_and_releases() {
     stop(wal, join).await;
 }
 
-/// The target records the region's earlier piece when it acquires it: listed across
-/// its restarts, read back through a source log before the target's own entries (the
-/// region's whole history), and forgotten once the target's node flushed past it.
+/// The target records the region's earlier pieces when it acquires it: listed across
+/// its restarts, read back with `read_history` before the target's own entries (the
+/// region's whole history), passed on to the next owner with the target's own piece
+/// (A to B to C: C's history reads A's piece, then B's, then its own), and forgotten
+/// once the owner's node flushed past them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_acquired_piece_is_kept_for_replays_until_flushed_past() {
+async fn acquired_pieces_are_kept_for_replays_until_flushed_past() {
     let (_faults, store) = memory();
-    let mut config_a = config_no_reclaim();
-    config_a.prefix = "node-a".into();
-    let mut config_b = config_no_reclaim();
-    config_b.prefix = "node-b".into();
+    let config_of = |prefix: &str| {
+        let mut c = config_no_reclaim();
+        c.prefix = prefix.into();
+        c
+    };
+    let (config_a, config_b, config_c) = (
+        config_of("node-a"),
+        config_of("node-b"),
+        config_of("node-c"),
+    );
+    let within = Duration::from_secs(10);
     let (a, join_a) = spawn(&store, &config_a).await;
     let mut history = Vec::new();
     for i in 0..2 {
@@ -563,7 +572,7 @@ async fn an_acquired_piece_is_kept_for_replays_until_flushed_past() {
     let released = bounded("the release", a.release(1))
         .await
         .expect("released");
-    let piece = Piece {
+    let piece_a = Piece {
         prefix: "node-a".into(),
         first_id: history[0],
         last_id: released.last_id.expect("a last id"),
@@ -572,9 +581,17 @@ async fn an_acquired_piece_is_kept_for_replays_until_flushed_past() {
 
     let (b, join_b) = spawn(&store, &config_b).await;
     let above = released.acquire_above;
+    let too_high = Piece {
+        last_id: above + 1,
+        ..piece_a.clone()
+    };
+    match b.acquire_with_pieces(1, above, vec![too_high]).await {
+        Err(Error::Config { field: "piece", .. }) => {}
+        other => panic!("a piece above the last id: {other:?}"),
+    }
     bounded(
         "the acquire",
-        b.acquire_with_piece(1, above, Some(piece.clone())),
+        b.acquire_with_pieces(1, above, vec![piece_a.clone()]),
     )
     .await
     .expect("acquired");
@@ -587,38 +604,78 @@ async fn an_acquired_piece_is_kept_for_replays_until_flushed_past() {
     let (b, join_b) = spawn(&store, &config_b).await;
     let held = bounded("the listing", b.holdings()).await.expect("listed");
     assert_eq!(held.len(), 1);
-    assert_eq!(held[0].pieces, vec![piece.clone()]);
+    assert_eq!(held[0].pieces, vec![piece_a.clone()]);
     // A replay of region 1 after the restart: its earlier piece, then this log's own.
-    let mut replayed = Vec::new();
-    for p in &held[0].pieces {
-        let mut config = config_b.clone();
-        config.prefix = p.prefix.clone();
-        let source = bounded(
-            "the source",
-            SourceLog::open_stores(store.clone(), config, Duration::from_millis(5)),
-        )
-        .await
-        .expect("the source");
-        let within = Duration::from_secs(10);
-        for e in caught(source.catch_up(1, p.first_id, p.last_id, within)).await {
-            replayed.push(e.expect("an entry").id);
-        }
-    }
-    replayed.extend(read(&b, 1, 0).await.iter().map(|e| e.id));
+    let replayed: Vec<u64> = history_of(&b, 1, 0, within).await;
     assert_eq!(replayed, history);
+    let from_second: Vec<u64> = history_of(&b, 1, history[1], within).await;
+    assert_eq!(from_second, history[1..].to_vec());
 
-    // Flushed past the piece: forgotten with the next object, across a restart.
-    bounded("the flush", b.obsolete(1, piece.last_id))
+    // B releases the region to C, passing A's piece on with its own.
+    let released_b = bounded("the release", b.release(1))
         .await
-        .expect("obsolete");
-    bounded("an append", b.append(1, vec![payload(3)]))
+        .expect("released");
+    let piece_b = Piece {
+        prefix: "node-b".into(),
+        first_id: history[2],
+        last_id: released_b.last_id.expect("a last id"),
+    };
+    let (c, join_c) = spawn(&store, &config_c).await;
+    bounded(
+        "the acquire",
+        c.acquire_with_pieces(
+            1,
+            released_b.acquire_above,
+            vec![piece_a.clone(), piece_b.clone()],
+        ),
+    )
+    .await
+    .expect("acquired");
+    let own = bounded("an append", c.append(1, vec![payload(3)]))
         .await
         .expect("append");
+    history.push(own.parts[0].first_id);
+    stop(c, join_c).await;
+    let (c, join_c) = spawn(&store, &config_c).await;
+    assert_eq!(history_of(&c, 1, 0, within).await, history);
+    let payloads: Vec<Bytes> = bounded(
+        "the history",
+        bounded("a read", c.read_history(1, 0, within))
+            .await
+            .expect("a history")
+            .collect::<Vec<_>>(),
+    )
+    .await
+    .into_iter()
+    .map(|e| e.expect("an entry").payload)
+    .collect();
+    assert_eq!(payloads, (0..4).map(payload).collect::<Vec<_>>());
+
+    // Flushed past A's piece: forgotten with the next object, across a restart.
+    bounded("the flush", c.obsolete(1, piece_a.last_id))
+        .await
+        .expect("obsolete");
+    bounded("an append", c.append(1, vec![payload(4)]))
+        .await
+        .expect("append");
+    stop(c, join_c).await;
+    let (c, join_c) = spawn(&store, &config_c).await;
+    let held = bounded("the listing", c.holdings()).await.expect("listed");
+    assert_eq!(held[0].pieces, vec![piece_b]);
+    stop(c, join_c).await;
     stop(b, join_b).await;
-    let (b, join_b) = spawn(&store, &config_b).await;
-    let held = bounded("the listing", b.holdings()).await.expect("listed");
-    assert!(held.iter().all(|h| h.pieces.is_empty()), "{held:?}");
-    stop(b, join_b).await;
+}
+
+/// The ids of `region`'s history from `from` on `wal`.
+async fn history_of(wal: &WalHandle, region: u64, from: u64, within: Duration) -> Vec<u64> {
+    let stream = bounded("a read", wal.read_history(region, from, within))
+        .await
+        .expect("a history");
+    bounded("the history", stream.collect::<Vec<_>>())
+        .await
+        .into_iter()
+        .map(|e| e.expect("an entry").id)
+        .collect()
 }
 
 /// A target catches up through its own WAL (a `WalMsg::CatchUp`): node B takes regions

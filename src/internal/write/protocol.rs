@@ -647,19 +647,19 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     /// this log already handed out an id of the region above `last_id` (its own piece
     /// would come before the earlier owner's).
     pub fn acquire(&mut self, region: u64, last_id: u64, now: Now) -> Result<ControlTicket> {
-        self.acquire_with(region, last_id, None, now)
+        self.acquire_with(region, last_id, &[], now)
     }
 
-    /// [`acquire`](Self::acquire), recording `piece`, the region's piece in the log of
-    /// its owner before (a replay reads it before this log's own entries), in the
-    /// snapshot the raise's object carries. A piece that breaks the snapshot's rules
-    /// (an empty or too long prefix, an overlap with one recorded) is refused, changing
-    /// nothing.
+    /// [`acquire`](Self::acquire), recording `pieces`, the region's pieces in the logs
+    /// of its owners before that are not flushed yet (a replay reads them, in id order,
+    /// before this log's own entries), in the snapshot the raise's object carries. A
+    /// piece that breaks the snapshot's rules (an empty or too long prefix, an overlap
+    /// with one recorded, ids above `last_id`) is refused, changing nothing.
     pub fn acquire_with(
         &mut self,
         region: u64,
         last_id: u64,
-        piece: Option<&Piece>,
+        pieces: &[Piece],
         now: Now,
     ) -> Result<ControlTicket> {
         self.ensure_writing()?;
@@ -673,7 +673,16 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         }
         let mut holdings = self.holdings.clone();
         let mut changed = holdings.take_back(region);
-        if let Some(piece) = piece {
+        for piece in pieces {
+            if piece.last_id > last_id {
+                return Err(Error::Config {
+                    field: "piece",
+                    reason: format!(
+                        "a piece ending at id {} is above the acquired last id {last_id}",
+                        piece.last_id
+                    ),
+                });
+            }
             changed |= holdings
                 .add_piece(region, piece)
                 .map_err(|e| Error::Config {
@@ -1848,7 +1857,7 @@ mod tests {
             last_id: 5,
         };
         h.protocol
-            .acquire_with(9, 5, Some(&piece), now)
+            .acquire_with(9, 5, &[piece], now)
             .expect("acquired");
         h.protocol.release(9, now).expect("released");
         h.protocol.poll(now);
