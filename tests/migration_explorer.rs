@@ -13,6 +13,16 @@
 //!   with `RegionReleased`, then to the target **T** once the move is done (T's acquire
 //!   answered). An append that fails `MayBeDurable` is never retried; one that fails
 //!   `NotWritten` is issued again.
+//! - In the busy-target models ([`Model::busy_target`]), the frontend also appends `B`
+//!   entries of another region **B** at T (tagged `b1..`, in the same way), at any
+//!   point after the release is answered and before T's acquire is answered (before
+//!   and during the acquire) while T is in its first epoch: they put T's ids above the
+//!   id it acquires, in objects in flight or the open batch, so that the acquire needs
+//!   no raise; those objects may be answered unknown, land or not, and T may crash
+//!   with them in the air. Bounded to 2 appends of B (and of R), S without epoch ends:
+//!   a third append of B, or S's unknown outcomes, multiply the states by several
+//!   times for nothing the acquire sees (its no-raise case needs T's open batch above
+//!   the acquired id, which 2 creates in flight reach).
 //! - **S** and **T**, each a prefix of its own (a map key -> object), each running one
 //!   [`WriteProtocol`] per epoch (`max_in_flight` 2, no start interval, no gathering:
 //!   every poll seals and starts what a free slot allows). Every create is answered at
@@ -27,10 +37,16 @@
 //! - the **coordinator**: `release(R)` on S at any point; answered once its ticket is
 //!   acknowledged; if S's epoch ends first it asks again on the new epoch and takes
 //!   either `RegionReleased { last_id }` (the snapshot is on the recovered chain) or a
-//!   fresh release as the answer. With the answer `L`, `acquire(R, L)` on T, answered
-//!   once its ticket is acknowledged (asked again if T's epoch ends first). A
-//!   **catch-up** at any point after the release answered: T reads R's entries with
-//!   id `<= L` from S's chain as it is at that moment.
+//!   fresh release as the answer. If S's log holds nothing of R (no entry on its chain,
+//!   in flight or in the open batch) it refuses the release `UnknownRegion`, recording
+//!   nothing; the coordinator then moves R anyway (DESIGN.md: "moves it while its node
+//!   refuses the region's appends itself"; leaving R at S is the state before the
+//!   release, which the search explores anyway): `L` is none, `acquire_above` the
+//!   error's, and the frontend sends R's appends to T from then on. With the answer `L`
+//!   and `acquire_above` `A` (`>= L`), `acquire(R, A)` on T, answered once its ticket
+//!   is acknowledged (asked again if T's epoch ends first). A **catch-up** at any point
+//!   after the release answered: T reads R's entries with id `<= L` from S's chain as
+//!   it is at that moment.
 //! - T may also **crash** once (a restart of the process): what it had in the air lands
 //!   or not, its pending appends fail `MayBeDurable`, and it reopens from its store alone
 //!   (it forgets the ids it handed out).
@@ -58,7 +74,8 @@
 //! 3. No entry of R on S's final chain has an id above `L`, `L` (when some) is on S's
 //!    chain when the catch-up reads it, and the catch-up delivered exactly S's piece.
 //! 4. A release is answered only when the chain recovery would choose over S's store at
-//!    that moment ends with a control snapshot recording R released at that last id.
+//!    that moment ends with a control snapshot recording R released at that last id
+//!    (refused `UnknownRegion`: holds no entry of R).
 //!
 //! 5. An id S handed out at admission for an append that failed `MayBeDurable` and is
 //!    not in the history is not the id of another entry in T's piece (a caller
@@ -67,6 +84,12 @@
 //!    the chain) can be above `L`: T acquires above the release's `acquire_above`, which
 //!    is above every id S handed out. (This explorer found the reuse when T acquired
 //!    above `L`; mutation (e) keeps that.)
+//! 6. The acquire keeps its promise (at every state): T acknowledges no id of R at or
+//!    below the id it was asked to acquire above (`A`, or `L` with mutation (e)), a
+//!    crash and a reopen from the store alone included. Properties 2 and 5 are what
+//!    breaking it costs when it reaches ids S's piece or S's failed appends hold; with
+//!    2 creates in flight the small scope cannot reach them by mutation (f) (below), so
+//!    the promise is checked itself.
 //!
 //! Mutations (flags of the model, not of the crate), each of which must be caught:
 //!
@@ -90,18 +113,53 @@
 //!   acknowledges R's appends above it, all of epoch lower than the newer instance's, so
 //!   `choose_chain` (the largest (epoch, sequence) among complete objects) ends T's chain
 //!   at the newer instance's objects: acknowledged entries off the winning chain (property
-//!   1, 11 steps; an append the newer instance admits, never told of the jump, gets an id
-//!   at or below `L`: property 2). Without a zombie (`Model::design()` with (d), crashes
-//!   of T included) nothing is caught: the jump object is durable before anything is
-//!   admitted to T, and a T reopening after a crash lists it (or it never lands, and the
-//!   acquire is asked again), so keys above it stay consecutive for T's only instance.
+//!   1, 9 steps; an append the newer instance admits, never told of the jump, gets an id
+//!   at or below the acquired one: property 6, 9 steps). Without a zombie
+//!   (`Model::design()` with (d), crashes of T included) nothing is caught: the jump
+//!   object is durable before anything is admitted to T, and a T reopening after a crash
+//!   lists it (or it never lands, and the acquire is asked again), so keys above it stay
+//!   consecutive for T's only instance.
 //! - (e) T acquires above the released last id `L`, not the release's `acquire_above`.
+//! - (f) An acquire that needs no raise is answered at once: the bug a review found
+//!   (`an_acquire_under_ids_in_flight_waits_for_them` in the protocol's tests holds the
+//!   mend). The crate's acquire runs unchanged; when it raised nothing (T's id offset is
+//!   the same after the call) and its ticket is not acknowledged yet, the model answers
+//!   it on the spot, as the code before the mend did (its ticket was the acknowledged
+//!   sequence). The object the mended acquire waits for is still sealed and started,
+//!   which nothing the properties see depends on. Caught with the busy target
+//!   ([`Model::busy_target`]; the unmutated design with it is the control): S releases
+//!   at `L` = 2:0 with its snapshot in object 3 (`A` = 3:max), T has b1 and b2 in
+//!   flight (objects 2 and 3, open batch 4), so the acquire above `A` needs no raise
+//!   and is answered; T crashes, neither lands, T reopens from its store (opening
+//!   object 2) and acknowledges a2 as 3:0, at or below `A` (property 6, 14 steps). It
+//!   costs no more in this scope: with 2 creates in flight T's open batch is at most
+//!   3 above its chain end, so the acquire needs no raise only when `A`'s base is at
+//!   most 2 above it, and a reopen from the store puts T's first object at least 2
+//!   above it: T's new ids are at or below `A` only in `A`'s base, S's release
+//!   object's, which holds no entry of R unless S had 2 creates in flight before it
+//!   (then `A`'s base is 4 or more, and T needs an object of B acknowledged and 2 more
+//!   in flight, and a fourth append of R). With more creates in flight T's ids after
+//!   the crash reach ids of S's piece (property 2) or of S's appends that failed
+//!   `MayBeDurable` (property 5).
 //!
-//! `migration_design_with_zombie_is_safe` runs the zombie model unmutated (no violation:
-//! Z's creates after the newer instance listed collide with its claims or opening
-//! object, and Z acknowledges nothing after it; about 29,000 states), the control for
-//! (d). `migration_design_is_safe_wider` (ignored; `--ignored`) runs three wider scopes
-//! (4 appends; 2 epoch ends per node; the zombie model with 3 appends), about 270,000
+//! | mutation | model | violates (shortest trace) |
+//! |---|---|---|
+//! | (a) | design | property 1 (12 steps), property 3 (12 steps) |
+//! | (b) | design | property 4 (5 steps), property 3 (14 steps) |
+//! | (c) | design | property 6 (9 steps), property 2 (12 steps), property 5 (12 steps) |
+//! | (d) | zombie | property 1 (9 steps), property 6 (9 steps) |
+//! | (e) | design | property 5 (11 steps) |
+//! | (f) | busy target | property 6 (14 steps) |
+//!
+//! `migration_design_is_safe` (about 31,000 states) is the control for (a), (b), (c)
+//! and (e); `migration_design_with_zombie_is_safe` runs the zombie model unmutated (no
+//! violation: Z's creates after the newer instance listed collide with its claims or
+//! opening object, and Z acknowledges nothing after it; about 12,000 states), the
+//! control for (d); `migration_design_with_busy_target_is_safe` (about 52,000 states)
+//! the control for (f): there the acquire that needs no raise waits, T crashes while
+//! it waits, and T's next epoch raises. `migration_design_is_safe_wider` (ignored;
+//! `--ignored`) runs four wider scopes (4 appends; 2 epoch ends per node; the zombie
+//! model with 3 appends; the busy target with an epoch end of S), 110,000 to 190,000
 //! states each.
 //!
 //! Simplified: outside the zombie models one instance per prefix, so no fencing
@@ -113,7 +171,8 @@
 //! clock never moves (no link window, no keep-alive, no start interval); nothing is
 //! reclaimed (the floors are the protocol's own: every region pins its first entry, so a
 //! chain reaches down to R's first entry and no further); S never crashes (its epochs end
-//! by unknown outcomes only).
+//! by unknown outcomes only); B's appends are there for T's ids alone (no property looks
+//! at B's own entries).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -140,6 +199,10 @@ use object_store_wal::internal::write::protocol::{
 
 /// The region that moves.
 const R: u64 = 1;
+/// Another region, which only T writes ([`Model::others`]).
+const B: u64 = 2;
+/// The tags of B's appends are `OTHER + 1..`; R's are `1..=K`.
+const OTHER: u8 = 100;
 /// The nodes.
 const S: usize = 0;
 const T: usize = 1;
@@ -179,12 +242,23 @@ enum Mutation {
     /// `max(next_sequence, (above >> 20) + 1)` with T's unchanged id offset (0), and the
     /// acquire is answered once it is durable.
     SequenceJump,
+    /// (f) An acquire that needs no raise (the ids T's epoch hands out are above the
+    /// acquired id already, by B's objects in flight or the open batch) is answered at
+    /// once, as before the review's mend, instead of once the first object above the
+    /// acquired id is acknowledged.
+    NoRaiseAtOnce,
 }
 
 #[derive(Clone, Copy, Debug)]
 struct Model {
     /// Appends of R the frontend makes.
     appends: u8,
+    /// Appends of another region (B) the frontend makes at T, one per append, at any
+    /// point after the release is answered and before T's acquire is answered, while T
+    /// is in its first epoch (a `NotWritten` one is issued again, a `MayBeDurable` one
+    /// never): they move T's ids above what it acquires, in objects in flight or the
+    /// open batch.
+    others: u8,
     /// Epoch ends (unknown outcomes, a crash) S and T may each have.
     ends: [u8; 2],
     /// T may crash once.
@@ -200,6 +274,7 @@ impl Model {
     fn design() -> Self {
         Model {
             appends: 3,
+            others: 0,
             ends: [1, 1],
             t_crash: true,
             zombie: false,
@@ -213,6 +288,18 @@ impl Model {
             appends: 2,
             t_crash: false,
             zombie: true,
+            ..Model::design()
+        }
+    }
+
+    /// The design with a busy target: 2 appends of R, 2 appends of B at T before and
+    /// during the acquire, a crash or an unknown outcome of T, no epoch end of S (which
+    /// multiplies the states for nothing the acquire sees; the wider run has one).
+    fn busy_target() -> Self {
+        Model {
+            appends: 2,
+            others: 2,
+            ends: [0, 1],
             ..Model::design()
         }
     }
@@ -241,6 +328,8 @@ struct Obj {
     sealed: Option<Arc<SealedObject>>,
     /// R's entries: (id, tag).
     r: Vec<(u64, u8)>,
+    /// B's entries: (id, tag).
+    b: Vec<(u64, u8)>,
     /// The control snapshot it carries.
     snapshot: Option<Holdings>,
 }
@@ -280,7 +369,7 @@ type OpenKey = (Vec<u16>, [u64; 6], Vec<u8>);
 /// inputs (it cannot be cloned), which also makes the inputs an exact key of its state.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 enum Input {
-    /// Admit the append with this tag (R, one entry).
+    /// Admit the append with this tag (one entry, of R or B by the tag).
     Admit(u8),
     /// A create answered.
     Outcome(u64, Res),
@@ -352,16 +441,49 @@ struct State {
     /// S, T, and the zombie Z (whose `store` is unused: it writes to T's).
     nodes: [NodeSt; 3],
     aps: Vec<Ap>,
+    /// B's appends (tags `OTHER + 1..`), at T only.
+    bps: Vec<Ap>,
     /// The frontend learned that R moved (S refused an append with `RegionReleased`).
     moved: bool,
     /// The release's `acquire_above` (0 until answered).
     above: u64,
+    /// The id T was asked to acquire above (0 until asked).
+    acquired: u64,
     release: Ctl,
     acquire: Ctl,
     /// What the catch-up delivered: (id, tag).
     catch_up: Option<Vec<(u64, u8)>>,
     /// Violations that happen on a transition (`FLAG_*`).
     flags: u8,
+}
+
+impl State {
+    /// The append with this tag (R's or B's).
+    fn ap(&mut self, tag: u8) -> &mut Ap {
+        if tag > OTHER {
+            &mut self.bps[usize::from(tag - OTHER) - 1]
+        } else {
+            &mut self.aps[usize::from(tag) - 1]
+        }
+    }
+}
+
+/// The region of an append by its tag.
+fn region_of(tag: u8) -> u64 {
+    if tag > OTHER {
+        B
+    } else {
+        R
+    }
+}
+
+/// An append's name: `a1..` for R's, `b1..` for B's.
+fn tag_str(tag: u8) -> String {
+    if tag > OTHER {
+        format!("b{}", tag - OTHER)
+    } else {
+        format!("a{tag}")
+    }
 }
 
 const FLAG_ANSWER_NOT_RECORDED: u8 = 1;
@@ -372,6 +494,8 @@ const FLAG_ACQUIRE_REFUSED: u8 = 4;
 enum Act {
     /// The frontend issues its next append to this node (Z: a zombie still reached).
     Issue(u8),
+    /// The frontend issues its next append of B to T.
+    IssueOther,
     /// A create is answered: 0 durable, 1 unknown and landed, 2 unknown and never lands.
     Answer(u8, u64, u8),
     /// A create in the air of an ended epoch lands, or never will.
@@ -407,6 +531,8 @@ enum Kind {
     /// 5: an id S handed out for an append that failed `MayBeDurable` and is not in
     /// the history names another entry in T's piece.
     IdReused,
+    /// 6: T acknowledged an id of R at or below the id it was asked to acquire above.
+    BelowAcquired,
 }
 
 impl Kind {
@@ -418,6 +544,7 @@ impl Kind {
             Kind::AnswerNotRecorded => "property 4",
             Kind::AcquireRefused => "acquire refused",
             Kind::IdReused => "property 5",
+            Kind::BelowAcquired => "property 6",
         }
     }
 }
@@ -430,6 +557,8 @@ struct Fed {
     control: Option<std::result::Result<(Option<u64>, ControlTicket), Error>>,
     /// A release's `acquire_above`.
     above: u64,
+    /// An acquire raised the id offset.
+    raised: bool,
     actions: Vec<PAction<u8>>,
 }
 
@@ -498,8 +627,10 @@ impl Explorer {
             init: State {
                 nodes: [fresh.clone(), fresh.clone(), fresh],
                 aps: vec![Ap::Ready; usize::from(model.appends)],
+                bps: vec![Ap::Ready; usize::from(model.others)],
                 moved: false,
                 above: 0,
+                acquired: 0,
                 release: Ctl::NotAsked,
                 acquire: Ctl::NotAsked,
                 catch_up: None,
@@ -547,6 +678,7 @@ impl Explorer {
             header,
             sealed: None,
             r: Vec::new(),
+            b: Vec::new(),
             snapshot: None,
         })
     }
@@ -556,11 +688,13 @@ impl Explorer {
         let key = obj_key(node, &header, sealed.segments());
         self.intern_obj(key, || {
             let mut r = Vec::new();
+            let mut b = Vec::new();
             let mut snapshot = None;
             for (region, entries) in sealed.segments() {
-                if *region == R {
+                if *region == R || *region == B {
+                    let to = if *region == R { &mut r } else { &mut b };
                     for (pos, e) in entries.iter().enumerate() {
-                        r.push((entry_id(header.id_base(), pos as u64), e[0]));
+                        to.push((entry_id(header.id_base(), pos as u64), e[0]));
                     }
                 } else if *region == CONTROL_REGION {
                     let last = entries.last().expect("a control entry");
@@ -572,6 +706,7 @@ impl Explorer {
                 header,
                 sealed: Some(sealed.clone()),
                 r,
+                b,
                 snapshot,
             }
         })
@@ -589,7 +724,8 @@ impl Explorer {
         } else {
             let mut parts: Vec<String> =
                 o.r.iter()
-                    .map(|(i, t)| format!("a{t}={}", id_str(*i)))
+                    .chain(&o.b)
+                    .map(|(i, t)| format!("{}={}", tag_str(*t), id_str(*i)))
                     .collect();
             if let Some(s) = &o.snapshot {
                 parts.push(format!("snapshot {}", holdings_str(s)));
@@ -679,11 +815,12 @@ impl Explorer {
             admitted: None,
             control: None,
             above: 0,
+            raised: false,
             actions: Vec::new(),
         };
         match input {
             Input::Admit(tag) => {
-                let parts = vec![(R, vec![Bytes::from(vec![tag])])];
+                let parts = vec![(region_of(tag), vec![Bytes::from(vec![tag])])];
                 // Mutation (a): the admission does not see the release.
                 let bypass = self.model.mutated(Mutation::AdmitAfterRelease)
                     && p.holdings().released(R).is_some();
@@ -722,7 +859,11 @@ impl Explorer {
                     (released.last_id, ticket)
                 }))
             }
-            Input::Acquire(last) => fed.control = Some(p.acquire(R, last, now).map(|t| (None, t))),
+            Input::Acquire(last) => {
+                let before = p.position().id_offset;
+                fed.control = Some(p.acquire(R, last, now).map(|t| (None, t)));
+                fed.raised = p.position().id_offset > before;
+            }
         }
         p.poll(now);
         while let Some(a) = p.poll_action() {
@@ -759,8 +900,12 @@ impl Explorer {
                     for (w, receipt) in waiters.iter().zip(&sealed.receipts) {
                         let id = receipt.parts[0].first_id;
                         let tag = w.waiter;
-                        assert_eq!(n.aps[usize::from(tag) - 1], Ap::At(node as u8, id));
-                        n.aps[usize::from(tag) - 1] = Ap::Acked(node as u8, id);
+                        let at = n.ap(tag);
+                        assert_eq!(*at, Ap::At(node as u8, id));
+                        *at = Ap::Acked(node as u8, id);
+                        if tag > OTHER {
+                            continue;
+                        }
                         self.saw(
                             [
                                 "S acknowledges an append",
@@ -774,7 +919,7 @@ impl Explorer {
                     let maybe = error.durability() == Durability::MayBeDurable;
                     for w in waiters {
                         let tag = w.waiter;
-                        let at = &mut n.aps[usize::from(tag) - 1];
+                        let at = n.ap(tag);
                         let Ap::At(_, id) = *at else {
                             panic!("a failed append was not admitted: {at:?}")
                         };
@@ -786,12 +931,15 @@ impl Explorer {
                         note(
                             log,
                             format!(
-                                "; a{tag} fails {}",
+                                "; {} fails {}",
+                                tag_str(tag),
                                 if maybe { "MayBeDurable" } else { "NotWritten" }
                             ),
                         );
-                        if maybe {
+                        if maybe && tag <= OTHER {
                             self.saw("an append fails MayBeDurable");
+                        } else if maybe {
+                            self.saw("an append of B fails MayBeDurable");
                         }
                     }
                 }
@@ -813,7 +961,7 @@ impl Explorer {
                         let Ctl::Waiting(last) = n.release else {
                             unreachable!()
                         };
-                        self.answer_release(n, last, log);
+                        self.answer_release(n, last, false, log);
                     } else {
                         n.acquire = Ctl::Answered(None);
                         note(log, format!("; {}'s ACQUIRE is answered", NAMES[node]));
@@ -847,7 +995,15 @@ impl Explorer {
     }
 
     /// The release is answered with (the protocol's) `last`: property 4 is checked here.
-    fn answer_release(&mut self, n: &mut State, last: Option<u64>, log: &mut Option<String>) {
+    /// `unknown`: S's log refused it `UnknownRegion` (it holds nothing of R), which
+    /// records nothing; S's chain must then hold no entry of R.
+    fn answer_release(
+        &mut self,
+        n: &mut State,
+        last: Option<u64>,
+        unknown: bool,
+        log: &mut Option<String>,
+    ) {
         let answer = if self.model.mutated(Mutation::LastAcknowledgedId) {
             n.aps
                 .iter()
@@ -860,14 +1016,25 @@ impl Explorer {
             last
         };
         let store = n.nodes[S].store.clone();
-        let recorded = self.chain_holdings(&store).released(R);
-        if recorded != Some(answer) {
-            n.flags |= FLAG_ANSWER_NOT_RECORDED;
-            let recorded = match recorded {
-                Some(last) => format!("R released at {}", opt_id_str(last)),
-                None => "R not released".to_string(),
-            };
-            note(log, format!(" [S's chain records {recorded}]"));
+        if unknown {
+            let entries = self.chain_entries(&store);
+            if !entries.is_empty() || answer.is_some() {
+                n.flags |= FLAG_ANSWER_NOT_RECORDED;
+                note(
+                    log,
+                    format!(" [S's chain holds R's {}]", entries_str(&entries)),
+                );
+            }
+        } else {
+            let recorded = self.chain_holdings(&store).released(R);
+            if recorded != Some(answer) {
+                n.flags |= FLAG_ANSWER_NOT_RECORDED;
+                let recorded = match recorded {
+                    Some(last) => format!("R released at {}", opt_id_str(last)),
+                    None => "R not released".to_string(),
+                };
+                note(log, format!(" [S's chain records {recorded}]"));
+            }
         }
         if answer != last {
             self.saw("mutation (b) answers another last id");
@@ -998,6 +1165,14 @@ impl Explorer {
                 }
             }
         }
+        if s.bps.contains(&Ap::Ready)
+            && s.nodes[T].up
+            && s.nodes[T].ends == 0
+            && matches!(s.release, Ctl::Answered(_))
+            && !matches!(s.acquire, Ctl::Answered(_))
+        {
+            acts.push(Act::IssueOther);
+        }
         for node in [S, T, Z] {
             let st = &s.nodes[node];
             let store = &s.nodes[home(node)].store;
@@ -1086,6 +1261,25 @@ impl Explorer {
                     Err(e) => panic!("{} refused a{tag}: {e}", NAMES[node]),
                 }
             }
+            Act::IssueOther => {
+                let i = n.bps.iter().position(|a| *a == Ap::Ready).expect("a B");
+                let tag = OTHER + 1 + i as u8;
+                note(log, format!("{} goes to T", tag_str(tag)));
+                let fed = self.input(&mut n, T, Input::Admit(tag), log);
+                match fed.admitted.expect("an admission") {
+                    Ok((_, id)) => {
+                        if n.bps[i] == Ap::Ready {
+                            n.bps[i] = Ap::At(T as u8, id);
+                        }
+                        note(log, format!(" [admitted as {}]", id_str(id)));
+                        self.saw("T admits an append of B");
+                        if matches!(n.acquire, Ctl::Waiting(_)) {
+                            self.saw("T admits an append of B while the acquire waits");
+                        }
+                    }
+                    Err(e) => panic!("T refused {}: {e}", tag_str(tag)),
+                }
+            }
             Act::Answer(node, seq, how) => {
                 let node = usize::from(node);
                 let st = &mut n.nodes[node];
@@ -1170,7 +1364,22 @@ impl Explorer {
                         note(log, " [RegionReleased]".to_string());
                         self.saw("a release asked again is answered RegionReleased");
                         n.above = released.acquire_above;
-                        self.answer_release(&mut n, released.last_id, log);
+                        self.answer_release(&mut n, released.last_id, false, log);
+                    }
+                    Err(Error::UnknownRegion { acquire_above, .. }) => {
+                        // S's log holds nothing of R, and records nothing: the
+                        // coordinator moves R anyway, S's node refusing R's appends
+                        // itself from now on (as for any region it does not own),
+                        // and T acquires above `acquire_above`. (Leaving R at S is
+                        // the state before the release, explored anyway.)
+                        note(
+                            log,
+                            " [UnknownRegion: S's node refuses R from now on]".into(),
+                        );
+                        self.saw("a release is refused UnknownRegion");
+                        n.moved = true;
+                        n.above = acquire_above;
+                        self.answer_release(&mut n, None, true, log);
                     }
                     Err(e) => panic!("release refused: {e}"),
                 }
@@ -1188,6 +1397,7 @@ impl Explorer {
                     log,
                     format!("the coordinator asks T to acquire R above {}", id_str(last)),
                 );
+                n.acquired = last;
                 if self.model.mutated(Mutation::SequenceJump) {
                     self.jump(&mut n, last, log);
                     return n;
@@ -1196,19 +1406,34 @@ impl Explorer {
                 match fed.control.expect("an acquire") {
                     Ok((_, ticket)) => {
                         if n.acquire != Ctl::Answered(None) {
+                            let p = self.build(&n.nodes[T]);
+                            let at_once = p.ticket_acknowledged(&ticket);
+                            if !fed.raised && !at_once {
+                                self.saw("an acquire that needs no raise waits for an object");
+                            }
                             if self.model.mutated(Mutation::AcquireNotDurable) {
                                 n.acquire = Ctl::Answered(None);
                                 note(log, "; T's ACQUIRE is answered at once".to_string());
+                            } else if self.model.mutated(Mutation::NoRaiseAtOnce)
+                                && !fed.raised
+                                && !at_once
+                            {
+                                // Mutation (f): as before the review's mend, an acquire
+                                // that raised nothing is answered on the spot.
+                                n.acquire = Ctl::Answered(None);
+                                note(
+                                    log,
+                                    "; T's ACQUIRE needs no raise and is answered at once"
+                                        .to_string(),
+                                );
+                                self.saw("mutation (f) answers an acquire with no raise");
+                            } else if at_once {
+                                n.acquire = Ctl::Answered(None);
+                                note(log, "; T's ACQUIRE is answered at once".to_string());
+                                self.saw("the acquire needs no raise");
                             } else {
-                                let p = self.build(&n.nodes[T]);
-                                if p.ticket_acknowledged(&ticket) {
-                                    n.acquire = Ctl::Answered(None);
-                                    note(log, "; T's ACQUIRE is answered at once".to_string());
-                                    self.saw("the acquire needs no raise");
-                                } else {
-                                    n.acquire = Ctl::Waiting(None);
-                                    n.nodes[T].ticket = Some(ticket);
-                                }
+                                n.acquire = Ctl::Waiting(None);
+                                n.nodes[T].ticket = Some(ticket);
                             }
                         }
                     }
@@ -1244,7 +1469,14 @@ impl Explorer {
                 let node = usize::from(node);
                 note(log, format!("{} CRASHES", NAMES[node]));
                 self.saw("T crashes");
-                for a in n.aps.iter_mut() {
+                if matches!(n.acquire, Ctl::Waiting(_)) {
+                    let p = self.build(&n.nodes[node]);
+                    let opened = self.opens[usize::from(n.nodes[node].open)].position;
+                    if p.position().id_offset == opened.id_offset && !n.bps.is_empty() {
+                        self.saw("T crashes while an acquire that needed no raise waits");
+                    }
+                }
+                for a in n.aps.iter_mut().chain(n.bps.iter_mut()) {
                     if let Ap::At(x, id) = *a {
                         if usize::from(x) == node {
                             *a = Ap::Lost(x, id);
@@ -1267,7 +1499,7 @@ impl Explorer {
                 z.store = BTreeMap::new();
                 z.crashes = 0;
                 n.nodes[Z] = z;
-                for a in n.aps.iter_mut() {
+                for a in n.aps.iter_mut().chain(n.bps.iter_mut()) {
                     if let Ap::At(x, id) = *a {
                         if usize::from(x) == T {
                             *a = Ap::At(Z as u8, id);
@@ -1382,6 +1614,23 @@ impl Explorer {
             Ctl::Answered(l) => Some(l),
             _ => None,
         };
+        // At every state: T acknowledges no id of R at or below the id it acquired above.
+        if s.acquired > 0 {
+            for a in &s.aps {
+                if let Ap::Acked(1 | 2, id) = a {
+                    if *id <= s.acquired {
+                        v.push((
+                            Kind::BelowAcquired,
+                            format!(
+                                "T acknowledged {} at or below the id it acquired above, {}",
+                                id_str(*id),
+                                id_str(s.acquired)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
         // At every state: T acknowledges no id of R at or below L.
         if let Some(l) = released {
             for a in &s.aps {
@@ -1509,6 +1758,7 @@ impl Explorer {
                     && n.ghosts.is_empty()
                     && n.jump.is_none()));
                 assert!(matches!(s.acquire, Ctl::Answered(_)) && s.catch_up.is_some());
+                assert!(!s.bps.iter().any(|a| matches!(a, Ap::At(..))));
                 if s.aps.iter().any(|a| matches!(a, Ap::Acked(0, _)))
                     && s.aps.iter().any(|a| matches!(a, Ap::Acked(1 | 2, _)))
                 {
@@ -1724,6 +1974,10 @@ fn migration_design_is_safe_wider() {
             appends: 3,
             ..Model::zombie()
         },
+        Model {
+            ends: [1, 1],
+            ..Model::busy_target()
+        },
     ] {
         let r = run("design, wider", model);
         let asserted: Vec<&Kind> = r.violations.keys().collect();
@@ -1800,6 +2054,48 @@ fn migration_design_with_zombie_is_safe() {
         asserted.is_empty(),
         "{name}: the unmodified design has counterexamples: {asserted:?}"
     );
+}
+
+/// The design with a busy target: B's appends at T before and during the acquire, so
+/// that the acquire may need no raise (T's ids are above the acquired id already, in
+/// objects in flight or the open batch) and waits for the first object above it; those
+/// objects may fail and T may crash. The control for mutation (f).
+#[test]
+fn migration_design_with_busy_target_is_safe() {
+    let name = "design with a busy target";
+    let r = run(name, Model::busy_target());
+    assert_explored(name, &r, 10_000);
+    for what in [
+        "T admits an append of B",
+        "T admits an append of B while the acquire waits",
+        "an append of B fails MayBeDurable",
+        "an acquire that needs no raise waits for an object",
+        "T crashes while an acquire that needed no raise waits",
+        "the acquire is asked again",
+        "the acquire is answered on its ticket",
+        "T acknowledges an append",
+        "final: both S and T acknowledged appends",
+    ] {
+        assert!(r.seen.contains(what), "{name}: never saw \"{what}\"");
+    }
+    let asserted: Vec<&Kind> = r.violations.keys().collect();
+    assert!(
+        asserted.is_empty(),
+        "{name}: the unmodified design has counterexamples: {asserted:?}"
+    );
+}
+
+#[test]
+fn mutation_no_raise_at_once_is_caught() {
+    let r = assert_catches(
+        "mutation (f): an acquire that needs no raise is answered at once",
+        Model::busy_target().with(Mutation::NoRaiseAtOnce),
+        Kind::BelowAcquired,
+        "CRASHES",
+    );
+    assert!(r
+        .seen
+        .contains("mutation (f) answers an acquire with no raise"));
 }
 
 #[test]
