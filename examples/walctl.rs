@@ -41,8 +41,8 @@ use object_store::ObjectStore;
 use object_store_wal::inspect::{Inspector, StoreCopy, Verdict};
 use object_store_wal::store_from_url;
 use object_store_wal::transform::{Compression, StaticKeys};
+use object_store_wal::RecoveryMode;
 use object_store_wal::{Config, Error, ErrorKind, ObjectStoreLogStore, WalStores};
-use object_store_wal::{GivenUp, RecoveryMode};
 use serde_json::{json, Value};
 
 /// Inspect a write-ahead log kept in objects under a prefix of an object store.
@@ -403,10 +403,7 @@ fn report_damage(report: &object_store_wal::RecoveryReport) -> Result<(), Failur
             ("error", json!(u.error.to_string())),
             (
                 "entry_ids_given_up",
-                json!([
-                    GivenUp::entry_ids(u.sequence).start,
-                    GivenUp::entry_ids(u.sequence).end - 1
-                ]),
+                json!([u.entry_ids.start(), u.entry_ids.end()]),
             ),
         ])?;
     }

@@ -78,9 +78,10 @@ pub enum RecoveryMode {
     /// Recovery goes on without the objects it cannot read: the chain is the best one
     /// among the readable objects, which ends before the damage, and a writer's opening
     /// object goes above everything present (the damaged objects included), fencing as
-    /// always. What that gave up is reported, exactly:
+    /// always. What that gave up is reported:
     /// [`RecoveryReport::given_up_damaged`](crate::RecoveryReport::given_up_damaged)
-    /// (the unreadable objects: every id of their sequences) and
+    /// (the unreadable objects, with the entry ids each may have held: its header, with
+    /// its id offset, cannot be read) and
     /// [`RecoveryReport::given_up`](crate::RecoveryReport::given_up) (readable objects
     /// left off the chain because their links run through one of them, with the entry
     /// ids they held). Acknowledged entries may be among them: an operator's explicit

@@ -9,9 +9,11 @@ use futures::TryStreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
-use object_store_wal::format::{entry_id, HEADER_LEN};
+use object_store_wal::format::{
+    encode_object, entry_id, Header, Link, HEADER_LEN, MAX_SEGMENT_ENTRIES,
+};
 use object_store_wal::internal::store::keys::object_key;
-use object_store_wal::{Config, Error, GivenUp, ObjectStoreLogStore, RecoveryMode};
+use object_store_wal::{Config, Error, ObjectStoreLogStore, RecoveryMode};
 
 const PREFIX: &str = "wal";
 
@@ -96,7 +98,12 @@ async fn point_in_time_recovery_replays_up_to_the_damage_and_reports_what_it_gav
     let report = reader.report();
     let damaged: Vec<u64> = report.given_up_damaged.iter().map(|u| u.sequence).collect();
     assert_eq!(damaged, vec![3]);
-    assert!(GivenUp::entry_ids(3).contains(&ids[1]));
+    // Object 4 links to 3: no offset, so exactly the ids of sequence 3.
+    assert_eq!(
+        report.given_up_damaged[0].entry_ids,
+        entry_id(3, 0)..=entry_id(3, MAX_SEGMENT_ENTRIES - 1)
+    );
+    assert!(report.given_up_damaged[0].entry_ids.contains(&ids[1]));
     assert_eq!(report.given_up.len(), 1);
     assert_eq!(report.given_up[0].header.sequence, 4);
     assert_eq!(report.given_up[0].regions, vec![(1, ids[2], ids[2])]);
@@ -130,4 +137,97 @@ async fn point_in_time_recovery_replays_up_to_the_damage_and_reports_what_it_gav
         ObjectStoreLogStore::open_read_only(store, self::config()).await,
         Err(Error::CorruptObject { .. })
     ));
+}
+
+/// Puts an object of epoch 2 at `sequence` under [`PREFIX`], with one entry of region 1
+/// unless it is the first, and returns its bytes.
+async fn put_object(store: &InMemory, sequence: u64, id_offset: u64) -> Vec<u8> {
+    let header = Header {
+        sequence,
+        epoch: 2,
+        link: if sequence == 1 {
+            Link::NONE
+        } else {
+            Link {
+                sequence: sequence - 1,
+                epoch: 2,
+            }
+        },
+        floor: 1,
+        claim: false,
+        id_offset,
+    };
+    let entries = [Bytes::from(format!("entry at {sequence}"))];
+    let segments: Vec<(u64, &[Bytes])> = if sequence == 1 {
+        Vec::new()
+    } else {
+        vec![(1, &entries[..])]
+    };
+    let bytes = encode_object(&header, segments)
+        .expect("encode")
+        .to_bytes()
+        .to_vec();
+    store
+        .put(
+            &object_key(&Path::from(PREFIX), sequence),
+            PutPayload::from(bytes.clone()),
+        )
+        .await
+        .expect("put");
+    bytes
+}
+
+/// An unreadable object hides its id offset: the ids reported given up count from the
+/// offset of the chain below it up to that of the object linking to it, or to the last
+/// id there is when nothing does.
+#[tokio::test]
+async fn the_ids_given_up_with_an_unreadable_object_follow_the_id_offsets_around_it() {
+    let store = Arc::new(InMemory::new());
+    put_object(&store, 1, 100).await;
+    put_object(&store, 2, 100).await;
+    // Object 3 raised the offset to 300 (a region moved in), then its header was damaged.
+    let mut damaged = put_object(&store, 3, 300).await;
+    damaged[HEADER_LEN / 2] ^= 0xff;
+    store
+        .put(
+            &object_key(&Path::from(PREFIX), 3),
+            PutPayload::from(damaged),
+        )
+        .await
+        .expect("put");
+    let held = entry_id(3 + 300, 0);
+    let config = config().with_recovery_mode(RecoveryMode::PointInTime);
+
+    let reader = ObjectStoreLogStore::open_read_only(store.clone(), config.clone())
+        .await
+        .expect("point-in-time opens");
+    assert_eq!(
+        replayed(&reader).await,
+        vec![(entry_id(2 + 100, 0), Bytes::from("entry at 2"))]
+    );
+    let report = reader.report();
+    assert_eq!(report.given_up_damaged.len(), 1);
+    let given_up = &report.given_up_damaged[0];
+    assert_eq!(given_up.sequence, 3);
+    // Nothing links to it: its offset may be anything from the chain's 100 up.
+    assert_eq!(given_up.entry_ids, entry_id(3 + 100, 0)..=u64::MAX);
+    assert!(given_up.entry_ids.contains(&held));
+
+    // Object 4 links to it with offset 300: the offset it hid is at most that.
+    put_object(&store, 4, 300).await;
+    let reader = ObjectStoreLogStore::open_read_only(store.clone(), config)
+        .await
+        .expect("point-in-time opens");
+    let report = reader.report();
+    assert_eq!(report.given_up_damaged.len(), 1);
+    let given_up = &report.given_up_damaged[0];
+    assert_eq!(
+        given_up.entry_ids,
+        entry_id(3 + 100, 0)..=entry_id(3 + 300, MAX_SEGMENT_ENTRIES - 1)
+    );
+    assert!(given_up.entry_ids.contains(&held));
+    assert_eq!(
+        report.given_up[0].regions,
+        vec![(1, entry_id(4 + 300, 0), entry_id(4 + 300, 0))]
+    );
 }

@@ -746,6 +746,11 @@ fn inspection_names_the_object_that_blocks_recovery() {
     assert_eq!(blocking.len(), 1);
     assert_eq!(blocking[0]["damaged_object"], 4);
     assert_eq!(blocking[0]["blocks_strict_recovery"], true);
+    // No id offset, and 5 (the next epoch's opening object) links to 4: its ids.
+    assert_eq!(
+        blocking[0]["entry_ids_given_up"],
+        serde_json::json!([4u64 << 20, (5u64 << 20) - 1])
+    );
     let given_up: Vec<u64> = chain
         .lines
         .iter()

@@ -18,6 +18,7 @@
 //! the floor may be the chain's or may end a better chain.
 
 use std::collections::{BTreeMap, HashSet};
+use std::ops::RangeInclusive;
 
 use futures::stream::{self, FuturesUnordered, StreamExt};
 use futures::FutureExt;
@@ -25,7 +26,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::RecoveryMode;
 use crate::error::{Error, Result};
-use crate::format::{FormatError, Header};
+use crate::format::{entry_id, FormatError, Header, MAX_SEGMENT_ENTRIES, MAX_SEQUENCE};
 use crate::internal::chain::catalog::{choose_chain, Catalog};
 use crate::internal::store::objects::{CreateAttempt, ListedObject, Listing, SummaryRead, WalIo};
 use crate::internal::store::quorum::{key_state, quorum, KeyState, Listed, ValueId};
@@ -60,21 +61,51 @@ pub struct DamagedSegment {
     pub error: FormatError,
 }
 
-/// A listed object below the chosen chain's floor that recovery could not read (damaged,
-/// or deleted since the listing) and went on without.
+/// A listed object that recovery could not read (damaged, or deleted since the listing)
+/// and went on without: below the chosen chain's floor
+/// ([`RecoveryReport::unread_below_floor`]), or, under [`RecoveryMode::PointInTime`], at
+/// or above it ([`RecoveryReport::given_up_damaged`]).
 #[derive(Debug, Clone)]
 pub struct UnreadObject {
     /// The object's sequence.
     pub sequence: u64,
     /// Why it could not be read.
     pub error: Error,
+    /// Every entry id it may have held, as far as the readable objects tell: its ids are
+    /// `entry_id(sequence + id offset, position)` (FORMAT.md, "Version 3"), and the id
+    /// offset it hides is bounded by the readable objects around it, since along a chain
+    /// the offset never decreases:
+    ///
+    /// - from below, by the offset of the highest object of the chosen chain below it
+    ///   (0 when there is none): the first id is `entry_id(sequence + that offset, 0)`.
+    ///   An object that continues the chain, or opens a new epoch over it, carries at
+    ///   least that offset;
+    /// - from above, by the offset of the readable objects that link to it (where they
+    ///   disagree on its epoch, the largest of each epoch's least: only one can be
+    ///   right): the last id is `entry_id(sequence + that offset, 2^20 - 1)`. When no
+    ///   readable object links to it, nothing bounds the offset it hid (a raise, for a
+    ///   region moving in, may have taken it anywhere) and the range runs to `u64::MAX`,
+    ///   the largest id the format allows. A writer that opens point-in-time over it
+    ///   counts its ids from above the readable objects' id bases only, so its own ids
+    ///   fall in that range, and may repeat one the object held.
+    ///
+    /// When the two bounds contradict each other (the objects linking to it carry a
+    /// smaller offset than the chain below it), either may be the one that does not
+    /// apply, and the range covers both: from `entry_id(sequence, 0)` to `u64::MAX` (to
+    /// the bound above when an offset as large as the chain's cannot fit the object). On
+    /// a prefix without offsets (FORMAT.md versions 1 and 2) it is exactly the ids of
+    /// `sequence` when a readable object links to it, and every id from them up
+    /// otherwise: nothing tells that the object did not raise the offset.
+    pub entry_ids: RangeInclusive<u64>,
 }
 
-/// Equal when the sequences and the errors' messages are ([`Error`] has no equality of
-/// its own: a store's error does not).
+/// Equal when the sequences, the entry ids and the errors' messages are ([`Error`] has no
+/// equality of its own: a store's error does not).
 impl PartialEq for UnreadObject {
     fn eq(&self, other: &Self) -> bool {
-        self.sequence == other.sequence && self.error.to_string() == other.error.to_string()
+        self.sequence == other.sequence
+            && self.entry_ids == other.entry_ids
+            && self.error.to_string() == other.error.to_string()
     }
 }
 
@@ -100,8 +131,8 @@ pub struct RecoveryReport {
     pub unread_below_floor: Vec<UnreadObject>,
     /// Under [`RecoveryMode::PointInTime`] only: objects at or above the floor that
     /// could not be read and that recovery went on without (under the default mode they
-    /// fail it). Every entry id of their sequences is given up: see
-    /// [`GivenUp::entry_ids`].
+    /// fail it). The entries they held are given up: their ids are among
+    /// [`UnreadObject::entry_ids`].
     pub given_up_damaged: Vec<UnreadObject>,
     /// Under [`RecoveryMode::PointInTime`] only: readable objects left off the chain
     /// because their links run through an object in
@@ -122,11 +153,89 @@ pub struct GivenUp {
 impl GivenUp {
     /// Every entry id an unreadable object at `sequence` may have held, if it carried no
     /// id offset (FORMAT.md versions 1 and 2). An unreadable object hides its id offset:
-    /// on a prefix whose objects carry one, its ids count from `sequence + offset`, at
-    /// least the offset of the chain object below it.
+    /// on a prefix whose objects carry one, its ids count from `sequence + offset`, and
+    /// this range misses them. [`UnreadObject::entry_ids`] bounds that offset.
+    #[deprecated(
+        since = "0.1.0",
+        note = "ignores id offsets: use `UnreadObject::entry_ids` of `RecoveryReport::given_up_damaged`"
+    )]
     pub fn entry_ids(sequence: u64) -> std::ops::Range<u64> {
         crate::format::entry_id(sequence, 0)..crate::format::entry_id(sequence + 1, 0)
     }
+}
+
+/// What the readable objects tell of the id offsets that unreadable objects hide (see
+/// [`UnreadObject::entry_ids`]).
+struct HiddenOffsets {
+    /// The chosen chain's objects, ascending: sequence and id offset.
+    chain: Vec<(u64, u64)>,
+    /// Per unreadable sequence, per epoch the readable objects linking to it say it has,
+    /// the least id offset among them.
+    linked: BTreeMap<u64, BTreeMap<u64, u64>>,
+}
+
+impl HiddenOffsets {
+    /// Over the readable objects' `headers`, the `chain` chosen among them (ascending),
+    /// for the `unread` sequences.
+    fn new(
+        headers: &BTreeMap<u64, Header>,
+        chain: &[u64],
+        unread: impl IntoIterator<Item = u64>,
+    ) -> Self {
+        let mut linked: BTreeMap<u64, BTreeMap<u64, u64>> =
+            unread.into_iter().map(|s| (s, BTreeMap::new())).collect();
+        for header in headers.values() {
+            if header.link.is_none() {
+                continue;
+            }
+            if let Some(epochs) = linked.get_mut(&header.link.sequence) {
+                let least = epochs.entry(header.link.epoch).or_insert(header.id_offset);
+                *least = (*least).min(header.id_offset);
+            }
+        }
+        let chain = chain
+            .iter()
+            .filter_map(|s| Some((*s, headers.get(s)?.id_offset)))
+            .collect();
+        HiddenOffsets { chain, linked }
+    }
+
+    /// The entry ids the unreadable object at `sequence` may have held.
+    fn entry_ids(&self, sequence: u64) -> RangeInclusive<u64> {
+        let below = self.chain.partition_point(|(s, _)| *s < sequence);
+        let below = below
+            .checked_sub(1)
+            .and_then(|i| self.chain.get(i))
+            .map_or(0, |(_, offset)| *offset);
+        // Only the objects right about its epoch bound it (one epoch of them at most,
+        // which cannot be told): the largest of each epoch's least offset.
+        let above = self
+            .linked
+            .get(&sequence)
+            .and_then(|epochs| epochs.values().max().copied());
+        hidden_entry_ids(sequence, below, above)
+    }
+}
+
+/// The entry ids an unreadable object at `sequence` may have held, when the id offset it
+/// hides is at least `below` (the chain object's below it) and at most `above` (the
+/// objects' linking to it, if any): see [`UnreadObject::entry_ids`].
+fn hidden_entry_ids(sequence: u64, below: u64, above: Option<u64>) -> RangeInclusive<u64> {
+    // Id bases: a valid header keeps `sequence + id offset` within MAX_SEQUENCE.
+    let lower = sequence
+        .checked_add(below)
+        .filter(|base| *base <= MAX_SEQUENCE);
+    let upper = above.map(|offset| sequence.saturating_add(offset).min(MAX_SEQUENCE));
+    let (first, last) = match (lower, upper) {
+        (Some(lower), Some(upper)) if lower <= upper => (lower, Some(upper)),
+        (Some(lower), None) => (lower, None),
+        // Contradicting bounds: either may be the wrong one.
+        (Some(_), Some(_)) => (sequence, None),
+        // No offset at least `below` fits the object: the bound from below cannot apply.
+        (None, upper) => (sequence, upper),
+    };
+    entry_id(first.min(MAX_SEQUENCE), 0)
+        ..=last.map_or(u64::MAX, |last| entry_id(last, MAX_SEGMENT_ENTRIES - 1))
 }
 
 /// Recovery's result: the catalog of the chain and the report.
@@ -242,6 +351,7 @@ fn assemble(
     // nothing there (DESIGN.md, end of "Reclaiming space"); at or above it, an object
     // that cannot be read may be on the chain or end a better one.
     let floor = chain_end.map_or(0, |h| h.floor);
+    let hidden = HiddenOffsets::new(&headers, &chain, failed.keys().copied());
     let mut needed = failed.split_off(&floor);
     let mut given_up_damaged = Vec::new();
     let mut given_up = Vec::new();
@@ -251,7 +361,11 @@ fn assemble(
         for (sequence, error) in std::mem::take(&mut needed) {
             warn!(key = %io.key(sequence), error = %error,
                 "point-in-time recovery goes on without an object it cannot read");
-            given_up_damaged.push(UnreadObject { sequence, error });
+            given_up_damaged.push(UnreadObject {
+                sequence,
+                error,
+                entry_ids: hidden.entry_ids(sequence),
+            });
         }
     }
     // The highest is named: a chain is followed down from its end, so that is where
@@ -268,7 +382,11 @@ fn assemble(
         .map(|(sequence, error)| {
             warn!(key = %io.key(sequence), floor, error = %error,
                 "an object below the chain's floor cannot be read; recovery goes on without it");
-            UnreadObject { sequence, error }
+            UnreadObject {
+                sequence,
+                error,
+                entry_ids: hidden.entry_ids(sequence),
+            }
         })
         .collect();
     let mut catalog = Catalog::new();
@@ -786,4 +904,110 @@ async fn complete_value(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Link;
+
+    const LAST: u64 = MAX_SEGMENT_ENTRIES - 1;
+
+    fn header(sequence: u64, epoch: u64, link: (u64, u64), id_offset: u64) -> Header {
+        Header {
+            sequence,
+            epoch,
+            link: Link {
+                sequence: link.0,
+                epoch: link.1,
+            },
+            floor: 1,
+            claim: false,
+            id_offset,
+        }
+    }
+
+    #[test]
+    fn an_unreadable_object_between_two_offsets_may_hold_the_ids_between_them() {
+        // The chain object below carries offset 100, the object above 300: the hidden
+        // offset is one of 100..=300.
+        let ids = hidden_entry_ids(5, 100, Some(300));
+        assert_eq!(ids, entry_id(105, 0)..=entry_id(305, LAST));
+        for offset in [100, 200, 300] {
+            assert!(ids.contains(&entry_id(5 + offset, 0)), "offset {offset}");
+            assert!(ids.contains(&entry_id(5 + offset, LAST)), "offset {offset}");
+        }
+        // Not the ids the chain below holds, nor those of the object above.
+        assert!(!ids.contains(&entry_id(4 + 100, LAST)));
+        assert!(!ids.contains(&entry_id(6 + 300, 0)));
+        // Without offsets: exactly the ids of its sequence.
+        assert_eq!(
+            hidden_entry_ids(5, 0, Some(0)),
+            entry_id(5, 0)..=entry_id(5, LAST)
+        );
+    }
+
+    #[test]
+    fn nothing_bounds_the_ids_of_an_unreadable_object_nothing_links_to() {
+        let ids = hidden_entry_ids(5, 100, None);
+        assert_eq!(ids, entry_id(105, 0)..=u64::MAX);
+        assert!(ids.contains(&entry_id(MAX_SEQUENCE, LAST)));
+        assert!(!ids.contains(&entry_id(104, LAST)));
+    }
+
+    #[test]
+    fn contradicting_bounds_count_from_the_sequence() {
+        // Objects above with a smaller offset than the chain below: one reading is wrong.
+        assert_eq!(
+            hidden_entry_ids(5, 100, Some(50)),
+            entry_id(5, 0)..=u64::MAX
+        );
+        // An offset of at least `below` cannot fit the object: only the bound above holds.
+        assert_eq!(
+            hidden_entry_ids(5, MAX_SEQUENCE, Some(50)),
+            entry_id(5, 0)..=entry_id(55, LAST)
+        );
+        assert_eq!(
+            hidden_entry_ids(5, MAX_SEQUENCE, None),
+            entry_id(5, 0)..=u64::MAX
+        );
+    }
+
+    #[test]
+    fn the_readable_objects_around_an_unreadable_one_bound_its_offset() {
+        // Epoch 2: 1 (offset 100) and 2 on the chain, 3 unreadable, 4 (a raise to 300)
+        // links to it; 6 is unreadable too and nothing links to it.
+        let headers: BTreeMap<u64, Header> = [
+            header(1, 2, (0, 0), 100),
+            header(2, 2, (1, 2), 100),
+            header(4, 2, (3, 2), 300),
+            header(5, 2, (4, 2), 300),
+        ]
+        .into_iter()
+        .map(|h| (h.sequence, h))
+        .collect();
+        let chain = choose_chain(&headers);
+        assert_eq!(chain, vec![1, 2]);
+        let hidden = HiddenOffsets::new(&headers, &chain, [3, 6]);
+        assert_eq!(hidden.entry_ids(3), entry_id(103, 0)..=entry_id(303, LAST));
+        assert_eq!(hidden.entry_ids(6), entry_id(106, 0)..=u64::MAX);
+
+        // Several objects linking to it: the least offset of those that agree on its
+        // epoch bounds it (a claim carries its opening object's offset and link).
+        let mut headers = headers;
+        let mut claim = header(7, 9, (3, 2), 350);
+        claim.claim = true;
+        headers.insert(7, claim);
+        headers.insert(8, header(8, 9, (3, 2), 350));
+        let hidden = HiddenOffsets::new(&headers, &chain, [3]);
+        assert_eq!(hidden.entry_ids(3), entry_id(103, 0)..=entry_id(303, LAST));
+        // Objects that disagree on its epoch: one side is wrong about it, and it may be
+        // either, so the largest of each epoch's least.
+        headers.insert(9, header(9, 10, (3, 9), 50));
+        let hidden = HiddenOffsets::new(&headers, &chain, [3]);
+        assert_eq!(hidden.entry_ids(3), entry_id(103, 0)..=entry_id(303, LAST));
+        headers.remove(&4);
+        let hidden = HiddenOffsets::new(&headers, &chain, [3]);
+        assert_eq!(hidden.entry_ids(3), entry_id(103, 0)..=entry_id(353, LAST));
+    }
 }
