@@ -8,7 +8,8 @@
 //! the supervisor's mailbox; catch-ups asked for meanwhile wait for theirs.
 //!
 //! Bounded: at most [`MAX_SOURCES`] sources are kept, the most recently used; one
-//! dropped ends once its last catch-up does. Each reads through the WAL's store access
+//! dropped ends once its last catch-up does. A source whose polling failed (a store
+//! error ends it for good) is opened again by the next catch-up from it. Each reads through the WAL's store access
 //! (its requests count in the WAL's metrics) and closes with it, so every task of a
 //! source ends when the WAL stops or is aborted.
 
@@ -109,8 +110,12 @@ impl Sources {
     ) {
         self.uses += 1;
         if let Some(kept) = self.open.get_mut(&catch_up.source) {
-            kept.last_used = self.uses;
-            return catch_up.start(&kept.log);
+            if !kept.log.has_failed() {
+                kept.last_used = self.uses;
+                return catch_up.start(&kept.log);
+            }
+            // Its polling failed for good (a store error): opened again below.
+            self.open.remove(&catch_up.source);
         }
         if let Some(opening) = self.opening.get_mut(&catch_up.source) {
             if opening.waiting.len() >= MAX_WAITING {

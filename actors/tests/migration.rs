@@ -778,3 +778,47 @@ async fn a_target_catches_up_through_its_wal_over_one_open_of_the_source() {
     }
     stop(a, join_a).await;
 }
+
+/// A source log whose polling failed (the store unreachable past the request timeout)
+/// says so (`has_failed`), which is how the target's WAL knows to open it again: it
+/// still reads what its catalog holds, but nothing the source wrote since; a source
+/// opened once the store is back reads it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_log_says_when_its_polling_failed() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let mut config_a = config_no_reclaim();
+    config_a.prefix = "node-a".into();
+    let (a, join_a) = spawn(&memory, &config_a).await;
+    let receipt = bounded("an append", a.append(1, vec![payload("x")]))
+        .await
+        .expect("append");
+    let down = DownHooks::wrap(memory.clone());
+    let through_down: Arc<dyn ObjectStore> = down.clone();
+    let mut config = config_a.clone();
+    config.request_timeout = Duration::from_millis(100);
+    let source = source_of(&through_down, &config).await;
+    assert!(!source.has_failed());
+    down.hooks().set_down(true);
+    bounded("the polling to fail", async {
+        while !source.has_failed() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    down.hooks().set_down(false);
+    let later = bounded("an append", a.append(1, vec![payload("y")]))
+        .await
+        .expect("append");
+    let (first, second) = (receipt.parts[0].first_id, later.parts[0].first_id);
+    // What its catalog holds it still reads; nothing past it.
+    let within = Duration::from_secs(10);
+    let stale = caught(source.catch_up(1, 0, second, within)).await;
+    assert_eq!(stale.len(), 2, "{stale:?}");
+    assert_eq!(stale[0].as_ref().map(|e| e.id).ok(), Some(first));
+    assert!(stale[1].is_err(), "{stale:?}");
+    let fresh = source_of(&through_down, &config).await;
+    let got = caught(fresh.catch_up(1, 0, second, within)).await;
+    let ids: Vec<u64> = got.into_iter().map(|e| e.expect("an entry").id).collect();
+    assert_eq!(ids, vec![first, second]);
+    stop(a, join_a).await;
+}

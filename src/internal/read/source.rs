@@ -32,8 +32,9 @@ use crate::internal::store::stores::WalStores;
 
 /// A source log opened read-only (see the module docs). Dropping it ends its polling
 /// task once no catch-up or follow over it is left. A poll that fails (a probe's error
-/// and then the listing's) ends the polling for good, and every later follow or
-/// catch-up over it fails with that error: open the source again.
+/// and then the listing's) ends the polling for good ([`has_failed`](Self::has_failed)):
+/// a later follow or catch-up over it reads what the catalog holds, then fails with
+/// that error. Open the source again (the WAL's catch-ups do).
 pub struct SourceLog {
     io: WalIo,
     config: Config,
@@ -179,6 +180,13 @@ impl SourceLog {
             }
         })
         .boxed()
+    }
+
+    /// Whether its polling ended for good on a failed poll (a follow or catch-up over
+    /// it still reads what its catalog holds, then fails with that error): open the
+    /// source again.
+    pub fn has_failed(&self) -> bool {
+        self.growth.failure().is_some()
     }
 
     /// The catalog of the source's chain as far as this node has seen it.

@@ -554,7 +554,7 @@ impl TailedGrowth {
         }
     }
 
-    fn failure(&self) -> Option<Error> {
+    pub(super) fn failure(&self) -> Option<Error> {
         self.failed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
