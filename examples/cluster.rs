@@ -4,9 +4,15 @@
 //!
 //! - **Frontends** send each append to the region's current owner. An append refused
 //!   with `RegionReleased` waits for the route to switch and goes to the new owner. An
-//!   append that failed `MayBeDurable` is resolved against the node's chain once the
-//!   node reopened (its object either landed on the chain or never will): found, it
-//!   counts as acknowledged with the id it has there; not found, it is sent again.
+//!   append that failed `MayBeDurable` is resolved against the chain of the node it was
+//!   sent to, once that node reopened (a new epoch: its object either landed on the
+//!   chain or never will): found, it counts as acknowledged with the id it has there;
+//!   not found, it is sent again (to the region's owner then). If the node released the
+//!   region meanwhile, the entry, if it landed, is in the node's released piece (the
+//!   release's last id is the largest id on the chain the new epoch recovered), which
+//!   that read covers and the checker reads back. An append that cannot be resolved
+//!   (the node never reopens, its reads keep failing) counts as `failed` and is never
+//!   sent again: sending it again could write it twice.
 //! - **The coordinator** moves `--moves` regions every `--move-every-ms`, some of them
 //!   back to an earlier owner: the source releases the region (its last id), the target
 //!   acquires it above that id and catches up from the source's log through its own
@@ -21,27 +27,47 @@
 //!
 //! The store has a 20 ms PUT and 10 ms GET latency with a slow tail, and the fault
 //! wrapper's random create faults (applied then failed, failed unapplied, landing
-//! late). One JSON line goes to stdout; the exit code is non-zero if anything was lost,
-//! duplicated or out of order.
+//! late). The writer's retries with the same bytes absorb all of those, so on top of
+//! them, with `--epoch-faults N` (0 by default, so that the latency percentiles are the
+//! moves'), N times a run one node's **connection to the store stalls** for
+//! `--stall-ms` (1.5 s; nodes in turn, spread over the run): every request the node
+//! sends meanwhile waits in the network until the stall ends (or its sender gives up),
+//! and every answer the store gives it meanwhile arrives only then, as with a network
+//! partition or a load balancer that stops forwarding for a while. The hedged twin of a
+//! create meets the same stall, so the create's definite answer comes after the stall,
+//! past `max_create_duration` (`--max-create-ms`, 500 ms here; the library's default is
+//! 60 s, and a stall that long would take the run): the epoch ends (`CreateTooSlow`),
+//! the node reopens by itself, and the appends of the objects in flight fail
+//! `MayBeDurable` (those still in the open batch fail `NotWritten` and are simply sent
+//! again). Their frontends resolve them as above: `resolved_found` counts those
+//! whose object landed (on the chain after the reopen, acknowledged with the id it has
+//! there), `resolved_resent` those whose object never will (sent again).
+//!
+//! One JSON line goes to stdout; the exit code is non-zero if anything was lost,
+//! duplicated or out of order, or an append failed or could not be resolved.
 //!
 //! ```text
 //! cargo run --release --example cluster
 //! cargo run --release --example cluster -- --no-migrations
+//! cargo run --release --example cluster -- --epoch-faults 3   # the resolve path
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Parser;
+use futures::stream::BoxStream;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use object_store::memory::InMemory;
-use object_store::ObjectStore;
+use object_store::{
+    GetOptions, GetResult, ObjectMeta, ObjectStore, PutOptions, PutPayload, PutResult,
+};
 use object_store_wal::testing::{
-    with_latency_profile, FaultRates, FaultStore, LatencyProfile, SplitMix64,
+    with_latency_profile, FaultRates, FaultStore, Hooks, LatencyProfile, SplitMix64, Wrapper,
 };
 use object_store_wal::{Config, Durability, Error, ObjectStoreLogStore};
 use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
@@ -80,7 +106,7 @@ struct Args {
     /// `min_object_interval`, ms.
     #[arg(long, default_value_t = 20)]
     min_object_interval_ms: u64,
-    /// No fault wrapper (latency only).
+    /// No faults (latency only): neither the fault wrapper nor the stalls.
     #[arg(long)]
     no_faults: bool,
     /// The chance of each create fault per create (applied then failed, failed
@@ -94,6 +120,24 @@ struct Args {
     /// p99 is that tail's, 72 to 126 ms across runs).
     #[arg(long, default_value_t = 10)]
     retry_initial_backoff_ms: u64,
+    /// Times a run one node's connection to the store stalls (nodes in turn, spread
+    /// evenly over the run), long enough that its epoch ends: the appends in flight
+    /// fail `MayBeDurable` and are resolved (`resolved_found`, `resolved_resent`).
+    /// 0 (the default): no stalls, so that the latency percentiles are the moves' and
+    /// not the stalls' (each stall holds a third of the appends for 1.5 s: the p99s
+    /// become seconds); `--epoch-faults 3` is the run that shows the resolve path.
+    #[arg(long, default_value_t = 0)]
+    epoch_faults: u64,
+    /// How long a stall lasts, ms: above `--max-create-ms` (and above the 1 s after
+    /// which a hung create attempt is given up and retried).
+    #[arg(long, default_value_t = 1500)]
+    stall_ms: u64,
+    /// The nodes' `max_create_duration`, ms: a create whose definite answer comes later
+    /// is never acknowledged and ends the epoch (`CreateTooSlow`). The library's default
+    /// is 60 s; a stall must outlast it to end an epoch, so the example shortens it (its
+    /// creates take 20 ms, 120 ms in the tail, about 60 ms with a faulted attempt).
+    #[arg(long, default_value_t = 500)]
+    max_create_ms: u64,
     /// Seed of the load, the moves and the faults.
     #[arg(long, default_value_t = 7)]
     seed: u64,
@@ -139,11 +183,25 @@ struct Cluster {
     releases: Mutex<Histogram<u64>>,
     acquires: Mutex<Histogram<u64>>,
     tails: Mutex<Histogram<u64>>,
+    /// The resolution of an append that failed `MayBeDurable` (µs): from its error to
+    /// the answer (found or not), the node's reopen included.
+    resolves: Mutex<Histogram<u64>>,
     moved: Vec<AtomicBool>,
     migrations: AtomicU64,
+    /// Moves not made: the source held no entry of the region yet (`UnknownRegion`).
+    skipped: AtomicU64,
     migration_failures: AtomicU64,
     resolved_found: AtomicU64,
     resolved_resent: AtomicU64,
+    /// Append attempts that failed `MayBeDurable`.
+    may_be_durable: AtomicU64,
+    /// Append attempts an epoch end failed `NotWritten` (never sent: sent again at once).
+    ended_not_written: AtomicU64,
+    /// Of those resolved, the ones whose region was moving or had moved away from the
+    /// node by then (the entry, if it landed, in the node's released piece).
+    resolved_after_move: AtomicU64,
+    /// The epochs the appends saw end (`EpochEnded`, any durability): node and epoch.
+    epochs_ended: Mutex<HashSet<(usize, u64)>>,
     failed: AtomicU64,
     next_n: Vec<AtomicU64>,
 }
@@ -173,7 +231,100 @@ fn config(prefix: &str, args: &Args) -> Config {
     c.retry = c
         .retry
         .with_initial_backoff(Duration::from_millis(args.retry_initial_backoff_ms));
+    c.max_create_duration = Duration::from_millis(args.max_create_ms);
     c
+}
+
+/// One node's connection to the store, which can stall: while it does, a request waits
+/// before it reaches the store, and an answer the store gave waits before it reaches
+/// the node, until the stall ends (a request whose sender gave up meanwhile, a create
+/// attempt given up after 1 s, is never delivered). Creates, GETs and LISTs alike.
+#[derive(Debug, Default)]
+struct Link {
+    stalled: watch::Sender<bool>,
+    /// Requests and answers held by a stall.
+    held: AtomicU64,
+}
+
+impl Link {
+    /// Waits while the link is stalled.
+    async fn pass(&self) {
+        if !*self.stalled.borrow() {
+            return;
+        }
+        self.held.fetch_add(1, Ordering::Relaxed);
+        let mut rx = self.stalled.subscribe();
+        // The sender lives in `self`: the channel cannot close while waiting.
+        let _ = rx.wait_for(|stalled| !*stalled).await;
+    }
+
+    fn set_stalled(&self, stalled: bool) {
+        self.stalled.send_replace(stalled);
+    }
+}
+
+/// The hooks of a node's [`Link`] (a store wrapper of the testing module's kind).
+#[derive(Debug, Clone)]
+struct LinkHooks(Arc<Link>);
+
+#[async_trait::async_trait]
+impl Hooks for LinkHooks {
+    const NAME: &'static str = "Link";
+
+    async fn put_opts(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &object_store::path::Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.0.pass().await;
+        let result = inner.put_opts(location, payload, opts).await;
+        self.0.pass().await;
+        result
+    }
+
+    async fn get_opts(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        location: &object_store::path::Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.0.pass().await;
+        let result = inner.get_opts(location, options).await;
+        self.0.pass().await;
+        result
+    }
+
+    fn list(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        prefix: Option<&object_store::path::Path>,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let (link, inner, prefix) = (self.0.clone(), inner.clone(), prefix.cloned());
+        futures::stream::once(async move {
+            link.pass().await;
+            inner.list(prefix.as_ref())
+        })
+        .flatten()
+        .boxed()
+    }
+
+    fn list_with_offset(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        prefix: Option<&object_store::path::Path>,
+        offset: &object_store::path::Path,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let (link, inner) = (self.0.clone(), inner.clone());
+        let (prefix, offset) = (prefix.cloned(), offset.clone());
+        futures::stream::once(async move {
+            link.pass().await;
+            inner.list_with_offset(prefix.as_ref(), &offset)
+        })
+        .flatten()
+        .boxed()
+    }
 }
 
 impl Cluster {
@@ -198,7 +349,26 @@ impl Cluster {
         let id = loop {
             let route = self.route(region);
             let wal = &self.nodes[route.owner];
-            match wal.append(region, vec![payload(region, n)]).await {
+            let result = wal.append(region, vec![payload(region, n)]).await;
+            if let Err(e @ Error::EpochEnded { epoch, reason, .. }) = &result {
+                let first = self
+                    .epochs_ended
+                    .lock()
+                    .expect("epochs")
+                    .insert((route.owner, *epoch));
+                if first {
+                    eprintln!(
+                        "cluster: node {}'s epoch {epoch} ended ({reason}); the append that \
+                         saw it first had waited {} ms",
+                        route.owner,
+                        started.elapsed().as_millis()
+                    );
+                }
+                if e.durability() == Durability::NotWritten {
+                    self.ended_not_written.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            match result {
                 Ok(receipt) => break receipt.parts[0].first_id,
                 Err(Error::RegionReleased { .. }) => {
                     let switch = self.route_after(region, route.version);
@@ -212,13 +382,32 @@ impl Cluster {
                     }
                 }
                 Err(e) if e.durability() == Durability::MayBeDurable => {
-                    match resolve(wal, region, n, &e).await {
-                        Some(id) => {
+                    self.may_be_durable.fetch_add(1, Ordering::Relaxed);
+                    let resolving = Instant::now();
+                    let resolved = resolve(wal, region, n, &e).await;
+                    record(&self.resolves, resolving);
+                    // The node released the region (or began to) since the append was
+                    // sent: resolved against its released piece.
+                    let now = self.route(region);
+                    if resolved.is_ok() && (now.version != route.version || now.moving) {
+                        self.resolved_after_move.fetch_add(1, Ordering::Relaxed);
+                    }
+                    match resolved {
+                        Ok(Some(id)) => {
                             self.resolved_found.fetch_add(1, Ordering::Relaxed);
                             break id;
                         }
-                        None => {
+                        Ok(None) => {
                             self.resolved_resent.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(why) => {
+                            eprintln!(
+                                "cluster: append {n} of region {region} failed `{e}` on node {} \
+                                 and could not be resolved: {why}",
+                                route.owner
+                            );
+                            self.failed.fetch_add(1, Ordering::Relaxed);
+                            return;
                         }
                     }
                 }
@@ -274,6 +463,13 @@ impl Cluster {
                 Ok(released) => break released,
                 // Recorded by an earlier attempt whose answer was lost.
                 Err(Error::RegionReleased { released, .. }) => break released,
+                // No entry of it at the source yet: the source does not fence what it
+                // does not know, so the region stays where its appends go.
+                Err(Error::UnknownRegion { .. }) => {
+                    self.routes[region as usize].lock().expect("route").moving = false;
+                    self.skipped.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
                 Err(e) if e.is_retryable() || e.durability() == Durability::MayBeDurable => {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
@@ -353,30 +549,68 @@ impl Cluster {
 }
 
 /// Resolves an append that failed `MayBeDurable` on `wal`: once the node reopened (its
-/// epoch is past the one that ended), the append's object is on the chain or never will
-/// be; returns its id if it is.
-async fn resolve(wal: &WalHandle, region: u64, n: u64, error: &Error) -> Option<u64> {
+/// epoch is past the one that ended), the append's object is on the node's chain or
+/// never will be (the new epoch fenced its key with a claim). Returns its id if it is
+/// there, `None` if it is not (send it again), and an error if that cannot be told (the
+/// node did not reopen, its reads kept failing): never `None` on a doubt, since sending
+/// an entry that is on the chain again would write it twice.
+///
+/// The read covers the whole region on this node's chain: if the node released the
+/// region meanwhile, the entry, if it landed, is at or below the released last id (the
+/// largest id of the region on the chain the new epoch recovered, whichever epoch
+/// answered the release), in the node's released piece, which the checker reads too.
+/// The payload names the append (region and number), so a hit is this append's entry
+/// and no other, wherever the region's pieces on this node lie.
+async fn resolve(
+    wal: &WalHandle,
+    region: u64,
+    n: u64,
+    error: &Error,
+) -> Result<Option<u64>, String> {
+    const WITHIN: Duration = Duration::from_secs(120);
+    let started = Instant::now();
+    // The epoch that ended: the error names it. Other `MayBeDurable` errors (a writer
+    // that failed, not expected here) do not: the node's epoch now is that one unless
+    // the node reopened already, and then this waits for the next epoch end (bounded
+    // below), which is late but never early.
     let ended = match error {
         Error::EpochEnded { epoch, .. } => *epoch,
-        _ => wal.stats().await.map_or(0, |s| s.epoch),
+        _ => wal.stats().await.map_err(|e| format!("stats: {e}"))?.epoch,
     };
     loop {
         match wal.stats().await {
             Ok(s) if s.epoch > ended => break,
-            Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-            Err(_) => return None,
+            Ok(_) if started.elapsed() < WITHIN => {
+                tokio::time::sleep(Duration::from_millis(5)).await
+            }
+            Ok(s) => return Err(format!("still in epoch {} after {WITHIN:?}", s.epoch)),
+            Err(e) => return Err(format!("stats: {e}")),
         }
     }
     let want = payload(region, n);
-    let mut entries = wal.read_stream(region, 0).await.ok()?;
-    while let Some(entry) = entries.next().await {
-        match entry {
-            Ok(e) if e.payload == want => return Some(e.id),
-            Ok(_) => {}
-            Err(_) => return None,
+    let mut last_error = String::new();
+    while started.elapsed() < WITHIN {
+        match find(wal, region, &want).await {
+            Ok(found) => return Ok(found),
+            Err(e) => {
+                last_error = e.to_string();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
     }
-    None
+    Err(format!("the region's read kept failing: {last_error}"))
+}
+
+/// The id of the entry with payload `want` in `region` on `wal`'s chain, read whole.
+async fn find(wal: &WalHandle, region: u64, want: &Bytes) -> Result<Option<u64>, Error> {
+    let mut entries = wal.read_stream(region, 0).await?;
+    while let Some(entry) = entries.next().await {
+        let entry = entry?;
+        if entry.payload == *want {
+            return Ok(Some(entry.id));
+        }
+    }
+    Ok(None)
 }
 
 #[derive(Default)]
@@ -477,6 +711,9 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     .get_tail(0.01, Duration::from_millis(50))
     .seed(args.seed);
     let store: Arc<dyn ObjectStore> = with_latency_profile(faulty, profile);
+    // Each node reaches the store through a link of its own, which can stall.
+    let stalls = if args.no_faults { 0 } else { args.epoch_faults };
+    let links: Vec<Arc<Link>> = (0..args.nodes).map(|_| Arc::default()).collect();
     let restarts = RestartPolicy::new(
         10_000,
         Duration::from_secs(60),
@@ -486,8 +723,9 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
 
     let mut nodes = Vec::new();
     let mut joins = Vec::new();
-    for node in 0..args.nodes {
-        let (wal, join) = spawn_wal(store.clone(), config(&prefix(node), &args), restarts).await?;
+    for (node, link) in links.iter().enumerate() {
+        let linked: Arc<dyn ObjectStore> = Wrapper::wrap(store.clone(), LinkHooks(link.clone()));
+        let (wal, join) = spawn_wal(linked, config(&prefix(node), &args), restarts).await?;
         wal.ready().await?;
         nodes.push(wal);
         joins.push(join);
@@ -521,11 +759,17 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         releases: Mutex::new(histogram()),
         acquires: Mutex::new(histogram()),
         tails: Mutex::new(histogram()),
+        resolves: Mutex::new(histogram()),
         moved: (0..regions).map(|_| AtomicBool::new(false)).collect(),
         migrations: AtomicU64::new(0),
+        skipped: AtomicU64::new(0),
         migration_failures: AtomicU64::new(0),
         resolved_found: AtomicU64::new(0),
         resolved_resent: AtomicU64::new(0),
+        may_be_durable: AtomicU64::new(0),
+        ended_not_written: AtomicU64::new(0),
+        resolved_after_move: AtomicU64::new(0),
+        epochs_ended: Mutex::new(HashSet::new()),
         failed: AtomicU64::new(0),
         next_n: (0..regions).map(|_| AtomicU64::new(0)).collect(),
     });
@@ -613,9 +857,36 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             while tasks.join_next().await.is_some() {}
         }))
     };
+    // The stalls: node `i % nodes` at the middle of the `i`-th of `stalls` equal
+    // stretches of the run.
+    let stalling = {
+        let links = links.clone();
+        let args = args.clone();
+        tokio::spawn(async move {
+            let mut done = 0u64;
+            for i in 0..stalls {
+                let at = started
+                    + Duration::from_secs_f64(
+                        args.seconds as f64 * (i as f64 + 0.5) / stalls as f64,
+                    );
+                tokio::time::sleep_until(at.into()).await;
+                let link = &links[i as usize % args.nodes];
+                link.set_stalled(true);
+                tokio::time::sleep(Duration::from_millis(args.stall_ms)).await;
+                link.set_stalled(false);
+                done += 1;
+            }
+            done
+        })
+    };
     load.await?;
     if let Some(moves) = moves {
         moves.await?;
+    }
+    let stalled = stalling.await?;
+    let mut wal_restarts = 0;
+    for wal in &cluster.nodes {
+        wal_restarts += wal.stats().await?.restarts;
     }
     let seconds = started.elapsed().as_secs_f64();
     for wal in &cluster.nodes {
@@ -645,11 +916,21 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         "failed": cluster.failed.load(Ordering::Relaxed),
         "resolved_found": cluster.resolved_found.load(Ordering::Relaxed),
         "resolved_resent": cluster.resolved_resent.load(Ordering::Relaxed),
+        "may_be_durable": cluster.may_be_durable.load(Ordering::Relaxed),
+        "epoch_ended_not_written": cluster.ended_not_written.load(Ordering::Relaxed),
+        "resolved_after_move": cluster.resolved_after_move.load(Ordering::Relaxed),
+        "stalls": stalled,
+        "stall_ms": if stalls > 0 { args.stall_ms } else { 0 },
+        "held_by_stalls": links.iter().map(|l| l.held.load(Ordering::Relaxed)).sum::<u64>(),
+        "epochs_ended": cluster.epochs_ended.lock().expect("epochs").len(),
+        "wal_restarts": wal_restarts,
+        "max_create_ms": args.max_create_ms,
         "entries_read_back": verdict.entries,
         "lost": verdict.lost,
         "duplicated": verdict.duplicated,
         "out_of_order": verdict.out_of_order,
         "migrations": cluster.migrations.load(Ordering::Relaxed),
+        "moves_skipped_unknown": cluster.skipped.load(Ordering::Relaxed),
         "migration_failures": cluster.migration_failures.load(Ordering::Relaxed),
         "migration_window_ms_p50": ms(&cluster.windows, 0.5),
         "migration_window_ms_p99": ms(&cluster.windows, 0.99),
@@ -658,6 +939,8 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         "release_ms_p99": ms(&cluster.releases, 0.99),
         "acquire_ms_p99": ms(&cluster.acquires, 0.99),
         "catch_up_tail_ms_p99": ms(&cluster.tails, 0.99),
+        "resolve_ms_p50": ms(&cluster.resolves, 0.5),
+        "resolve_ms_p99": ms(&cluster.resolves, 0.99),
         "append_p50_ms": ms(&cluster.latency, 0.5),
         "append_p99_ms": ms(&cluster.latency, 0.99),
         "append_p99_ms_unmoved": ms(&cluster.latency_unmoved, 0.99),
