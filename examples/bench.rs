@@ -7,6 +7,7 @@
 //! cargo run --release --example bench -- write --put-latency-ms 50 --entry-bytes 16384 --appenders 2048
 //! cargo run --release --example bench -- write --rate 2000 --seconds 5 --put-latency-ms 20 --regions 100
 //! cargo run --release --example bench -- write --rate 2000 --put-latency-ms 20 --put-tail 0.01:500 --put-hang 0.001 --hedge adaptive:90:10 --request-timeout-ms 2000
+//! cargo run --release --example bench -- write --rate 2000 --seconds 30 --put-latency-ms 20 --regions 100 --throttle-puts-per-s 50 --throttle-lift-after-s 15
 //! cargo run --release --example bench -- limit --entry-bytes 65536
 //! cargo run --release --example bench -- recover --objects 10000 --get-latency-ms 10 --recovery-concurrency 64
 //! cargo run --release --example bench -- replay --seconds 5
@@ -25,6 +26,21 @@
 //! answer. The delay comes before the request reaches the store, so a hedged twin can
 //! land first; the draws follow `--seed`. Requests are counted by the `testing` module's
 //! `CountingStore`, outermost (hedged twins and hung requests included).
+//!
+//! **Throttled store.** `--throttle-puts-per-s N` puts `testing::ThrottleStore` beneath
+//! the latency wrapper: the store takes at most N PUTs (and deletes) a second and
+//! answers the rest as S3 does, `503 Slow Down` (the error `object_store`'s S3 client
+//! returns), without applying them; `--throttle-gets-per-s N` does the same for GETs
+//! and LISTs. `--throttle-lift-after-s S` lifts both S seconds into the run;
+//! `--throttle-client-retries N` plays the S3 client's own retries (its default is
+//! 10) before the WAL sees the 503. The line then has `throttled_puts`,
+//! `admitted_puts`, `failed_by_error` (failed appends by kind, with one message each),
+//! `create_retries` and `put_outcomes` (from the WAL's metrics), `epoch_first` and
+//! `epoch_last`, `restarts`, `max_pending_mib`, the per-second `series_*` (objects
+//! acknowledged, PUTs admitted and refused, appends answered and failed, pending MiB),
+//! `phases` (throttled, and lifted: objects/s, PUTs/s, appends/s, and by arrival p50 and
+//! p99) and `back_at_interval_after_s`: from the lift to the first second with 90 % of
+//! the objects `min_object_interval` allows.
 //!
 //! **Several stores.** `--replicas N` (odd, 3 or 5) writes one log over N memory
 //! stores, each behind its own latency wrapper (`--put-latency-ms` and the other
@@ -105,7 +121,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -118,8 +134,9 @@ use object_store_wal::format::{
     MAX_SEGMENT_ENTRIES,
 };
 use object_store_wal::testing::{
-    with_latency_profile, CountingStore, Counts, DownHooks, Hooks, LatencyCounts, LatencyProfile,
-    LatencyStore, SplitMix64, Wrapper,
+    with_latency_profile, with_throttle, ClientRetries, CountingStore, Counts, DownHooks, Hooks,
+    LatencyCounts, LatencyProfile, LatencyStore, SplitMix64, Throttle, ThrottleCounts,
+    ThrottleStore, Wrapper,
 };
 use object_store_wal::transform::{Compression, SegmentKey, StaticKeys};
 use object_store_wal::{Config, Error, HedgeAfter, ObjectStoreLogStore, WalStores};
@@ -473,6 +490,23 @@ struct Common {
     /// `I:P:MS`: on store I, a fraction P of PUTs take MS more.
     #[arg(long, value_parser = parse_replica_tail)]
     replica_put_tail: Option<(usize, Tail)>,
+    /// The store takes at most N PUTs (and deletes) a second and answers the rest as S3
+    /// does, `503 Slow Down`, without applying them (`testing::ThrottleStore`, beneath
+    /// the latency wrapper: a refusal takes its round trip). One store only.
+    #[arg(long, value_parser = parse_rate)]
+    throttle_puts_per_s: Option<f64>,
+    /// The same for GETs, HEADs and LISTs (default: no limit).
+    #[arg(long, value_parser = parse_rate)]
+    throttle_gets_per_s: Option<f64>,
+    /// Lift the throttle this many seconds into the run (then report each phase and how
+    /// long the WAL took to write at `min_object_interval` again).
+    #[arg(long)]
+    throttle_lift_after_s: Option<f64>,
+    /// Retries of a refused request by the store's own client before the WAL sees the
+    /// 503, with `object_store`'s backoff (100 ms doubling, jittered, up to 15 s; its
+    /// default client makes 10). Default 0: the 503 comes back at once.
+    #[arg(long, default_value_t = 0)]
+    throttle_client_retries: usize,
 }
 
 fn parse_replica_tail(s: &str) -> Result<(usize, Tail), String> {
@@ -613,6 +647,8 @@ struct Stores {
     base: Arc<dyn ObjectStore>,
     /// With `--replicas`: every store as the WAL sees it, and every base store.
     replicas: Vec<(Arc<dyn ObjectStore>, Arc<dyn ObjectStore>)>,
+    /// With `--throttle-puts-per-s`: the throttle, beneath the latency wrapper.
+    throttle: Option<Arc<ThrottleStore>>,
 }
 
 /// The counting wrappers of every store, summed.
@@ -736,7 +772,11 @@ impl Hooks for DiscardHooks {
 }
 
 fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
+    let throttled = c.throttle_puts_per_s.is_some() || c.throttle_gets_per_s.is_some();
     if c.replicas > 1 {
+        if throttled {
+            return Err("--throttle-* takes one store, not --replicas".into());
+        }
         return replica_stores(c);
     }
     let base: Arc<dyn ObjectStore> = if c.store == "memory" {
@@ -757,12 +797,30 @@ fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
         )
         .into());
     };
+    // Counting over latency over the throttle over the store: a refused request takes
+    // its round trip, and the counts include it.
+    let throttle = throttled.then(|| {
+        let mut t = Throttle::unlimited()
+            .gets_per_s(c.throttle_gets_per_s)
+            .seed(c.seed);
+        t.puts_per_s = c.throttle_puts_per_s;
+        if c.throttle_client_retries > 0 {
+            t = t.client_retries(
+                ClientRetries::object_store_default().with_max_retries(c.throttle_client_retries),
+            );
+        }
+        with_throttle(base.clone(), t)
+    });
+    let under: Arc<dyn ObjectStore> = match &throttle {
+        Some(t) => t.clone(),
+        None => base.clone(),
+    };
     let p = profile(c);
     let latent = (p != LatencyProfile::new(Duration::ZERO, Duration::ZERO).seed(c.seed))
-        .then(|| with_latency_profile(base.clone(), p));
+        .then(|| with_latency_profile(under.clone(), p));
     let counting = CountingStore::counts_only(match &latent {
         Some(l) => l.clone(),
-        None => base.clone(),
+        None => under,
     });
     Ok(Stores {
         wal: counting.clone(),
@@ -770,6 +828,7 @@ fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
         latent,
         base,
         replicas: Vec::new(),
+        throttle,
     })
 }
 
@@ -820,6 +879,7 @@ fn replica_stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
         latent: latents.into_iter().next(),
         base,
         replicas,
+        throttle: None,
     })
 }
 
@@ -919,6 +979,16 @@ struct Recorder {
     ok: AtomicU64,
     failed: AtomicU64,
     unfinished: AtomicU64,
+    /// Failed appends by kind of error ([`error_label`]): how many, and the first one's
+    /// message.
+    errors: Mutex<HashMap<String, (u64, String)>>,
+    /// With `--throttle-lift-after-s`: when the throttle is lifted. Appends that arrived
+    /// before it are the throttled phase, the rest the lifted one.
+    split: OnceLock<Instant>,
+    /// Per phase (throttled, lifted): latencies, appends answered and appends failed.
+    phases: [Mutex<Histogram<u64>>; 2],
+    phase_ok: [AtomicU64; 2],
+    phase_failed: [AtomicU64; 2],
 }
 
 impl Recorder {
@@ -931,14 +1001,64 @@ impl Recorder {
             ok: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             unfinished: AtomicU64::new(0),
+            errors: Mutex::new(HashMap::new()),
+            split: OnceLock::new(),
+            phases: [Mutex::new(new_histogram()?), Mutex::new(new_histogram()?)],
+            phase_ok: [AtomicU64::new(0), AtomicU64::new(0)],
+            phase_failed: [AtomicU64::new(0), AtomicU64::new(0)],
         }))
     }
 
     fn record(&self, k: u64, since: Instant) {
+        let us = since.elapsed().as_micros().max(1) as u64;
         if let Some(h) = self.shards.get(k as usize % self.shards.len()) {
-            let us = since.elapsed().as_micros().max(1) as u64;
             let _ = h.lock().unwrap_or_else(|p| p.into_inner()).record(us);
         }
+        if let Some(phase) = self.phase(since) {
+            let _ = self.phases[phase]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .record(us);
+        }
+    }
+
+    /// The phase of an append that arrived at `since` (0 throttled, 1 lifted), when the
+    /// run has phases.
+    fn phase(&self, since: Instant) -> Option<usize> {
+        self.split.get().map(|split| usize::from(since >= *split))
+    }
+
+    /// An append that arrived at `since` was acknowledged.
+    fn acknowledged(&self, since: Instant) {
+        self.ok.fetch_add(1, Ordering::Relaxed);
+        if let Some(phase) = self.phase(since) {
+            self.phase_ok[phase].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// An append that arrived at `since` failed with `e`.
+    fn failed_with(&self, since: Instant, e: &Error) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        if let Some(phase) = self.phase(since) {
+            self.phase_failed[phase].fetch_add(1, Ordering::Relaxed);
+        }
+        let mut errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        errors
+            .entry(error_label(e))
+            .or_insert_with(|| (0, e.to_string()))
+            .0 += 1;
+    }
+
+    /// Failed appends by kind: `{label: {count, example}}`.
+    fn errors_json(&self) -> serde_json::Value {
+        let errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        let mut labels: Vec<_> = errors.iter().collect();
+        labels.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+        let mut out = serde_json::Map::new();
+        for (label, (count, example)) in labels {
+            out.insert(label.clone(), json!({ "count": count, "example": example }));
+        }
+        serde_json::Value::Object(out)
     }
 
     fn merged(&self) -> Result<Histogram<u64>, Box<dyn std::error::Error>> {
@@ -995,7 +1115,7 @@ impl Arrival {
         self.settled = true;
         match result {
             Ok(receipt) => {
-                self.recorder.ok.fetch_add(1, Ordering::Relaxed);
+                self.recorder.acknowledged(self.since);
                 self.recorder.record(self.k, self.since);
                 if let Some(stamps) = stamps {
                     stamps.acknowledged(&receipt, self.k, called);
@@ -1006,11 +1126,29 @@ impl Arrival {
                     let _ = wal.obsolete(region, behind).await;
                 }
             }
-            Err(_) => {
-                self.recorder.failed.fetch_add(1, Ordering::Relaxed);
+            Err(e) => {
+                self.recorder.failed_with(self.since, &e);
             }
         }
     }
+}
+
+/// A failed append's kind of error, for the counts by kind: the variant, with the
+/// reason an epoch ended or the bound that refused, and the durability.
+fn error_label(e: &Error) -> String {
+    let what = match e {
+        Error::EpochEnded { reason, .. } => format!("EpochEnded({reason:?})"),
+        Error::Backpressure { limit, .. } => format!("Backpressure({limit:?})"),
+        other => {
+            let debug = format!("{other:?}");
+            debug
+                .split([' ', '{', '('])
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        }
+    };
+    format!("{what}/{:?}", e.durability())
 }
 
 impl Drop for Arrival {
@@ -1337,6 +1475,278 @@ async fn write(c: &Common, s: &Stores) -> Result<WriteResult, Box<dyn std::error
     write_reporting(c, s, None).await
 }
 
+/// The process's metrics recorder, installed by the first throttled run before its WAL
+/// opens (a WAL registers its metrics when it opens): the create retries and the PUTs
+/// by outcome are only counted there.
+fn metrics_recorder() -> Option<&'static metrics_exporter_prometheus::PrometheusHandle> {
+    static RECORDER: OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
+        OnceLock::new();
+    RECORDER
+        .get_or_init(|| {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .ok()
+        })
+        .as_ref()
+}
+
+/// From the recorder's text: `wal_create_retries_total` and `wal_requests_total` of
+/// `op="put"` by outcome, summed over prefixes.
+fn scrape_put_metrics(text: &str) -> (u64, HashMap<String, u64>) {
+    let value = |line: &str| -> u64 {
+        line.rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    let mut retries = 0;
+    let mut outcomes = HashMap::new();
+    for line in text.lines() {
+        if line.starts_with("wal_create_retries_total") {
+            retries += value(line);
+        } else if line.starts_with("wal_requests_total") && line.contains("op=\"put\"") {
+            let outcome = line
+                .split("outcome=\"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or("?");
+            *outcomes.entry(outcome.to_string()).or_insert(0) += value(line);
+        }
+    }
+    (retries, outcomes)
+}
+
+/// One sample of a throttled run, every [`SAMPLE_EVERY`].
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    /// Seconds since the run started.
+    t: f64,
+    objects: u64,
+    /// Appends answered so far, and failed (the bench's counts).
+    acked: u64,
+    failed: u64,
+    throttle: ThrottleCounts,
+    epoch: u64,
+    restarts: u64,
+    pending_bytes: u64,
+    queued: u64,
+    in_flight: u64,
+}
+
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
+/// A run over a throttled store (`--throttle-puts-per-s`): the sampler, the lift, and
+/// what they saw.
+struct ThrottleRun {
+    throttle: Arc<ThrottleStore>,
+    before: ThrottleCounts,
+    metrics_before: (u64, HashMap<String, u64>),
+    samples: Arc<Mutex<Vec<Sample>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ThrottleRun {
+    /// Starts sampling `wal` and, with `--throttle-lift-after-s`, the lift.
+    fn start(
+        c: &Common,
+        throttle: &Arc<ThrottleStore>,
+        wal: &WalHandle,
+        recorder: &Arc<Recorder>,
+        started: Instant,
+    ) -> Self {
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        let (wal, rec, t, out) = (
+            wal.clone(),
+            recorder.clone(),
+            throttle.clone(),
+            samples.clone(),
+        );
+        let before = throttle.counts();
+        tasks.push(tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(SAMPLE_EVERY);
+            loop {
+                ticker.tick().await;
+                if let Some(sample) = Self::sample(&wal, &rec, &t, &before, started).await {
+                    out.lock().unwrap_or_else(|p| p.into_inner()).push(sample);
+                }
+            }
+        }));
+        if let Some(lift) = c.throttle_lift_after_s {
+            let at = started + secs(lift);
+            let _ = recorder.split.set(at);
+            let t = throttle.clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep_until(at.into()).await;
+                t.set_puts_per_s(None);
+                t.set_gets_per_s(None);
+                eprintln!("bench write: throttle lifted at {lift:.1}s");
+            }));
+        }
+        let metrics_before = metrics_recorder()
+            .map(|h| scrape_put_metrics(&h.render()))
+            .unwrap_or_default();
+        ThrottleRun {
+            throttle: throttle.clone(),
+            before,
+            metrics_before,
+            samples,
+            tasks,
+        }
+    }
+
+    /// The WAL's counts and the throttle's now.
+    async fn sample(
+        wal: &WalHandle,
+        recorder: &Recorder,
+        throttle: &ThrottleStore,
+        before: &ThrottleCounts,
+        started: Instant,
+    ) -> Option<Sample> {
+        let st = wal.stats().await.ok()?;
+        Some(Sample {
+            t: started.elapsed().as_secs_f64(),
+            objects: st.objects,
+            acked: recorder.ok.load(Ordering::Relaxed),
+            failed: recorder.failed.load(Ordering::Relaxed),
+            throttle: throttle.counts().since(before),
+            epoch: st.epoch,
+            restarts: st.restarts,
+            pending_bytes: st.pending_bytes,
+            queued: st.queued,
+            in_flight: st.in_flight,
+        })
+    }
+
+    /// Stops sampling (and the lift, if still to come), with one last sample.
+    async fn stop(&self, wal: &WalHandle, recorder: &Recorder, started: Instant) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        let last = Self::sample(wal, recorder, &self.throttle, &self.before, started).await;
+        if let Some(sample) = last {
+            self.samples
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(sample);
+        }
+    }
+
+    /// The throttle's fields of the write line: what it refused, what the WAL made of
+    /// it, the per-second series, each phase, and how long after the lift the WAL wrote
+    /// at `min_object_interval` again.
+    fn fields(
+        &self,
+        c: &Common,
+        cfg: &Config,
+        recorder: &Recorder,
+        offered: f64,
+        line: &mut serde_json::Value,
+    ) {
+        let counts = self.throttle.counts().since(&self.before);
+        let samples = self
+            .samples
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        line["throttle_puts_per_s"] = json!(c.throttle_puts_per_s);
+        line["throttle_gets_per_s"] = json!(c.throttle_gets_per_s);
+        line["throttle_lift_after_s"] = json!(c.throttle_lift_after_s);
+        line["throttle_client_retries"] = json!(c.throttle_client_retries);
+        line["throttled_puts"] = json!(counts.puts_throttled);
+        line["admitted_puts"] = json!(counts.puts_admitted);
+        line["throttled_gets"] = json!(counts.gets_throttled);
+        line["throttle_errors"] = json!(counts.errors);
+        line["client_retries"] = json!(counts.client_retries);
+        line["failed_by_error"] = recorder.errors_json();
+        if let Some(h) = metrics_recorder() {
+            let (retries, outcomes) = scrape_put_metrics(&h.render());
+            let (retries0, outcomes0) = &self.metrics_before;
+            line["create_retries"] = json!(retries.saturating_sub(*retries0));
+            let mut delta = serde_json::Map::new();
+            for (k, v) in outcomes {
+                let v = v.saturating_sub(outcomes0.get(&k).copied().unwrap_or(0));
+                delta.insert(k, json!(v));
+            }
+            line["put_outcomes"] = serde_json::Value::Object(delta);
+        }
+        let (Some(first), Some(last)) = (samples.first().copied(), samples.last().copied()) else {
+            return;
+        };
+        line["epoch_first"] = json!(first.epoch);
+        line["epoch_last"] = json!(last.epoch);
+        line["restarts"] = json!(last.restarts.saturating_sub(first.restarts));
+        let max = |f: fn(&Sample) -> u64| samples.iter().map(f).max().unwrap_or(0);
+        line["max_pending_mib"] = json!(round2(max(|s| s.pending_bytes) as f64 / MIB));
+        line["max_queued"] = json!(max(|s| s.queued));
+        line["max_in_flight"] = json!(max(|s| s.in_flight));
+        // The last sample at or before `t` (the first one before it).
+        let at = |t: f64| -> Sample {
+            let i = samples.partition_point(|s| s.t <= t);
+            samples[i.saturating_sub(1)]
+        };
+        let seconds = last.t.ceil() as usize;
+        let series = |f: fn(&Sample) -> u64| -> Vec<u64> {
+            (0..seconds)
+                .map(|i| f(&at(i as f64 + 1.0)).saturating_sub(f(&at(i as f64))))
+                .collect()
+        };
+        line["series_objects"] = json!(series(|s| s.objects));
+        line["series_admitted_puts"] = json!(series(|s| s.throttle.puts_admitted));
+        line["series_throttled_puts"] = json!(series(|s| s.throttle.puts_throttled));
+        line["series_acked_appends"] = json!(series(|s| s.acked));
+        line["series_failed_appends"] = json!(series(|s| s.failed));
+        line["series_pending_mib"] = json!((0..seconds)
+            .map(|i| round2(at(i as f64 + 1.0).pending_bytes as f64 / MIB))
+            .collect::<Vec<_>>());
+        // The phases: throttled until the lift (or the end of the arrivals), lifted after.
+        let lift = c.throttle_lift_after_s.filter(|l| *l < offered);
+        let bounds = match lift {
+            Some(l) => vec![("throttled", 0.0, l), ("lifted", l, offered)],
+            None => vec![("throttled", 0.0, offered)],
+        };
+        let mut phases = serde_json::Map::new();
+        for (i, (name, from, to)) in bounds.into_iter().enumerate() {
+            let (a, b) = (at(from), at(to));
+            let dt = (b.t - a.t).max(1e-9);
+            let rate = |f: fn(&Sample) -> u64| round2(f(&b).saturating_sub(f(&a)) as f64 / dt);
+            let mut phase = json!({
+                "from_s": round2(from),
+                "to_s": round2(to),
+                "objects_per_s": rate(|s| s.objects),
+                "admitted_puts_per_s": rate(|s| s.throttle.puts_admitted),
+                "throttled_puts_per_s": rate(|s| s.throttle.puts_throttled),
+                "acked_appends_per_s": rate(|s| s.acked),
+                "failed_appends_per_s": rate(|s| s.failed),
+            });
+            // By arrival: the appends that arrived in the phase, however late answered.
+            if recorder.split.get().is_some() {
+                let h = recorder.phases[i].lock().unwrap_or_else(|p| p.into_inner());
+                phase["arrived_acked"] = json!(recorder.phase_ok[i].load(Ordering::Relaxed));
+                phase["arrived_failed"] = json!(recorder.phase_failed[i].load(Ordering::Relaxed));
+                phase["p50_ms"] = json!(ms(&h, 0.5));
+                phase["p99_ms"] = json!(ms(&h, 0.99));
+                phase["max_ms"] = json!(round2(h.max() as f64 / 1000.0));
+            }
+            phases.insert(name.to_string(), phase);
+        }
+        line["phases"] = serde_json::Value::Object(phases);
+        // Back at the interval: the first one-second window from the lift on with at
+        // least 90 % of the objects `min_object_interval` allows.
+        let interval = cfg.min_object_interval.as_secs_f64();
+        if let (Some(l), true) = (lift, interval > 0.0) {
+            let target = 0.9 / interval;
+            line["objects_per_s_target"] = json!(round2(target));
+            let back = samples
+                .iter()
+                .filter(|s| s.t >= l && s.t + 1.0 <= last.t)
+                .find(|s| at(s.t + 1.0).objects.saturating_sub(s.objects) as f64 >= target)
+                .map(|s| round2(s.t - l));
+            line["back_at_interval_after_s"] = json!(back);
+        }
+    }
+}
+
 /// A soak's reporting: its period, where its samples go, and whether to trim.
 type SoakReport = Option<(Duration, Arc<Mutex<Vec<SoakSample>>>, bool)>;
 
@@ -1348,6 +1758,10 @@ async fn write_reporting(
     report: SoakReport,
 ) -> Result<WriteResult, Box<dyn std::error::Error>> {
     let cfg = config(c);
+    if s.throttle.is_some() {
+        // Before the WAL opens: it registers its metrics then.
+        metrics_recorder();
+    }
     let wal = s.spawn(&cfg).await?;
     wal.ready().await?;
     s.counting.reset();
@@ -1361,6 +1775,10 @@ async fn write_reporting(
     )?);
     let recorder = Recorder::new()?;
     let started = Instant::now();
+    let throttled = s
+        .throttle
+        .as_ref()
+        .map(|t| ThrottleRun::start(c, t, &wal, &recorder, started));
     let progress = if let Some(report) = report {
         let (wal, base, prefix) = (wal.clone(), s.base.clone(), cfg.prefix.clone());
         tokio::spawn(soak_reporter(
@@ -1373,14 +1791,25 @@ async fn write_reporting(
         ))
     } else {
         let (wal, recorder) = (wal.clone(), recorder.clone());
+        let throttle = s.throttle.clone();
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(Duration::from_secs(1));
             ticker.tick().await;
             loop {
                 ticker.tick().await;
                 if let Ok(st) = wal.stats().await {
+                    let throttled = throttle.as_ref().map_or(String::new(), |t| {
+                        let n = t.counts();
+                        format!(
+                            " epoch {} failed {} throttled {}/{} puts",
+                            st.epoch,
+                            recorder.failed.load(Ordering::Relaxed),
+                            n.puts_throttled,
+                            n.puts_throttled + n.puts_admitted
+                        )
+                    });
                     eprintln!(
-                        "bench write: {:.0}s appends {} objects {} pending {} tasks {} rss_mib {:.1}",
+                        "bench write: {:.0}s appends {} objects {} pending {} tasks {} rss_mib {:.1}{throttled}",
                         started.elapsed().as_secs_f64(),
                         st.appends,
                         st.objects,
@@ -1400,6 +1829,9 @@ async fn write_reporting(
         }
     };
     progress.abort();
+    if let Some(t) = &throttled {
+        t.stop(&wal, &recorder, started).await;
+    }
     let elapsed = started.elapsed().as_secs_f64();
     let hist = recorder.merged()?;
     let ok = recorder.ok.load(Ordering::Relaxed);
@@ -1487,6 +1919,12 @@ async fn write_reporting(
     }
     latency_fields(c, &drawn, &mut line);
     replica_fields(c, s, &mut line);
+    if let Some(t) = &throttled {
+        let offered = offered_seconds.unwrap_or(c.seconds.min(elapsed));
+        t.fields(c, &cfg, &recorder, offered, &mut line);
+    } else if failed > 0 {
+        line["failed_by_error"] = recorder.errors_json();
+    }
     cost_fields(&counts, elapsed, "", &mut line);
     line["catalog_objects"] = json!(stats.chain_objects);
     line["catalog_regions"] = json!(stats.catalog_regions);

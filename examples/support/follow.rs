@@ -395,6 +395,7 @@ pub(super) async fn follow(
         latent,
         base,
         replicas,
+        throttle,
     } = stores(c)?;
     // Outermost on the WAL's handle: the local followers' reads.
     let wal_reads = CountingStore::counts_only(counted);
@@ -409,6 +410,7 @@ pub(super) async fn follow(
         latent,
         base,
         replicas,
+        throttle,
     };
     let cfg = config(c);
     let wal = s.spawn(&cfg).await?;

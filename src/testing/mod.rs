@@ -10,7 +10,8 @@
 //! returns damaged bytes, a LIST that fails. [`FaultStore`] stages each of these on
 //! demand (or draws them from a seed, for the simulation); [`CountingStore`] shows how
 //! many requests, and which reads, a path costs; [`LatencyStore`] stands in for a
-//! remote store in examples and benchmarks.
+//! remote store in examples and benchmarks; [`ThrottleStore`] answers past a request
+//! rate as S3 does (`503 Slow Down`), the limit changed or lifted at run time.
 //!
 //! ## How they compose
 //!
@@ -45,6 +46,7 @@ mod fault;
 mod forward;
 mod latency;
 mod rng;
+mod throttle;
 
 pub use clock::{ManualClock, TokioClock};
 pub use counting::{CountingHooks, CountingStore, Counts, GetRecord};
@@ -62,6 +64,10 @@ pub use latency::{
     LatencyTail,
 };
 pub use rng::SplitMix64;
+pub use throttle::{
+    with_throttle, ClientRetries, Throttle, ThrottleCounts, ThrottleHooks, ThrottleReply,
+    ThrottleStore, Throttled,
+};
 
 /// Locks `m`, taking the data of a lock poisoned by a panic elsewhere (a test that
 /// failed) as it is.
