@@ -267,3 +267,137 @@ pub fn open_segment(
     }
     Ok(Bytes::from(decoded))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transform::DEFAULT_ZSTD_LEVEL;
+
+    /// Text like a metrics insert's (JSON rows, numbers varying): what a WAL mostly holds.
+    fn rows(len: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            state >> 33
+        };
+        let mut text = Vec::with_capacity(len + 200);
+        while text.len() < len {
+            let row = format!(
+                "{{\"table\":\"cpu\",\"ts\":{},\"host\":\"host-{:04}\",\"usage_user\":{}.{}}}\n",
+                1_764_944_000_000u64 + next() % 100_000,
+                next() % 1000,
+                next() % 60,
+                next() % 10
+            );
+            text.extend_from_slice(row.as_bytes());
+        }
+        text.truncate(len);
+        text
+    }
+
+    /// Incompressible bytes: a compression that does not fit its room.
+    fn noise(len: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed | 1;
+        (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect()
+    }
+
+    /// `plain` through this thread's reused context, as `seal_segment` calls it (into no
+    /// more room than would shrink the segment).
+    fn reused(plain: &[u8], level: i32) -> Option<Vec<u8>> {
+        let mut out = vec![0u8; plain.len().saturating_sub(DECODED_LEN_PREFIX)];
+        let written = zstd_compress_into(plain, level, &mut out)?;
+        out.truncate(written);
+        Some(out)
+    }
+
+    #[test]
+    fn a_reused_zstd_context_writes_the_bytes_of_a_fresh_one() {
+        // Sizes around a segment of one small entry, a 1 KiB entry, several, and more
+        // than one 128 KiB zstd block; levels across the range, switched back and forth;
+        // a failed compression (noise does not fit its room) between any two.
+        let sizes = [68, 300, 1_028, 3_084, 64 << 10, 300 << 10];
+        for (round, level) in [3, 1, 3, 19, -7, 9, 3].into_iter().enumerate() {
+            for (i, size) in sizes.into_iter().enumerate() {
+                let plain = rows(size, (round * 10 + i) as u64);
+                let fresh = zstd::bulk::compress(&plain, level).expect("a fresh context");
+                let mut simple = Vec::with_capacity(zstd::zstd_safe::compress_bound(size));
+                zstd::zstd_safe::compress(&mut simple, &plain, level).expect("ZSTD_compress");
+                assert_eq!(fresh, simple, "ZSTD_compress2 and ZSTD_compress agree");
+                // What a fresh context writes, if it fits the room (it shrinks).
+                let expected = (fresh.len() <= size - DECODED_LEN_PREFIX).then_some(fresh);
+                assert_eq!(
+                    reused(&plain, level),
+                    expected,
+                    "level {level}, {size} bytes"
+                );
+                assert_eq!(reused(&noise(size, i as u64), level), None);
+                assert_eq!(
+                    reused(&plain, level),
+                    expected,
+                    "level {level}, {size} bytes, after a failed compression"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_zstd_frame_records_its_content_size_and_no_checksum_or_dictionary() {
+        for size in [300, 1_028, 300 << 10] {
+            let plain = rows(size, 7);
+            let frame = reused(&plain, DEFAULT_ZSTD_LEVEL).expect("compressible");
+            let (magic, rest) = frame.split_first_chunk::<4>().expect("a frame header");
+            assert_eq!(u32::from_le_bytes(*magic), 0xFD2F_B528, "a zstd frame");
+            let descriptor = rest.first().copied().expect("a frame header descriptor");
+            let (size_flag, single_segment) = (descriptor >> 6, (descriptor >> 5) & 1);
+            assert!(size_flag != 0 || single_segment == 1, "content size");
+            assert_eq!(descriptor & 0b100, 0, "no checksum");
+            assert_eq!(descriptor & 0b11, 0, "no dictionary id");
+            assert_eq!(
+                zstd::zstd_safe::get_frame_content_size(&frame).ok(),
+                Some(Some(size as u64))
+            );
+        }
+        // FORMAT.md's vector 4: 64 bytes `a` in one entry, its frame byte for byte.
+        let mut plain = 64u32.to_le_bytes().to_vec();
+        plain.extend_from_slice(&[b'a'; 64]);
+        let frame = reused(&plain, DEFAULT_ZSTD_LEVEL).expect("compressible");
+        assert_eq!(
+            frame,
+            [
+                0x28, 0xb5, 0x2f, 0xfd, 0x20, 0x44, 0x5d, 0x00, 0x00, 0x28, 0x40, 0x00, 0x00, 0x00,
+                0x61, 0x01, 0x00, 0x94, 0x80, 0x16
+            ]
+        );
+    }
+
+    #[test]
+    fn a_reused_zstd_decompressor_reads_on_after_a_bad_frame() {
+        let plain = rows(3_084, 1);
+        let frame = reused(&plain, DEFAULT_ZSTD_LEVEL).expect("compressible");
+        assert_eq!(zstd_decompress(&frame, plain.len()).as_ref(), Ok(&plain));
+        // Without a checksum a flipped bit inside a block may decode to other bytes; a
+        // wrong magic, a cut frame and a missing magic never do.
+        let mut damaged = frame.clone();
+        if let Some(byte) = damaged.first_mut() {
+            *byte ^= 0xff;
+        }
+        let cut = frame.get(..frame.len() - 3).expect("cut");
+        let headless = frame.get(4..).expect("headless");
+        for bad in [&damaged[..], cut, headless] {
+            assert!(zstd_decompress(bad, plain.len()).is_err_and(|e| !e.is_empty()));
+            assert_eq!(zstd_decompress(&frame, plain.len()).as_ref(), Ok(&plain));
+        }
+        // A bound below the frame's content size is refused, then reading goes on.
+        assert!(zstd_decompress(&frame, plain.len() - 1).is_err());
+        assert_eq!(zstd_decompress(&frame, plain.len()).as_ref(), Ok(&plain));
+    }
+}
