@@ -621,16 +621,39 @@ impl WalHandle {
             .map(|h| h.pieces)
             .unwrap_or_default();
         pieces.sort_by_key(|p| p.first_id);
-        let mut parts = Vec::new();
-        for piece in pieces.iter().filter(|p| p.last_id >= from) {
-            let first = from.max(piece.first_id);
-            let part = self
-                .catch_up(&piece.prefix, region, first, piece.last_id, within)
-                .await?;
-            parts.push(part);
-        }
-        parts.push(self.read_stream(region, from).await?);
-        let history = futures::stream::iter(parts).flatten().boxed();
+        // This log's own entries of the region come after every piece (an acquire's
+        // last id is at least their last ids): any below are an earlier tenure's, which
+        // a piece replays if they are not flushed.
+        let own_from = pieces
+            .iter()
+            .map(|p| p.last_id.saturating_add(1))
+            .fold(from, u64::max);
+        let parts = pieces
+            .into_iter()
+            .filter(move |p| p.last_id >= from)
+            .map(Some)
+            .chain([None]);
+        let wal = self.clone();
+        // Each part starts once the one before it ended, so `within` bounds each.
+        let history = futures::stream::iter(parts)
+            .then(move |part| {
+                let wal = wal.clone();
+                async move {
+                    match part {
+                        Some(piece) => {
+                            let first = from.max(piece.first_id);
+                            wal.catch_up(&piece.prefix, region, first, piece.last_id, within)
+                                .await
+                        }
+                        None => wal.read_stream(region, own_from).await,
+                    }
+                }
+            })
+            .flat_map(|part| match part {
+                Ok(entries) => entries.boxed(),
+                Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+            })
+            .boxed();
         let span = tracing::info_span!("history", region, from);
         Ok(crate::reader::forward(history, span).into_stream())
     }

@@ -7,7 +7,9 @@
 //! once, however many of its regions it takes. Opens run in tasks of their own, off
 //! the supervisor's mailbox; catch-ups asked for meanwhile wait for theirs.
 //!
-//! Bounded: at most [`MAX_SOURCES`] sources are kept, the most recently used; one
+//! Bounded: at most [`MAX_SOURCES`] sources are kept, the most recently used, and as
+//! many opened at once (a catch-up of yet another is refused with
+//! [`Error::Backpressure`]); one
 //! dropped ends once its last catch-up does. A source whose polling failed (a store
 //! error ends it for good) is opened again by the next catch-up from it. Each reads through the WAL's store access
 //! (its requests count in the WAL's metrics) and closes with it, so every task of a
@@ -60,6 +62,10 @@ pub(crate) struct CatchUp {
 impl CatchUp {
     /// Starts the catch-up over `source` and answers with its entries.
     fn start(self, source: &SourceLog) {
+        if self.reply.is_closed() {
+            // Its caller gave up waiting: nothing to read for.
+            return;
+        }
         let within = self.deadline.saturating_duration_since(Instant::now());
         let entries = source.catch_up_to(
             self.region,
@@ -127,6 +133,15 @@ impl Sources {
                 return;
             }
             opening.waiting.push(catch_up);
+            return;
+        }
+        if self.opening.len() >= MAX_SOURCES {
+            // Each open recovers a whole chain: a few at a time.
+            let _ = catch_up.reply.send(Err(Error::Backpressure {
+                limit: object_store_wal::BackpressureLimit::QueuedRequests,
+                held: self.opening.len() as u64,
+                max: MAX_SOURCES as u64,
+            }));
             return;
         }
         let source_io = match io.at_prefix(&catch_up.source, config) {

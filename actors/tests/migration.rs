@@ -822,3 +822,66 @@ async fn a_source_log_says_when_its_polling_failed() {
     assert_eq!(ids, vec![first, second]);
     stop(a, join_a).await;
 }
+
+/// A region that comes back to an earlier owner: A's own entries of its first tenure are
+/// still on A's chain, and also its first piece; `read_history` replays each entry once,
+/// in id order (A's piece, B's piece, then A's entries after the acquire), even under a
+/// caller's longest wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_back_at_an_earlier_owner_replays_each_entry_once() {
+    let (_faults, store) = memory();
+    let config_of = |prefix: &str| {
+        let mut c = config_no_reclaim();
+        c.prefix = prefix.into();
+        c
+    };
+    let (a, join_a) = spawn(&store, &config_of("node-a")).await;
+    let (b, join_b) = spawn(&store, &config_of("node-b")).await;
+    let first = bounded("an append", a.append(1, vec![payload(0)]))
+        .await
+        .expect("append")
+        .parts[0]
+        .first_id;
+    let from_a = bounded("the release", a.release(1))
+        .await
+        .expect("released");
+    let piece_a = Piece {
+        prefix: "node-a".into(),
+        first_id: first,
+        last_id: first,
+    };
+    bounded(
+        "the acquire",
+        b.acquire_with_pieces(1, from_a.acquire_above, vec![piece_a.clone()]),
+    )
+    .await
+    .expect("acquired");
+    let second = bounded("an append", b.append(1, vec![payload(1)]))
+        .await
+        .expect("append")
+        .parts[0]
+        .first_id;
+    let from_b = bounded("the release", b.release(1))
+        .await
+        .expect("released");
+    let piece_b = Piece {
+        prefix: "node-b".into(),
+        first_id: second,
+        last_id: second,
+    };
+    bounded(
+        "the acquire",
+        a.acquire_with_pieces(1, from_b.acquire_above, vec![piece_a, piece_b]),
+    )
+    .await
+    .expect("taken back");
+    let third = bounded("an append", a.append(1, vec![payload(2)]))
+        .await
+        .expect("append")
+        .parts[0]
+        .first_id;
+    let history = history_of(&a, 1, 0, Duration::MAX).await;
+    assert_eq!(history, vec![first, second, third]);
+    stop(a, join_a).await;
+    stop(b, join_b).await;
+}

@@ -145,7 +145,11 @@ impl SourceLog {
         };
         let (io, catalog) = (self.io.clone(), self.catalog.clone());
         let follow = follow_region(io, catalog, region, from, &self.config, growth);
-        let deadline = tokio::time::Instant::now() + within;
+        let now = tokio::time::Instant::now();
+        // A caller's too long wait is a year, never an overflow.
+        let deadline = now
+            .checked_add(within)
+            .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600));
         stream::unfold(Some(follow), move |follow| async move {
             let mut follow = follow?;
             let next = match tokio::time::timeout_at(deadline, follow.next()).await {

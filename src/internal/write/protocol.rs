@@ -1026,10 +1026,11 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             }
             flight.started = true;
             // The next slot is an interval after this one, or after this start if it
-            // came more than a timer tick late (idle): starts are never closer than an
-            // interval less a tick, and never more than one per interval on average.
-            // An urgent object (a release's or an acquire's) starts beside the grid and
-            // leaves it as it was: the appends behind it keep their slot.
+            // came more than a timer tick late (idle): starts on the grid are never
+            // closer than an interval less a tick, and never more than one per interval
+            // on average. An urgent object (a release's or an acquire's, or the batch a
+            // raise seals) starts beside the grid and leaves it as it was: the appends
+            // behind it keep their slot; each adds one start to the grid's.
             if !urgent {
                 let interval = self.limits.min_object_interval;
                 let slack = interval.min(TIMER_TICK);
