@@ -9,11 +9,11 @@
 //!
 //! Bounded: at most [`MAX_SOURCES`] sources are kept, the most recently used, and as
 //! many opened at once (a catch-up of yet another is refused with
-//! [`Error::Backpressure`]); one
-//! dropped ends once its last catch-up does. A source whose polling failed (a store
-//! error ends it for good) is opened again by the next catch-up from it. Each reads through the WAL's store access
-//! (its requests count in the WAL's metrics) and closes with it, so every task of a
-//! source ends when the WAL stops or is aborted.
+//! [`Error::Backpressure`]); one dropped ends once its last catch-up does. A source
+//! whose polling failed (a store error ends it for good) is opened again by the next
+//! catch-up from it. Each reads through the WAL's store access (its requests count in
+//! the WAL's metrics) and closes with it, so every task of a source ends when the WAL
+//! stops or is aborted.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,6 +60,15 @@ pub(crate) struct CatchUp {
 }
 
 impl CatchUp {
+    /// Refuses it with [`Error::Backpressure`]: `held` of `max` are taken.
+    fn refuse_busy(self, held: usize, max: usize) {
+        let _ = self.reply.send(Err(Error::Backpressure {
+            limit: object_store_wal::BackpressureLimit::QueuedRequests,
+            held: held as u64,
+            max: max as u64,
+        }));
+    }
+
     /// Starts the catch-up over `source` and answers with its entries.
     fn start(self, source: &SourceLog) {
         if self.reply.is_closed() {
@@ -125,24 +134,14 @@ impl Sources {
         }
         if let Some(opening) = self.opening.get_mut(&catch_up.source) {
             if opening.waiting.len() >= MAX_WAITING {
-                let _ = catch_up.reply.send(Err(Error::Backpressure {
-                    limit: object_store_wal::BackpressureLimit::QueuedRequests,
-                    held: opening.waiting.len() as u64,
-                    max: MAX_WAITING as u64,
-                }));
-                return;
+                return catch_up.refuse_busy(opening.waiting.len(), MAX_WAITING);
             }
             opening.waiting.push(catch_up);
             return;
         }
         if self.opening.len() >= MAX_SOURCES {
             // Each open recovers a whole chain: a few at a time.
-            let _ = catch_up.reply.send(Err(Error::Backpressure {
-                limit: object_store_wal::BackpressureLimit::QueuedRequests,
-                held: self.opening.len() as u64,
-                max: MAX_SOURCES as u64,
-            }));
-            return;
+            return catch_up.refuse_busy(self.opening.len(), MAX_SOURCES);
         }
         let source_io = match io.at_prefix(&catch_up.source, config) {
             Ok(source_io) => source_io,

@@ -177,13 +177,6 @@ impl Drop for SupervisorState {
     }
 }
 
-/// `within` from now; a caller's too long wait is a year, never an overflow.
-fn deadline_after(within: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(within)
-        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
-}
-
 fn stopped() -> Error {
     Error::Stopped {
         durability: Durability::NotWritten,
@@ -805,7 +798,7 @@ impl Actor for Supervisor {
                     from,
                     through,
                     released_in,
-                    deadline: deadline_after(within),
+                    deadline: object_store_wal::internal::read::deadline_after(within),
                     reply,
                 };
                 state.on_catch_up(&myself, catch_up);

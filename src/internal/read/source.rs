@@ -30,6 +30,13 @@ use crate::internal::open::recover;
 use crate::internal::store::objects::WalIo;
 use crate::internal::store::stores::WalStores;
 
+/// `within` from now; a caller's too long wait is a year, never an overflow.
+pub fn deadline_after(within: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(within)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
 /// A source log opened read-only (see the module docs). Dropping it ends its polling
 /// task once no catch-up or follow over it is left. A poll that fails (a probe's error
 /// and then the listing's) ends the polling for good ([`has_failed`](Self::has_failed)):
@@ -145,11 +152,7 @@ impl SourceLog {
         };
         let (io, catalog) = (self.io.clone(), self.catalog.clone());
         let follow = follow_region(io, catalog, region, from, &self.config, growth);
-        let now = tokio::time::Instant::now();
-        // A caller's too long wait is a year, never an overflow.
-        let deadline = now
-            .checked_add(within)
-            .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600));
+        let deadline = deadline_after(within);
         stream::unfold(Some(follow), move |follow| async move {
             let mut follow = follow?;
             let next = match tokio::time::timeout_at(deadline, follow.next()).await {
