@@ -30,7 +30,8 @@ use crate::messages::{EntryReceiver, InternalMsg, WalMsg};
 use crate::reader::forward;
 
 /// Source logs kept open at most (the most recently used): a node takes regions from a
-/// few others at a time, and each keeps a catalog and a segment cache.
+/// few others at a time, and each keeps a catalog, a segment cache and up to
+/// `SOURCE_OBJECT_BYTES` (8 MiB) of whole objects.
 pub const MAX_SOURCES: usize = 8;
 
 /// Catch-ups waiting for their source's open at most; the next is refused with

@@ -743,13 +743,50 @@ async fn a_target_catches_up_through_its_wal_over_one_open_of_the_source() {
         .filter(|g| g.key == data_key && g.range.as_ref().is_none_or(|r| r.end == u64::MAX))
         .count();
     assert_eq!(summaries, 1, "one open of the source: {gets:?}");
-    let mut seen = std::collections::HashSet::new();
-    for g in gets
-        .iter()
-        .filter(|g| g.found && g.key.starts_with("node-a/"))
-    {
-        assert!(seen.insert((&g.key, &g.range)), "fetched twice: {g:?}");
+    assert_each_object_fetched_once(&counting, "node-a/");
+
+    // Objects the source writes while a catch-up from it is under way (here a region
+    // with nothing yet, through an id far ahead): the probe that finds each reads it
+    // whole, and every region's catch-up reads its segment from that one read.
+    counting.reset();
+    let waiting = bounded("the catch-up", b.catch_up("node-a", 7, 0, u64::MAX, within))
+        .await
+        .expect("a catch-up");
+    let big = |r: u64, i: usize| Bytes::from(format!("{r}:{i}:").repeat(500));
+    let mut more: Vec<Vec<u64>> = vec![Vec::new(); 3];
+    for i in 0..3 {
+        let parts = (4..=6).map(|r| (r, vec![big(r, i)])).collect();
+        let receipt = bounded("an append", a.append_many(parts))
+            .await
+            .expect("append");
+        for (r, part) in receipt.parts.iter().enumerate() {
+            more[r].push(part.first_id);
+        }
     }
+    for r in 4..=6u64 {
+        let answer = bounded("the release", a.release(r))
+            .await
+            .expect("released");
+        let stream = bounded(
+            "the catch-up",
+            b.catch_up_released("node-a", r, 0, &answer, within),
+        )
+        .await
+        .expect("a catch-up");
+        let got: Vec<(u64, Bytes)> = bounded("its entries", stream.collect::<Vec<_>>())
+            .await
+            .into_iter()
+            .map(|e| e.map(|e| (e.id, e.payload)).expect("an entry"))
+            .collect();
+        let want: Vec<(u64, Bytes)> = more[r as usize - 4]
+            .iter()
+            .zip(0..)
+            .map(|(id, i)| (*id, big(r, i)))
+            .collect();
+        assert_eq!(got, want, "region {r}");
+    }
+    drop(waiting);
+    assert_each_object_fetched_once(&counting, "node-a/");
 
     let none = object_store_wal::Released {
         last_id: None,
@@ -777,6 +814,20 @@ async fn a_target_catches_up_through_its_wal_over_one_open_of_the_source() {
         other => panic!("{other:?}"),
     }
     stop(a, join_a).await;
+}
+
+/// Every object under `prefix` was read at most once since the last reset: one GET
+/// that found it (a probe, a summary or a segment read).
+fn assert_each_object_fetched_once(counting: &CountingStore, prefix: &str) {
+    let gets = counting.get_log();
+    let mut reads: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for g in gets.iter().filter(|g| g.found && g.key.starts_with(prefix)) {
+        *reads.entry(g.key.as_str()).or_default() += 1;
+    }
+    assert!(!reads.is_empty(), "nothing read: {gets:?}");
+    for (key, n) in reads {
+        assert_eq!(n, 1, "{key} fetched {n} times: {gets:?}");
+    }
 }
 
 /// A source log whose polling failed (the store unreachable past the request timeout)

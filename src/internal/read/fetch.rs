@@ -55,19 +55,16 @@ pub(crate) fn region_segments(
     let locations = stream::unfold(from, move |next| {
         let catalog = catalog.clone();
         async move {
-            let location = catalog
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .segments_from(region, next)
-                .first()
-                .copied()?;
-            Some((location, location.record.last_entry_id + 1))
+            let catalog = catalog.read().unwrap_or_else(|p| p.into_inner());
+            let location = catalog.segments_from(region, next).first().copied()?;
+            let object_len = catalog.object(location.sequence).map(|o| o.length);
+            Some(((location, object_len), location.record.last_entry_id + 1))
         }
     });
     locations
-        .map(move |location| {
+        .map(move |(location, object_len)| {
             let io = io.clone();
-            async move { (location, fetch_segment(&io, &location).await) }
+            async move { (location, fetch_segment(&io, &location, object_len).await) }
         })
         .buffered(read_ahead.max(1))
         .boxed()
@@ -93,8 +90,14 @@ pub(crate) fn reclaimed(catalog: &RwLock<Catalog>, sequence: u64, error: &Error)
 /// Fetches one segment with a ranged read of exactly its bytes and decodes it, verified
 /// (`fetch_verified`), unless the segment cache holds it or another read is fetching
 /// it (then its result is this one's: one GET however many read the segment at once);
-/// what it fetched and verified goes into the cache.
-pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec<Entry>> {
+/// what it fetched and verified goes into the cache. `object_len`, the length of the
+/// object holding it if known, lets a view that keeps whole objects read it whole
+/// ([`WalIo::read_span_verified`]).
+pub async fn fetch_segment(
+    io: &WalIo,
+    location: &SegmentLocation,
+    object_len: Option<u64>,
+) -> Result<Vec<Entry>> {
     let record = &location.record;
     let id = SegmentId {
         sequence: location.sequence,
@@ -110,13 +113,14 @@ pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec
                 None => continue,
             },
             Lookup::Fetch(lead) => {
-                let fetched = match fetch_verified(io, std::slice::from_ref(location)).await {
-                    Ok(fetched) => match fetched.into_iter().next() {
-                        Some(payloads) => payloads.map(Payloads::from),
-                        None => Ok(Payloads::from(Vec::new())),
-                    },
-                    Err(e) => Err(e),
-                };
+                let fetched =
+                    match fetch_verified(io, std::slice::from_ref(location), object_len).await {
+                        Ok(fetched) => match fetched.into_iter().next() {
+                            Some(payloads) => payloads.map(Payloads::from),
+                            None => Ok(Payloads::from(Vec::new())),
+                        },
+                        Err(e) => Err(e),
+                    };
                 break lead.finish(fetched)?;
             }
         }
@@ -134,10 +138,11 @@ pub async fn fetch_segment(io: &WalIo, location: &SegmentLocation) -> Result<Vec
 /// several stores a copy whose segments do not all verify is replaced by another first.
 /// Each record gets its payloads, or, failed twice, an [`Error::CorruptSegment`] naming
 /// the key and region (reported as damage): only that segment's region is affected.
-/// `Err` only if the span could not be read.
+/// `Err` only if the span could not be read. `object_len` as for [`fetch_segment`].
 pub(crate) async fn fetch_verified(
     io: &WalIo,
     records: &[SegmentLocation],
+    object_len: Option<u64>,
 ) -> Result<Vec<Result<Vec<Bytes>>>> {
     let (Some(first), Some(last)) = (records.first(), records.last()) else {
         return Ok(Vec::new());
@@ -158,7 +163,9 @@ pub(crate) async fn fetch_verified(
                     .is_some_and(|segment| format::check_segment(&segment, &loc.record).is_ok())
             })
         };
-        let bytes = io.read_range_verified(sequence, span.clone(), &verify).await?;
+        let bytes = io
+            .read_span_verified(sequence, first.epoch, object_len, span.clone(), &verify)
+            .await?;
         let decoded: Vec<_> = records
             .iter()
             .map(|loc| {
@@ -223,16 +230,24 @@ pub(crate) fn entries_of(
 /// must not be taken for one this log still owns.
 pub async fn read_holdings(io: &WalIo, catalog: &Catalog) -> Result<Holdings> {
     let last = catalog.segments_from(CONTROL_REGION, 0).last().copied();
-    read_holdings_at(io, last).await
+    let object_len = last
+        .and_then(|l| catalog.object(l.sequence))
+        .map(|o| o.length);
+    read_holdings_at(io, last, object_len).await
 }
 
 /// [`read_holdings`] from the control segment at `location` (the last one on the
-/// chain; `None`: there is none, and nothing is held).
-pub async fn read_holdings_at(io: &WalIo, location: Option<SegmentLocation>) -> Result<Holdings> {
+/// chain; `None`: there is none, and nothing is held), in an object `object_len` bytes
+/// long if known ([`fetch_segment`]).
+pub async fn read_holdings_at(
+    io: &WalIo,
+    location: Option<SegmentLocation>,
+    object_len: Option<u64>,
+) -> Result<Holdings> {
     let Some(location) = location else {
         return Ok(Holdings::new());
     };
-    let payloads = fetch_verified(io, std::slice::from_ref(&location))
+    let payloads = fetch_verified(io, std::slice::from_ref(&location), object_len)
         .await?
         .into_iter()
         .next()

@@ -303,7 +303,7 @@ async fn fetch_segments(
     records: Vec<SegmentLocation>,
     from: &HashMap<u64, u64>,
 ) -> Result<Vec<Result<Entry>>> {
-    let fetched = fetch_verified(io, &records).await?;
+    let fetched = fetch_verified(io, &records, None).await?;
     let mut entries = Vec::new();
     for (loc, payloads) in records.iter().zip(fetched) {
         match payloads {

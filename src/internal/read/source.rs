@@ -1,8 +1,10 @@
 //! Another node's log opened read-only as the source of regions this node takes over
 //! (DESIGN.md "Regions moving between nodes", catch-up): its chain is recovered once and
 //! extended by probing (as a read-only follower's, `tail`), and every region taken from
-//! it reads over that one catalog and one segment cache, so one node fetches each source
-//! object at most once however many of its regions it takes.
+//! it reads over that one catalog, one segment cache and one cache of whole objects
+//! (each region's segment a slice of the object's one read), so one node fetches each
+//! source object once however many of its regions it takes (DESIGN.md says when an
+//! object costs more: larger than `SOURCE_OBJECT_LARGEST`, or probed while idle).
 //!
 //! A catch-up delivers a region's entries from an id up to exactly the id the source's
 //! release answered, then ends. It never hangs on an id the source does not hold: once
@@ -27,8 +29,19 @@ use crate::error::{Durability, Error, Result};
 use crate::format::control::CONTROL_REGION;
 use crate::internal::chain::catalog::Catalog;
 use crate::internal::open::recover;
+use crate::internal::store::cache::WholeObjectsWanted;
 use crate::internal::store::objects::WalIo;
 use crate::internal::store::stores::WalStores;
+
+/// Bytes of a source's objects kept whole for its catch-ups
+/// ([`WholeObjects`](crate::internal::store::cache::WholeObjects)): objects of a few
+/// hundred milliseconds of a busy source, so that the catch-ups of regions moved
+/// together share each object's one read.
+pub const SOURCE_OBJECT_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The largest source object read whole (at most `Config::whole_read_threshold`);
+/// a larger object's segments are ranged reads, one per region.
+pub const SOURCE_OBJECT_LARGEST: u64 = 1024 * 1024;
 
 /// `within` from now; a caller's too long wait is a year, never an overflow.
 pub fn deadline_after(within: Duration) -> tokio::time::Instant {
@@ -61,6 +74,8 @@ impl SourceLog {
     /// Recovers the source's chain (read-only: nothing is written, nothing fenced) and
     /// starts polling it for new objects every `poll_interval` while objects appear.
     pub async fn open(io: WalIo, config: Config, poll_interval: Duration) -> Result<Self> {
+        let largest = config.whole_read_threshold.min(SOURCE_OBJECT_LARGEST);
+        let io = io.with_whole_objects(SOURCE_OBJECT_BYTES, largest);
         // Reads at the node's `read_ahead`: catch-ups of many regions at once must not
         // crowd out the node's own work (at 8 segments at once, as a lone read-only
         // follower fetches, the cluster example's unmoved appends' p99 rose by 15 ms).
@@ -91,7 +106,13 @@ impl SourceLog {
     /// entries ahead of its release, so that only the tail is left for the catch-up).
     pub fn follow(&self, region: u64, from: u64) -> BoxStream<'static, Result<Entry>> {
         let (io, catalog) = (self.io.clone(), self.catalog.clone());
+        let wanted = self.io.whole_objects().map(|w| w.want());
         follow_region(io, catalog, region, from, &self.config, self.growth.clone())
+            .map(move |entry| {
+                let _wanted = &wanted;
+                entry
+            })
+            .boxed()
     }
 
     /// Delivers `region`'s entries with ids from `from` through `through` (the last id
@@ -149,6 +170,7 @@ impl SourceLog {
             recorded_at,
             checked_control: None,
             refreshed: false,
+            _wanted: self.io.whole_objects().map(|w| w.want()),
         };
         let (io, catalog) = (self.io.clone(), self.catalog.clone());
         let follow = follow_region(io, catalog, region, from, &self.config, growth);
@@ -216,6 +238,8 @@ struct CatchUpGrowth {
     /// The sequence of the last control segment looked at.
     checked_control: Option<u64>,
     refreshed: bool,
+    /// While it reads, the source's probes read objects whole.
+    _wanted: Option<WholeObjectsWanted>,
 }
 
 impl CatchUpGrowth {
@@ -223,9 +247,13 @@ impl CatchUpGrowth {
     /// `through`: then `through` is not, and will never be, on its chain. Called when
     /// the follow has read all the catalog held at its last pass.
     async fn check_release(&mut self) -> Result<()> {
-        let control = {
+        let (control, object_len) = {
             let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
-            catalog.segments_from(CONTROL_REGION, 0).last().copied()
+            let control = catalog.segments_from(CONTROL_REGION, 0).last().copied();
+            let object_len = control
+                .and_then(|c| catalog.object(c.sequence))
+                .map(|o| o.length);
+            (control, object_len)
         };
         let sequence = control.map(|c| c.sequence);
         // A snapshot older than the release's own (the catalog not there yet) may
@@ -235,7 +263,7 @@ impl CatchUpGrowth {
             return Ok(());
         }
         self.checked_control = sequence;
-        let holdings = read_holdings_at(&self.io, control).await?;
+        let holdings = read_holdings_at(&self.io, control, object_len).await?;
         match holdings.released(self.region) {
             // Released below `through` (or holding nothing): the region's entries there
             // end below it for good. (Released above it, the follow meets `through` or

@@ -61,6 +61,8 @@ pub(super) struct PolledGrowth {
     next_key: u64,
     /// Bytes a probe reads from a key's end: the last footer and trailer, with slack.
     tail_len: u64,
+    /// The length of the longest object the last round found.
+    last_length: u64,
     /// Since when `next_key` has been absent.
     absent_since: Option<tokio::time::Instant>,
     /// How long the next key may stay absent before the follower lists.
@@ -87,6 +89,7 @@ impl PolledGrowth {
             probes: 1,
             next_key: last.sequence.saturating_add(1),
             tail_len: MIN_PROBE_TAIL,
+            last_length: 0,
             absent_since: None,
             list_after_absent: config.link_window(),
             idle_polls: 0,
@@ -118,12 +121,16 @@ impl PolledGrowth {
         let first = self.next_key;
         // Idle, a probe is one request (the header only once the key holds an
         // object); active, the header is read beside the tail (one round trip).
-        let header_at_once = self.wait <= self.poll_interval;
+        // A source log with a catch-up under way reads objects whole (up to its bound):
+        // the one GET of an object is its summary and every region's segment of it.
+        let whole = (self.io.whole_probe_len()).filter(|largest| self.last_length <= *largest);
+        let tail_len = whole.map_or(self.tail_len, |largest| largest.max(self.tail_len));
+        let header_at_once = whole.is_none() && self.wait <= self.poll_interval;
         let replicas = self.io.replicas();
         let probed = if replicas.is_empty() {
             futures::future::join_all((0..self.probes as u64).map(|i| {
                 self.io
-                    .probe_summary(first.saturating_add(i), self.tail_len, header_at_once)
+                    .probe_summary(first.saturating_add(i), tail_len, header_at_once)
             }))
             .await
         } else {
@@ -131,7 +138,8 @@ impl PolledGrowth {
             let idle = (!header_at_once).then_some(self.idle_polls);
             self.idle_polls = self.idle_polls.wrapping_add(usize::from(idle.is_some()));
             futures::future::join_all((0..self.probes as u64).map(|i| {
-                self.probe_decided(&replicas, first.saturating_add(i), header_at_once, idle)
+                let key = first.saturating_add(i);
+                self.probe_decided(&replicas, key, tail_len, header_at_once, idle)
             }))
             .await
         };
@@ -158,6 +166,9 @@ impl PolledGrowth {
         {
             // The next footer is likely as long as these: read it in the probe.
             self.tail_len = (tail + tail / 4 + 256).clamp(MIN_PROBE_TAIL, TAIL_READ_BYTES);
+        }
+        if let Some(longest) = summaries.iter().flatten().map(|s| s.length).max() {
+            self.last_length = longest;
         }
         if !walk.extended.is_empty() {
             let mut catalog = self.catalog.write().unwrap_or_else(|p| p.into_inner());
@@ -284,6 +295,7 @@ impl PolledGrowth {
         &self,
         replicas: &[WalIo],
         sequence: u64,
+        tail_len: u64,
         header_at_once: bool,
         idle: Option<usize>,
     ) -> Result<Option<ObjectSummary>> {
@@ -292,7 +304,7 @@ impl PolledGrowth {
             match replicas.get(store) {
                 Some(replica) => {
                     replica
-                        .probe_summary(sequence, self.tail_len, header_at_once)
+                        .probe_summary(sequence, tail_len, header_at_once)
                         .await
                 }
                 None => Ok(None),

@@ -390,6 +390,98 @@ impl Drop for RegionWatch {
     }
 }
 
+impl SegmentCache {
+    /// Drops a segment if it is kept (its bytes failed a check).
+    pub fn remove(&self, key: &SegmentId) {
+        self.lru().remove(key);
+    }
+}
+
+/// Whole objects of a log read by a node that takes regions from it (a source log,
+/// DESIGN.md "Regions moving between nodes"): each region's segment of an object is a
+/// slice of the one read of the object, so a node catching up any number of a
+/// source's regions fetches each object once while it is kept here. Bounded by bytes,
+/// least recently used first; objects larger than [`largest`](Self::largest) are not
+/// read whole (their segments are ranged reads, as elsewhere). Every slice is verified
+/// against the catalog's record before it is used; a copy that fails is dropped.
+#[derive(Debug)]
+pub struct WholeObjects {
+    /// The objects, as one-part segments of region 0 (by sequence and epoch): the
+    /// segment cache's bounds and shared fetches, reused.
+    objects: Arc<SegmentCache>,
+    largest: u64,
+    /// Catch-ups under way: while any is, probes read objects whole.
+    wanted: AtomicU64,
+}
+
+impl WholeObjects {
+    /// At most `bytes` of objects, each at most `largest` bytes.
+    pub fn new(bytes: u64, largest: u64) -> Self {
+        WholeObjects {
+            objects: Arc::new(SegmentCache::new(bytes, bytes)),
+            largest: largest.min(bytes),
+            wanted: AtomicU64::new(0),
+        }
+    }
+
+    /// The largest object read whole.
+    pub fn largest(&self) -> u64 {
+        self.largest
+    }
+
+    fn key(sequence: u64, epoch: u64) -> SegmentId {
+        SegmentId {
+            sequence,
+            epoch,
+            region: 0,
+        }
+    }
+
+    /// Keeps an object read whole (by a probe or a summary read) if it is not too large.
+    pub fn keep(&self, sequence: u64, epoch: u64, object: Bytes) {
+        if object.len() as u64 <= self.largest {
+            let key = Self::key(sequence, epoch);
+            self.objects.insert(key, Payloads::from(vec![object]));
+        }
+    }
+
+    /// Drops an object (a slice of it failed its check).
+    pub fn forget(&self, sequence: u64, epoch: u64) {
+        self.objects.remove(&Self::key(sequence, epoch));
+    }
+
+    /// The object from memory, or the read of it under way, or the read to make.
+    pub fn lookup(&self, sequence: u64, epoch: u64) -> Lookup {
+        self.objects.lookup(Self::key(sequence, epoch))
+    }
+
+    /// Bytes held now.
+    pub fn bytes(&self) -> u64 {
+        self.objects.bytes()
+    }
+
+    /// Whether a catch-up is under way (probes then read objects whole).
+    pub fn wanted(&self) -> bool {
+        self.wanted.load(Ordering::Relaxed) > 0
+    }
+
+    /// Marks a catch-up under way until the guard is dropped.
+    pub fn want(self: &Arc<Self>) -> WholeObjectsWanted {
+        self.wanted.fetch_add(1, Ordering::Relaxed);
+        WholeObjectsWanted(self.clone())
+    }
+}
+
+/// A catch-up's mark on its source's [`WholeObjects`]; unmarks when dropped.
+#[derive(Debug)]
+pub struct WholeObjectsWanted(Arc<WholeObjects>);
+
+impl Drop for WholeObjectsWanted {
+    fn drop(&mut self) {
+        self.0.wanted.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -409,6 +501,30 @@ mod tests {
     /// The cost of one segment of one entry of `len` bytes.
     fn cost(len: u64) -> u64 {
         len + ENTRY_OVERHEAD + SEGMENT_OVERHEAD
+    }
+
+    #[test]
+    fn whole_objects_keep_what_fits_until_forgotten_and_know_when_wanted() {
+        let whole = Arc::new(WholeObjects::new(1 << 20, 1000));
+        let object = Bytes::from(vec![5u8; 1000]);
+        whole.keep(3, 1, object.clone());
+        whole.keep(4, 1, Bytes::from(vec![5u8; 1001]));
+        match whole.lookup(3, 1) {
+            Lookup::Hit(p) => assert_eq!(p.first(), Some(&object)),
+            other => panic!("{other:?}"),
+        }
+        // Too large to keep; another epoch is another object.
+        assert!(matches!(whole.lookup(4, 1), Lookup::Fetch(_)));
+        assert!(matches!(whole.lookup(3, 2), Lookup::Fetch(_)));
+        whole.forget(3, 1);
+        assert!(matches!(whole.lookup(3, 1), Lookup::Fetch(_)));
+
+        assert!(!whole.wanted());
+        let (a, b) = (whole.want(), whole.want());
+        drop(a);
+        assert!(whole.wanted());
+        drop(b);
+        assert!(!whole.wanted());
     }
 
     #[test]

@@ -39,7 +39,9 @@ use crate::format::{
     self, EncodedObject, FormatError, ObjectSummary, SegmentDamage, SegmentRecord,
     EMPTY_OBJECT_LEN, EMPTY_OBJECT_LEN_V3, HEADER_LEN, HEADER_LEN_V3, TRAILER_LEN,
 };
-use crate::internal::store::cache::{Payloads, RegionWatch, SegmentCache, SegmentId};
+use crate::internal::store::cache::{
+    Lookup, Payloads, RegionWatch, SegmentCache, SegmentId, WholeObjects,
+};
 use crate::internal::store::codec::SegmentCodec;
 use crate::internal::store::keys::{object_key, parse_key};
 use crate::internal::store::replicated::ReplicatedTransport;
@@ -95,6 +97,8 @@ pub struct WalIo {
     codec: SegmentCodec,
     /// Verified segments kept for reads, shared by every clone.
     cache: Arc<SegmentCache>,
+    /// A source log's whole objects, kept for its segment reads.
+    whole: Option<Arc<WholeObjects>>,
 }
 
 impl WalIo {
@@ -128,6 +132,7 @@ impl WalIo {
                 DEFAULT_CACHE_BYTES,
                 DEFAULT_CACHE_REGION_BYTES,
             )),
+            whole: None,
         })
     }
 
@@ -190,6 +195,84 @@ impl WalIo {
             config.segment_cache_region_bytes,
         ));
         self
+    }
+
+    /// With whole objects kept for its segment reads, at most `bytes` of them, each at
+    /// most `largest` bytes ([`WholeObjects`]): a source log's view, so that catch-ups
+    /// of any number of its regions fetch each object once.
+    pub fn with_whole_objects(mut self, bytes: u64, largest: u64) -> Self {
+        self.whole = Some(Arc::new(WholeObjects::new(bytes, largest)));
+        self
+    }
+
+    /// The whole objects kept for reads, if this view keeps them.
+    pub fn whole_objects(&self) -> Option<&Arc<WholeObjects>> {
+        self.whole.as_ref()
+    }
+
+    /// The bytes a probe reads from a key's end to have the object whole: set while a
+    /// catch-up is under way over a view that keeps whole objects.
+    pub fn whole_probe_len(&self) -> Option<u64> {
+        self.whole
+            .as_ref()
+            .filter(|w| w.wanted())
+            .map(|w| w.largest())
+    }
+
+    /// Reads `span` of the object (`sequence`, `epoch`), `object_len` bytes long if
+    /// known: over a view that keeps whole objects, a slice of the object read whole
+    /// once (kept, and shared with reads under way); else, or if the slice fails
+    /// `verify` (the copy is dropped), one ranged read, as
+    /// [`read_range_verified`](Self::read_range_verified).
+    pub async fn read_span_verified(
+        &self,
+        sequence: u64,
+        epoch: u64,
+        object_len: Option<u64>,
+        span: Range<u64>,
+        verify: Verify<'_>,
+    ) -> Result<Bytes> {
+        let whole = self.whole.as_ref().zip(object_len);
+        if let Some((whole, len)) = whole.filter(|(w, len)| *len <= w.largest() && span.end <= *len)
+        {
+            let object = self.whole_object(whole, sequence, epoch, len).await?;
+            let slice = usize::try_from(span.start)
+                .ok()
+                .zip(usize::try_from(span.end).ok())
+                .and_then(|(start, end)| object.get(start..end))
+                .map(|slice| object.slice_ref(slice));
+            match slice {
+                Some(slice) if verify(&slice) => return Ok(slice),
+                _ => whole.forget(sequence, epoch),
+            }
+        }
+        self.read_range_verified(sequence, span, verify).await
+    }
+
+    /// The object (`sequence`, `epoch`) of `len` bytes whole: kept, or read once however
+    /// many reads want it at once.
+    async fn whole_object(
+        &self,
+        whole: &WholeObjects,
+        sequence: u64,
+        epoch: u64,
+        len: u64,
+    ) -> Result<Bytes> {
+        let payloads = loop {
+            match whole.lookup(sequence, epoch) {
+                Lookup::Hit(payloads) => break payloads,
+                Lookup::Wait(fetch) => match fetch.wait().await {
+                    Some(result) => break result?,
+                    // That read was dropped before it ended: look again.
+                    None => continue,
+                },
+                Lookup::Fetch(lead) => {
+                    let read = self.read_range(sequence, 0..len).await;
+                    break lead.finish(read.map(|object| Payloads::from(vec![object])))?;
+                }
+            }
+        };
+        Ok(payloads.first().cloned().unwrap_or_default())
     }
 
     /// The verified segments kept for reads.
@@ -464,6 +547,7 @@ impl WalIo {
             }));
         }
         let mut damaged = Vec::new();
+        let mut read_whole = None;
         let summary = if size <= self.whole_read_threshold {
             let bytes = self.read_whole(listed.sequence).await?;
             // Header, footer and trailer decide whether the object is usable; a damaged
@@ -471,6 +555,7 @@ impl WalIo {
             // verifies"), so the object CRC, which cannot tell them apart, is not checked.
             let checked = format::check_object(&bytes).map_err(corrupt)?;
             damaged = checked.damaged;
+            read_whole = Some(bytes);
             checked.summary
         } else {
             let tail_len = TAIL_READ_BYTES.min(size - HEADER_LEN as u64);
@@ -483,6 +568,9 @@ impl WalIo {
         };
         self.check_sequence(listed.sequence, &summary)?;
         debug_assert!(summary.length >= TRAILER_LEN as u64);
+        if let Some((whole, object)) = self.whole.as_ref().zip(read_whole) {
+            whole.keep(listed.sequence, summary.header.epoch, object);
+        }
         Ok(SummaryRead { summary, damaged })
     }
 
@@ -594,6 +682,9 @@ impl WalIo {
         self.check_sequence(sequence, &summary)?;
         if let Some(object) = whole {
             self.keep_followed_segments(&summary, &object);
+            if let Some(whole) = &self.whole {
+                whole.keep(sequence, summary.header.epoch, object);
+            }
         }
         Ok(Some(summary))
     }
