@@ -67,7 +67,8 @@ use object_store::{
     GetOptions, GetResult, ObjectMeta, ObjectStore, PutOptions, PutPayload, PutResult,
 };
 use object_store_wal::testing::{
-    with_latency_profile, FaultRates, FaultStore, Hooks, LatencyProfile, SplitMix64, Wrapper,
+    with_latency_profile, CountingStore, FaultRates, FaultStore, Hooks, LatencyProfile, SplitMix64,
+    Wrapper,
 };
 use object_store_wal::{Config, Durability, Error, ObjectStoreLogStore};
 use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
@@ -710,7 +711,9 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     .put_tail(0.01, Duration::from_millis(100))
     .get_tail(0.01, Duration::from_millis(50))
     .seed(args.seed);
-    let store: Arc<dyn ObjectStore> = with_latency_profile(faulty, profile);
+    // Counts what the nodes ask of the store (the checker reads the bare store).
+    let counting = CountingStore::counts_only(with_latency_profile(faulty, profile));
+    let store: Arc<dyn ObjectStore> = counting.clone();
     // Each node reaches the store through a link of its own, which can stall.
     let stalls = if args.no_faults { 0 } else { args.epoch_faults };
     let links: Vec<Arc<Link>> = (0..args.nodes).map(|_| Arc::default()).collect();
@@ -889,6 +892,12 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         wal_restarts += wal.stats().await?.restarts;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let counts = counting.counts();
+    let (gets, get_bytes, puts) = (
+        counts.gets.load(Ordering::Relaxed),
+        counts.get_bytes.load(Ordering::Relaxed),
+        counts.puts.load(Ordering::Relaxed),
+    );
     for wal in &cluster.nodes {
         wal.stop().await?;
     }
@@ -941,6 +950,9 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         "catch_up_tail_ms_p99": ms(&cluster.tails, 0.99),
         "resolve_ms_p50": ms(&cluster.resolves, 0.5),
         "resolve_ms_p99": ms(&cluster.resolves, 0.99),
+        "gets_per_s": (gets as f64 / seconds).round(),
+        "get_mb_per_s": (get_bytes as f64 / seconds / 1e5).round() / 10.0,
+        "puts_per_s": (puts as f64 / seconds).round(),
         "append_p50_ms": ms(&cluster.latency, 0.5),
         "append_p99_ms": ms(&cluster.latency, 0.99),
         "append_p99_ms_unmoved": ms(&cluster.latency_unmoved, 0.99),

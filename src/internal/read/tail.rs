@@ -121,9 +121,9 @@ impl PolledGrowth {
         let first = self.next_key;
         // Idle, a probe is one request (the header only once the key holds an
         // object); active, the header is read beside the tail (one round trip).
-        // A source log with a catch-up under way reads objects whole (up to its bound):
-        // the one GET of an object is its summary and every region's segment of it.
-        let whole = (self.io.whole_probe_len()).filter(|largest| self.last_length <= *largest);
+        // A source log reads objects whole (up to a bound, larger while a catch-up is
+        // under way): the one GET of an object is its summary and every segment of it.
+        let whole = self.io.whole_probe_len(self.last_length);
         let tail_len = whole.map_or(self.tail_len, |largest| largest.max(self.tail_len));
         let header_at_once = whole.is_none() && self.wait <= self.poll_interval;
         let replicas = self.io.replicas();

@@ -86,6 +86,11 @@ pub struct Listing {
     pub foreign: Vec<String>,
 }
 
+/// The most a probe of a source log reads to have an object whole while no catch-up
+/// from it is under way: a small object costs one GET instead of two (its tail and
+/// its header), and a larger one is not downloaded whole for nothing.
+pub const IDLE_WHOLE_PROBE: u64 = 64 * 1024;
+
 /// The WAL's view of one prefix, through a [`Transport`].
 #[derive(Debug, Clone)]
 pub struct WalIo {
@@ -210,13 +215,19 @@ impl WalIo {
         self.whole.as_ref()
     }
 
-    /// The bytes a probe reads from a key's end to have the object whole: set while a
-    /// catch-up is under way over a view that keeps whole objects.
-    pub fn whole_probe_len(&self) -> Option<u64> {
-        self.whole
-            .as_ref()
-            .filter(|w| w.wanted())
-            .map(|w| w.largest())
+    /// The bytes a probe reads from a key's end to have the object whole, over a view
+    /// that keeps whole objects, when objects of `last_length` (the last one found)
+    /// fit: up to [`WholeObjects::largest`] while a catch-up is under way, else up to
+    /// [`IDLE_WHOLE_PROBE`] (one GET for a small object is cheaper than its tail and
+    /// header).
+    pub fn whole_probe_len(&self, last_length: u64) -> Option<u64> {
+        let whole = self.whole.as_ref()?;
+        let len = if whole.wanted() {
+            whole.largest()
+        } else {
+            whole.largest().min(IDLE_WHOLE_PROBE)
+        };
+        (last_length <= len).then_some(len)
     }
 
     /// Reads `span` of the object (`sequence`, `epoch`), `object_len` bytes long if
