@@ -18,16 +18,36 @@ pub struct ReadEnded;
 /// channel fed by a reader: nothing is fetched far ahead of the consumer. Dropping it
 /// ends the read.
 #[derive(Debug)]
-pub struct EntryReceiver(flume::Receiver<Result<Entry>>);
+pub struct EntryReceiver(flume::Receiver<Result<Entry>>, #[allow(dead_code)] Consumer);
+
+/// Held by the consumer's end: its drop wakes the reader's task at once, even while
+/// that task waits for the chain to grow (a send would find out only with the next
+/// entry).
+#[derive(Debug)]
+pub(crate) struct Consumer {
+    _alive: Option<tokio::sync::oneshot::Sender<()>>,
+}
 
 impl EntryReceiver {
-    pub(crate) fn new(rx: flume::Receiver<Result<Entry>>) -> Self {
-        EntryReceiver(rx)
+    /// The consumer's end of `rx`; `dropped` resolves once it is dropped.
+    pub(crate) fn new(
+        rx: flume::Receiver<Result<Entry>>,
+    ) -> (Self, tokio::sync::oneshot::Receiver<()>) {
+        let (alive, dropped) = tokio::sync::oneshot::channel();
+        (
+            EntryReceiver(
+                rx,
+                Consumer {
+                    _alive: Some(alive),
+                },
+            ),
+            dropped,
+        )
     }
 
     /// A receiver that has delivered everything: nothing to read.
     pub(crate) fn empty() -> Self {
-        EntryReceiver(flume::bounded(0).1)
+        EntryReceiver(flume::bounded(0).1, Consumer { _alive: None })
     }
 
     /// The next entry (or the error that ended the read), waiting for it; `Err(ReadEnded)`
@@ -43,13 +63,16 @@ impl EntryReceiver {
 
     /// The same read as a `futures::Stream`.
     pub fn into_stream(self) -> EntryStream {
-        EntryStream(self.0.into_stream())
+        EntryStream(self.0.into_stream(), self.1)
     }
 }
 
 /// An [`EntryReceiver`] as a `futures::Stream` (from the handle's `*_stream` calls): it
 /// ends when the read does; dropping it ends the read.
-pub struct EntryStream(flume::r#async::RecvStream<'static, Result<Entry>>);
+pub struct EntryStream(
+    flume::r#async::RecvStream<'static, Result<Entry>>,
+    #[allow(dead_code)] Consumer,
+);
 
 impl std::fmt::Debug for EntryStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -116,23 +116,34 @@ impl Actor for ReaderActor {
 }
 
 /// Streams `entries` into a bounded channel from a spawned task, which stops fetching
-/// as soon as the consumer drops the receiver.
+/// as soon as the consumer drops the receiver (even while it waits for the chain to
+/// grow).
 pub fn forward(
     mut entries: BoxStream<'static, Result<Entry>>,
     span: tracing::Span,
 ) -> EntryReceiver {
     let (tx, rx) = flume::bounded(READ_CHANNEL_ENTRIES);
+    let (receiver, mut dropped) = EntryReceiver::new(rx);
     tokio::spawn(
         async move {
-            while let Some(item) = entries.next().await {
-                if tx.send_async(item).await.is_err() {
+            loop {
+                let item = tokio::select! {
+                    item = entries.next() => item,
+                    _ = &mut dropped => return,
+                };
+                let Some(item) = item else { return };
+                let sent = tokio::select! {
+                    sent = tx.send_async(item) => sent,
+                    _ = &mut dropped => return,
+                };
+                if sent.is_err() {
                     return;
                 }
             }
         }
         .instrument(span),
     );
-    EntryReceiver::new(rx)
+    receiver
 }
 
 /// Follows `region` from `from`: what the catalog holds, then each object as it is
@@ -149,4 +160,37 @@ pub fn follow(
 ) -> EntryReceiver {
     let entries = follow_region(io, catalog, region, from, config, commits);
     forward(entries, info_span!("follow", region, from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Holds a sender whose drop says the stream holding it was dropped.
+    struct DropSignal(Option<tokio::sync::oneshot::Sender<()>>);
+
+    impl Drop for DropSignal {
+        fn drop(&mut self) {
+            if let Some(tx) = self.0.take() {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    /// A read waiting for the chain to grow (a stream with nothing yet) ends as soon as
+    /// its consumer drops the receiver, not at the next entry: what it holds (a
+    /// catch-up's claim on its source's whole objects) is let go.
+    #[tokio::test]
+    async fn a_waiting_read_ends_when_its_consumer_drops_the_receiver() {
+        let (tx, dropped) = tokio::sync::oneshot::channel();
+        let signal = DropSignal(Some(tx));
+        let waiting = futures::stream::pending::<Result<Entry>>().map(move |entry| {
+            let _held = &signal;
+            entry
+        });
+        let receiver = forward(waiting.boxed(), tracing::Span::none());
+        drop(receiver);
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(10), dropped).await;
+        assert!(matches!(ended, Ok(Ok(()))), "the read still runs: {ended:?}");
+    }
 }

@@ -747,12 +747,14 @@ async fn a_target_catches_up_through_its_wal_over_one_open_of_the_source() {
 
     // Objects the source writes while a catch-up from it is under way (here a region
     // with nothing yet, through an id far ahead): the probe that finds each reads it
-    // whole, and every region's catch-up reads its segment from that one read.
+    // whole (up to 1 MiB), and every region's catch-up reads its segment from that one
+    // read.
     counting.reset();
     let waiting = bounded("the catch-up", b.catch_up("node-a", 7, 0, u64::MAX, within))
         .await
         .expect("a catch-up");
-    let big = |r: u64, i: usize| Bytes::from(format!("{r}:{i}:").repeat(500));
+    // Objects of about 150 KB: above what a probe reads whole while no catch-up runs.
+    let big = |r: u64, i: usize| Bytes::from(format!("{r}:{i}:").repeat(10_000));
     let mut more: Vec<Vec<u64>> = vec![Vec::new(); 3];
     for i in 0..3 {
         let parts = (4..=6).map(|r| (r, vec![big(r, i)])).collect();

@@ -313,6 +313,11 @@ impl Catalog {
         self.objects.get(&sequence)
     }
 
+    /// The length in bytes of the live chain object with `sequence`.
+    pub fn object_len(&self, sequence: u64) -> Option<u64> {
+        self.object(sequence).map(|o| o.length)
+    }
+
     /// Every object on the live chain, in ascending sequence.
     pub fn objects(&self) -> impl Iterator<Item = (u64, &CatalogObject)> {
         self.objects.iter().map(|(s, o)| (*s, o))

@@ -20,7 +20,7 @@ use crate::format::control::CONTROL_REGION;
 use crate::format::{self};
 use crate::internal::chain::catalog::{Catalog, SegmentLocation};
 use crate::internal::chain::holdings::Holdings;
-use crate::internal::store::cache::{Lookup, Payloads, SegmentId};
+use crate::internal::store::cache::{Payloads, SegmentId};
 use crate::internal::store::objects::{read_again_once, WalIo};
 
 /// One replayed entry.
@@ -57,7 +57,7 @@ pub(crate) fn region_segments(
         async move {
             let catalog = catalog.read().unwrap_or_else(|p| p.into_inner());
             let location = catalog.segments_from(region, next).first().copied()?;
-            let object_len = catalog.object(location.sequence).map(|o| o.length);
+            let object_len = catalog.object_len(location.sequence);
             Some(((location, object_len), location.record.last_entry_id + 1))
         }
     });
@@ -104,27 +104,16 @@ pub async fn fetch_segment(
         epoch: location.epoch,
         region: record.region,
     };
-    let payloads = loop {
-        match io.segment_cache().lookup(id) {
-            Lookup::Hit(payloads) => break payloads,
-            Lookup::Wait(fetch) => match fetch.wait().await {
-                Some(result) => break result?,
-                // That read was dropped before its fetch ended: look again.
-                None => continue,
+    let fetch = || async {
+        match fetch_verified(io, std::slice::from_ref(location), object_len).await {
+            Ok(fetched) => match fetched.into_iter().next() {
+                Some(payloads) => payloads.map(Payloads::from),
+                None => Ok(Payloads::from(Vec::new())),
             },
-            Lookup::Fetch(lead) => {
-                let fetched =
-                    match fetch_verified(io, std::slice::from_ref(location), object_len).await {
-                        Ok(fetched) => match fetched.into_iter().next() {
-                            Some(payloads) => payloads.map(Payloads::from),
-                            None => Ok(Payloads::from(Vec::new())),
-                        },
-                        Err(e) => Err(e),
-                    };
-                break lead.finish(fetched)?;
-            }
+            Err(e) => Err(e),
         }
     };
+    let payloads = io.segment_cache().get_or_fetch(id, fetch).await?;
     Ok(entries_of(
         record,
         payloads.iter().cloned(),
@@ -185,6 +174,10 @@ pub(crate) async fn fetch_verified(
             })
             .collect();
         let damaged = decoded.iter().any(|d| d.is_err());
+        if damaged {
+            // The second look reads the store again, not a kept copy.
+            io.forget_whole(sequence, first.epoch);
+        }
         Ok(if damaged { Err(decoded) } else { Ok(decoded) })
     })
     .await?;
@@ -230,9 +223,7 @@ pub(crate) fn entries_of(
 /// must not be taken for one this log still owns.
 pub async fn read_holdings(io: &WalIo, catalog: &Catalog) -> Result<Holdings> {
     let last = catalog.segments_from(CONTROL_REGION, 0).last().copied();
-    let object_len = last
-        .and_then(|l| catalog.object(l.sequence))
-        .map(|o| o.length);
+    let object_len = last.and_then(|l| catalog.object_len(l.sequence));
     read_holdings_at(io, last, object_len).await
 }
 

@@ -250,9 +250,7 @@ impl CatchUpGrowth {
         let (control, object_len) = {
             let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
             let control = catalog.segments_from(CONTROL_REGION, 0).last().copied();
-            let object_len = control
-                .and_then(|c| catalog.object(c.sequence))
-                .map(|o| o.length);
+            let object_len = control.and_then(|c| catalog.object_len(c.sequence));
             (control, object_len)
         };
         let sequence = control.map(|c| c.sequence);

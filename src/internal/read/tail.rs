@@ -125,7 +125,8 @@ impl PolledGrowth {
         // under way): the one GET of an object is its summary and every segment of it.
         let whole = self.io.whole_probe_len(self.last_length);
         let tail_len = whole.map_or(self.tail_len, |largest| largest.max(self.tail_len));
-        let header_at_once = whole.is_none() && self.wait <= self.poll_interval;
+        let active = self.wait <= self.poll_interval;
+        let header_at_once = whole.is_none() && active;
         let replicas = self.io.replicas();
         let probed = if replicas.is_empty() {
             futures::future::join_all((0..self.probes as u64).map(|i| {
@@ -135,7 +136,7 @@ impl PolledGrowth {
             .await
         } else {
             // Idle, one store is probed, each poll the next one (see `probe_decided`).
-            let idle = (!header_at_once).then_some(self.idle_polls);
+            let idle = (!active).then_some(self.idle_polls);
             self.idle_polls = self.idle_polls.wrapping_add(usize::from(idle.is_some()));
             futures::future::join_all((0..self.probes as u64).map(|i| {
                 let key = first.saturating_add(i);
@@ -504,8 +505,8 @@ impl PolledGrowth {
                     let _ = reply.send(self.extend().await);
                 }
                 Next::Refresh((Refresh::Probe(known), reply)) => {
-                    // Active: each probe reads the header beside the tail (one round
-                    // trip), however idle the source was.
+                    // Active: each probe reads the header beside the tail, or the
+                    // object whole (one round trip), however idle the source was.
                     self.wait = self.wait.min(self.poll_interval);
                     if let Some(known) = known {
                         let wanted = known.saturating_sub(self.next_key).saturating_add(1);

@@ -395,6 +395,32 @@ impl SegmentCache {
     pub fn remove(&self, key: &SegmentId) {
         self.lru().remove(key);
     }
+
+    /// The segment from memory, or the result of the fetch of it under way, or of
+    /// `fetch` (kept if it succeeds, and handed to the reads that look it up meanwhile).
+    pub async fn get_or_fetch<F, Fut>(
+        self: &Arc<Self>,
+        key: SegmentId,
+        fetch: F,
+    ) -> Result<Payloads>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Payloads>>,
+    {
+        let lead = loop {
+            match self.lookup(key) {
+                Lookup::Hit(payloads) => return Ok(payloads),
+                Lookup::Wait(fetch) => {
+                    if let Some(result) = fetch.wait().await {
+                        return result;
+                    }
+                    // That read was dropped before its fetch ended: look again.
+                }
+                Lookup::Fetch(lead) => break lead,
+            }
+        };
+        lead.finish(fetch().await)
+    }
 }
 
 /// Whole objects of a log read by a node that takes regions from it (a source log,
@@ -450,9 +476,23 @@ impl WholeObjects {
         self.objects.remove(&Self::key(sequence, epoch));
     }
 
-    /// The object from memory, or the read of it under way, or the read to make.
-    pub fn lookup(&self, sequence: u64, epoch: u64) -> Lookup {
-        self.objects.lookup(Self::key(sequence, epoch))
+    /// The object, if kept (it becomes the most recently used).
+    pub fn get(&self, sequence: u64, epoch: u64) -> Option<Bytes> {
+        let object = self.objects.get(&Self::key(sequence, epoch))?;
+        object.first().cloned()
+    }
+
+    /// The object kept, or the result of the read of it under way, or of `read` (kept
+    /// if it succeeds and fits).
+    pub async fn get_or_read<F, Fut>(&self, sequence: u64, epoch: u64, read: F) -> Result<Bytes>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Bytes>>,
+    {
+        let key = Self::key(sequence, epoch);
+        let read = || async { read().await.map(|object| Payloads::from(vec![object])) };
+        let object = self.objects.get_or_fetch(key, read).await?;
+        Ok(object.first().cloned().unwrap_or_default())
     }
 
     /// Bytes held now.
@@ -462,7 +502,12 @@ impl WholeObjects {
 
     /// Whether a catch-up is under way (probes then read objects whole).
     pub fn wanted(&self) -> bool {
-        self.wanted.load(Ordering::Relaxed) > 0
+        self.wanted_by() > 0
+    }
+
+    /// Catch-ups under way.
+    pub fn wanted_by(&self) -> u64 {
+        self.wanted.load(Ordering::Relaxed)
     }
 
     /// Marks a catch-up under way until the guard is dropped.
@@ -509,15 +554,12 @@ mod tests {
         let object = Bytes::from(vec![5u8; 1000]);
         whole.keep(3, 1, object.clone());
         whole.keep(4, 1, Bytes::from(vec![5u8; 1001]));
-        match whole.lookup(3, 1) {
-            Lookup::Hit(p) => assert_eq!(p.first(), Some(&object)),
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(whole.get(3, 1), Some(object));
         // Too large to keep; another epoch is another object.
-        assert!(matches!(whole.lookup(4, 1), Lookup::Fetch(_)));
-        assert!(matches!(whole.lookup(3, 2), Lookup::Fetch(_)));
+        assert_eq!(whole.get(4, 1), None);
+        assert_eq!(whole.get(3, 2), None);
         whole.forget(3, 1);
-        assert!(matches!(whole.lookup(3, 1), Lookup::Fetch(_)));
+        assert_eq!(whole.get(3, 1), None);
 
         assert!(!whole.wanted());
         let (a, b) = (whole.want(), whole.want());

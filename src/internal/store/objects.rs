@@ -39,9 +39,7 @@ use crate::format::{
     self, EncodedObject, FormatError, ObjectSummary, SegmentDamage, SegmentRecord,
     EMPTY_OBJECT_LEN, EMPTY_OBJECT_LEN_V3, HEADER_LEN, HEADER_LEN_V3, TRAILER_LEN,
 };
-use crate::internal::store::cache::{
-    Lookup, Payloads, RegionWatch, SegmentCache, SegmentId, WholeObjects,
-};
+use crate::internal::store::cache::{Payloads, RegionWatch, SegmentCache, SegmentId, WholeObjects};
 use crate::internal::store::codec::SegmentCodec;
 use crate::internal::store::keys::{object_key, parse_key};
 use crate::internal::store::replicated::ReplicatedTransport;
@@ -231,10 +229,12 @@ impl WalIo {
     }
 
     /// Reads `span` of the object (`sequence`, `epoch`), `object_len` bytes long if
-    /// known: over a view that keeps whole objects, a slice of the object read whole
-    /// once (kept, and shared with reads under way); else, or if the slice fails
-    /// `verify` (the copy is dropped), one ranged read, as
-    /// [`read_range_verified`](Self::read_range_verified).
+    /// known. Over a view that keeps whole objects: a copy of the span from the object
+    /// kept, or read whole once (shared with the reads that want it meanwhile) when it is
+    /// small ([`IDLE_WHOLE_PROBE`]) or more than one catch-up is under way (a lone read
+    /// of one region would download the rest for nothing). Else, or if the span fails
+    /// `verify` (the kept copy is dropped), or the whole read failed: one ranged read,
+    /// as [`read_range_verified`](Self::read_range_verified).
     pub async fn read_span_verified(
         &self,
         sequence: u64,
@@ -246,44 +246,40 @@ impl WalIo {
         let whole = self.whole.as_ref().zip(object_len);
         if let Some((whole, len)) = whole.filter(|(w, len)| *len <= w.largest() && span.end <= *len)
         {
-            let object = self.whole_object(whole, sequence, epoch, len).await?;
-            let slice = usize::try_from(span.start)
-                .ok()
-                .zip(usize::try_from(span.end).ok())
-                .and_then(|(start, end)| object.get(start..end))
-                .map(|slice| object.slice_ref(slice));
-            match slice {
-                Some(slice) if verify(&slice) => return Ok(slice),
-                _ => whole.forget(sequence, epoch),
+            let object = match whole.get(sequence, epoch) {
+                Some(object) => Some(object),
+                None if len <= IDLE_WHOLE_PROBE || whole.wanted_by() > 1 => whole
+                    .get_or_read(sequence, epoch, || self.read_range(sequence, 0..len))
+                    .await
+                    .ok(),
+                None => None,
+            };
+            let slice = object.as_ref().and_then(|object| {
+                let start = usize::try_from(span.start).ok()?;
+                let end = usize::try_from(span.end).ok()?;
+                object.get(start..end)
+            });
+            if let Some(slice) = slice {
+                // A copy: a slice would keep the whole object alive as long as the
+                // entries decoded from it.
+                let span = Bytes::copy_from_slice(slice);
+                if verify(&span) {
+                    return Ok(span);
+                }
+            }
+            if object.is_some() {
+                whole.forget(sequence, epoch);
             }
         }
         self.read_range_verified(sequence, span, verify).await
     }
 
-    /// The object (`sequence`, `epoch`) of `len` bytes whole: kept, or read once however
-    /// many reads want it at once.
-    async fn whole_object(
-        &self,
-        whole: &WholeObjects,
-        sequence: u64,
-        epoch: u64,
-        len: u64,
-    ) -> Result<Bytes> {
-        let payloads = loop {
-            match whole.lookup(sequence, epoch) {
-                Lookup::Hit(payloads) => break payloads,
-                Lookup::Wait(fetch) => match fetch.wait().await {
-                    Some(result) => break result?,
-                    // That read was dropped before it ended: look again.
-                    None => continue,
-                },
-                Lookup::Fetch(lead) => {
-                    let read = self.read_range(sequence, 0..len).await;
-                    break lead.finish(read.map(|object| Payloads::from(vec![object])))?;
-                }
-            }
-        };
-        Ok(payloads.first().cloned().unwrap_or_default())
+    /// Drops the kept copy of the object (`sequence`, `epoch`), if any: a segment of it
+    /// failed its checks, and the next read must read the store again.
+    pub fn forget_whole(&self, sequence: u64, epoch: u64) {
+        if let Some(whole) = &self.whole {
+            whole.forget(sequence, epoch);
+        }
     }
 
     /// The verified segments kept for reads.
@@ -716,7 +712,8 @@ impl WalIo {
             else {
                 continue;
             };
-            let Some(segment) = object.get(start..end).map(|s| object.slice_ref(s)) else {
+            // A copy: a slice would keep the whole object alive as long as the segment.
+            let Some(segment) = object.get(start..end).map(Bytes::copy_from_slice) else {
                 continue;
             };
             if let Ok(payloads) = self.decode_segment(segment, record, sequence, epoch) {
