@@ -663,8 +663,10 @@ impl WalHandle {
     /// nodes"): its entries with ids from `from` through `through` (the source's
     /// [`Released::last_id`]), each once and in order; the stream ends after `through`.
     /// The source is opened read-only (read with this WAL's codec and keys) on the first
-    /// catch-up from it and shared by every later one, so this node fetches each
-    /// source object at most once however many of its regions it takes. The stream
+    /// catch-up from it and shared by every later one, and keeps its objects whole, so
+    /// this node fetches each source object once however many of its regions it takes
+    /// (DESIGN.md "Catch-up" says when an object costs more: above 1 MiB, evicted, or
+    /// over a quorum). The stream
     /// fails [`Error::NotOnChain`] if the source does not hold `through` (it met a later
     /// id of the region first, or the source's snapshot records the region released
     /// below it), never hanging; and [`Error::CallTimeout`] once `within` passed (the

@@ -191,6 +191,9 @@ mod tests {
         let receiver = forward(waiting.boxed(), tracing::Span::none());
         drop(receiver);
         let ended = tokio::time::timeout(std::time::Duration::from_secs(10), dropped).await;
-        assert!(matches!(ended, Ok(Ok(()))), "the read still runs: {ended:?}");
+        assert!(
+            matches!(ended, Ok(Ok(()))),
+            "the read still runs: {ended:?}"
+        );
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! A source prefix is opened read-only on the first catch-up from it (recovery, then
 //! probing as a read-only follower does), and every later catch-up from it reads over
-//! that one catalog and segment cache: the node fetches each source object at most
-//! once, however many of its regions it takes. Opens run in tasks of their own, off
+//! that one catalog, segment cache and cache of whole objects: the node fetches each
+//! source object once, however many of its regions it takes (DESIGN.md "Catch-up"
+//! says when an object costs more). Opens run in tasks of their own, off
 //! the supervisor's mailbox; catch-ups asked for meanwhile wait for theirs.
 //!
 //! Bounded: at most [`MAX_SOURCES`] sources are kept, the most recently used, and as
