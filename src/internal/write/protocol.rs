@@ -963,8 +963,9 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         self.batch.encoded_len() >= self.limits.max_batch_bytes || self.batch.region_full()
     }
 
-    /// Whether an object sealed now could start: fewer than `max_in_flight` uploading
-    /// and no sealed object waiting to start. While every slot is busy the batch grows.
+    /// Whether an object sealed now could start: fewer than `max_in_flight` uploading,
+    /// no sealed object waiting to start, and no create being retried after a throttle
+    /// reply. While every slot is busy (or the store throttles) the batch grows.
     fn slot_free(&self) -> bool {
         self.uploading.len() < self.limits.max_in_flight
             && self.objects.values().all(|f| f.started)
