@@ -40,7 +40,10 @@
 //! acknowledged, PUTs admitted and refused, appends answered and failed, pending MiB),
 //! `phases` (throttled, and lifted: objects/s, PUTs/s, appends/s, and by arrival p50 and
 //! p99) and `back_at_interval_after_s`: from the lift to the first second with 90 % of
-//! the objects `min_object_interval` allows.
+//! the objects `min_object_interval` allows; from the writer's gauge
+//! `wal_object_interval_seconds`, `interval_back_after_s` (from the lift to the first
+//! sample at `min_object_interval`), `max_interval_ms`, `mean_interval_ms` (over the
+//! samples) and `series_interval_ms` (at the end of each second).
 //!
 //! **Several stores.** `--replicas N` (odd, 3 or 5) writes one log over N memory
 //! stores, each behind its own latency wrapper (`--put-latency-ms` and the other
@@ -1516,6 +1519,14 @@ fn scrape_put_metrics(text: &str) -> (u64, HashMap<String, u64>) {
     (retries, outcomes)
 }
 
+/// From the recorder's text: `wal_object_interval_seconds`, the largest over prefixes.
+fn scrape_interval(text: &str) -> Option<f64> {
+    text.lines()
+        .filter(|line| line.starts_with("wal_object_interval_seconds"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .reduce(f64::max)
+}
+
 /// One sample of a throttled run, every [`SAMPLE_EVERY`].
 #[derive(Debug, Clone, Copy)]
 struct Sample {
@@ -1531,6 +1542,9 @@ struct Sample {
     pending_bytes: u64,
     queued: u64,
     in_flight: u64,
+    /// The writer's interval between object starts (`wal_object_interval_seconds`),
+    /// when the recorder has it.
+    interval_s: Option<f64>,
 }
 
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
@@ -1615,6 +1629,7 @@ impl ThrottleRun {
             pending_bytes: st.pending_bytes,
             queued: st.queued,
             in_flight: st.in_flight,
+            interval_s: metrics_recorder().and_then(|h| scrape_interval(&h.render())),
         })
     }
 
@@ -1743,6 +1758,24 @@ impl ThrottleRun {
                 .find(|s| at(s.t + 1.0).objects.saturating_sub(s.objects) as f64 >= target)
                 .map(|s| round2(s.t - l));
             line["back_at_interval_after_s"] = json!(back);
+            // The writer's own interval back at `min_object_interval` (the gauge, to
+            // the microsecond), from the lift on.
+            let back = samples
+                .iter()
+                .filter(|s| s.t >= l)
+                .find(|s| s.interval_s.is_some_and(|i| i <= interval + 1e-6))
+                .map(|s| round2(s.t - l));
+            line["interval_back_after_s"] = json!(back);
+        }
+        let intervals: Vec<f64> = samples.iter().filter_map(|s| s.interval_s).collect();
+        if !intervals.is_empty() {
+            let most = intervals.iter().copied().fold(0.0, f64::max);
+            let mean = intervals.iter().sum::<f64>() / intervals.len() as f64;
+            line["max_interval_ms"] = json!(round2(most * 1000.0));
+            line["mean_interval_ms"] = json!(round2(mean * 1000.0));
+            line["series_interval_ms"] = json!((0..seconds)
+                .map(|i| at(i as f64 + 1.0).interval_s.map(|v| round2(v * 1000.0)))
+                .collect::<Vec<_>>());
         }
     }
 }

@@ -14,6 +14,7 @@
 //! |---|---|---|---|
 //! | `wal_requests_total` | counter | `prefix`, `op`, `outcome` | Requests sent to the store, each counted once when it ends. `op`: `put` (a conditional create), `get`, `list`, `delete`. `outcome`: `ok`; `conflict` (a create found its key taken); `error` (the store answered with an error); `timed_out` (no answer within `request_timeout`); `hedged` (the slower of two twin attempts, whose answer was not used: a GET is cancelled then, a create is left to finish and counted when it does). Summed over `outcome`, each `op` equals the requests the store received. |
 //! | `wal_create_retries_total` | counter | `prefix` | Creates sent again with identical bytes after an unknown outcome. |
+//! | `wal_throttle_replies_total` | counter | `prefix` | Create attempts the store refused for its request rate (S3's `503 SlowDown`, GCS's `429`, Azure's `503 ServerBusy`): each is retried with the same bytes without spending the retry budget, and the writer spaces its objects further apart (DESIGN.md "Throttled stores"). |
 //! | `wal_creates_found_landed_total` | counter | `prefix` | Creates whose answer was lost (an unknown outcome, or a hedge's twin) and whose retry found our own bytes at the key: durable, and counted so a store that drops answers shows. |
 //! | `wal_objects_created_total` | counter | `prefix` | Objects created and acknowledged (data objects and the idle keep-alive objects; claims and opening objects are only in `wal_requests_total{op="put"}`). |
 //! | `wal_objects_created_bytes_total` | counter | `prefix` | The bytes of those objects. |
@@ -27,6 +28,7 @@
 //! | `wal_floor_sequence` | gauge | `prefix` | The floor carried by the last object acknowledged (or opening object): objects below it may be reclaimed. |
 //! | `wal_live_objects` | gauge | `prefix` | Objects on the chain in the catalog, after the last open or acknowledgement. |
 //! | `wal_pending_bytes` | gauge | `prefix` | Payload bytes admitted and not yet acknowledged or failed (actor runtime; `max_pending_bytes` bounds it). |
+//! | `wal_object_interval_seconds` | gauge | `prefix` | The writer's interval between object starts now: `min_object_interval`, or more while the store throttles it (actor runtime). |
 //! | `wal_uploads_in_flight` | gauge | `prefix` | Objects being created now (actor runtime; `max_in_flight` bounds it). |
 //! | `wal_append_to_durable_seconds` | histogram | `prefix` | Per append acknowledged: from its admission into a batch to its acknowledgement. |
 //! | `wal_seal_to_durable_seconds` | histogram | `prefix` | Per object acknowledged: from sealing its batch to its acknowledgement (waiting for an upload slot, the create and its retries, waiting for earlier objects). |
@@ -119,6 +121,8 @@ pub struct Metrics {
     pub create_retries: Counter,
     /// `wal_creates_found_landed_total`.
     pub creates_found_landed: Counter,
+    /// `wal_throttle_replies_total`.
+    pub throttle_replies: Counter,
     /// `wal_objects_created_total`.
     pub objects_created: Counter,
     /// `wal_objects_created_bytes_total`.
@@ -145,6 +149,8 @@ pub struct Metrics {
     pub pending_bytes: Gauge,
     /// `wal_uploads_in_flight`.
     pub uploads_in_flight: Gauge,
+    /// `wal_object_interval_seconds`.
+    pub object_interval: Gauge,
     /// `wal_append_to_durable_seconds`.
     pub append_to_durable: Histogram,
     /// `wal_seal_to_durable_seconds`.
@@ -174,6 +180,7 @@ impl Metrics {
                 "wal_creates_found_landed_total",
                 "prefix" => p.clone()
             ),
+            throttle_replies: counter!("wal_throttle_replies_total", "prefix" => p.clone()),
             objects_created: counter!("wal_objects_created_total", "prefix" => p.clone()),
             objects_created_bytes: counter!("wal_objects_created_bytes_total", "prefix" => p.clone()),
             entries_acknowledged: counter!("wal_entries_acknowledged_total", "prefix" => p.clone()),
@@ -187,6 +194,7 @@ impl Metrics {
             live_objects: ::metrics::gauge!("wal_live_objects", "prefix" => p.clone()),
             pending_bytes: ::metrics::gauge!("wal_pending_bytes", "prefix" => p.clone()),
             uploads_in_flight: ::metrics::gauge!("wal_uploads_in_flight", "prefix" => p.clone()),
+            object_interval: ::metrics::gauge!("wal_object_interval_seconds", "prefix" => p.clone()),
             append_to_durable: ::metrics::histogram!("wal_append_to_durable_seconds", "prefix" => p.clone()),
             seal_to_durable: ::metrics::histogram!("wal_seal_to_durable_seconds", "prefix" => p.clone()),
             recovery_duration: ::metrics::histogram!("wal_recovery_duration_seconds", "prefix" => p.clone()),
@@ -250,6 +258,10 @@ fn describe() {
         "Creates whose answer was lost and whose retry found our own bytes at the key."
     );
     describe_counter!(
+        "wal_throttle_replies_total",
+        "Create attempts the store refused for its request rate (503 SlowDown, 429, 503 ServerBusy)."
+    );
+    describe_counter!(
         "wal_objects_created_total",
         "WAL objects created and acknowledged (opening objects and claims excluded)."
     );
@@ -277,6 +289,11 @@ fn describe() {
         "Objects deleted below the floor by the reclaimer."
     );
     describe_gauge!("wal_epoch", "The epoch of the last open as the writer.");
+    describe_gauge!(
+        "wal_object_interval_seconds",
+        Unit::Seconds,
+        "The writer's interval between object starts now (more than min_object_interval while throttled)."
+    );
     describe_gauge!(
         "wal_floor_sequence",
         "The floor carried by the last object acknowledged."

@@ -325,6 +325,12 @@ pub enum WriterMsg {
         /// Its definite outcome.
         outcome: PersistOutcome,
     },
+    /// An upload's create met a throttle reply and is being retried (DESIGN.md
+    /// "Throttled stores"): the writer spaces its objects further apart.
+    Throttled {
+        /// The object's sequence.
+        sequence: u64,
+    },
     /// Stop gracefully.
     Stop {
         /// Answered once every upload in flight finished, or was abandoned at the stop

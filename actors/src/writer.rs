@@ -11,8 +11,11 @@
 //!   now: the batch is sealed whole at the epoch's next sequence, so they are final
 //!   ([`crate::admission`]).
 //! - **Uploading.** Each create the protocol starts runs in a spawned task running the
-//!   core's [`persist_within`]; its outcome comes back as a message. Every upload task is
-//!   aborted when the writer ends, however it ends.
+//!   core's [`persist_paced`]; its outcome comes back as a message, and so does each
+//!   throttle reply it meets on the way ([`WriterMsg::Throttled`]), which the protocol
+//!   paces by (DESIGN.md "Throttled stores"; the interval is the gauge
+//!   `wal_object_interval_seconds`). Every upload task is aborted when the writer ends,
+//!   however it ends.
 //! - **Timers**: a wake-up when the protocol waits for a start slot or a batch's
 //!   gathering, and the keep-alive check every half link window.
 //! - **Stopping.** Nothing more is admitted, sealed or started; the uploads in flight
@@ -38,7 +41,7 @@ use object_store_wal::internal::chain::holdings::{Holdings, RegionHolding};
 use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::internal::write::batch::SealedObject;
 use object_store_wal::internal::write::epoch::WritePosition;
-use object_store_wal::internal::write::persist::{persist_within, PersistOutcome};
+use object_store_wal::internal::write::persist::{persist_paced, PersistOutcome};
 use object_store_wal::internal::write::protocol::{
     payload_bytes, Action, Admitted, ControlTicket, Limits, Now, SharedChain, WhenFull,
     WriteProtocol,
@@ -416,9 +419,17 @@ impl WriterState {
             async move {
                 // A transformed object is compressed and encrypted here, in its own task,
                 // beside the writer (an untransformed one was encoded when sealed).
+                let throttled = {
+                    let me = me.clone();
+                    // A stopped writer no longer listens.
+                    move || {
+                        let _ = me.cast(WriterMsg::Throttled { sequence });
+                    }
+                };
                 let outcome = match sealed.encoded() {
                     Ok(object) => {
-                        persist_within(&io, object, &retry, max_duration, clock.as_ref()).await
+                        let clock = clock.as_ref();
+                        persist_paced(&io, object, &retry, max_duration, clock, &throttled).await
                     }
                     Err(e) => PersistOutcome::not_encoded(sequence, &e),
                 };
@@ -444,12 +455,31 @@ impl WriterState {
         Counters::set(&self.args.counters.in_flight, self.uploads.len() as u64);
         let now = self.now();
         self.protocol.handle_outcome(sequence, outcome, now);
+        self.publish_interval();
         self.carry_out(myself);
         if self.protocol.ended().is_none() {
             self.admit_waiting();
             self.step(myself);
         }
         self.maybe_finish_stop(myself);
+    }
+
+    /// A create in flight met a throttle reply: the protocol spaces the objects.
+    fn on_throttled(&mut self, myself: &ActorRef<WriterMsg>, sequence: u64) {
+        let now = self.now();
+        self.protocol.handle_throttled(sequence, now);
+        self.publish_interval();
+        self.step(myself);
+    }
+
+    /// The interval between object starts, as the gauge `wal_object_interval_seconds`.
+    fn publish_interval(&self) {
+        let interval = self.protocol.object_interval();
+        self.args
+            .io
+            .metrics()
+            .object_interval
+            .set(interval.as_secs_f64());
     }
 
     fn admit_waiting(&mut self) {
@@ -561,6 +591,7 @@ impl Actor for WriterActor {
         };
         // The opening object's floor, published before anything is admitted.
         state.carry_out(&myself);
+        state.publish_interval();
         Ok(state)
     }
 
@@ -589,6 +620,7 @@ impl Actor for WriterActor {
             WriterMsg::Uploaded { sequence, outcome } => {
                 state.on_uploaded(&myself, sequence, outcome)
             }
+            WriterMsg::Throttled { sequence } => state.on_throttled(&myself, sequence),
             WriterMsg::Stop { reply } => state.on_stop(&myself, reply),
             WriterMsg::Control(req) => state.on_control(&myself, req),
             WriterMsg::StopDeadline => state.on_stop_deadline(&myself),

@@ -22,6 +22,12 @@
 //!   from another opener's.
 //! - Every request is counted once when it ends, by op and outcome
 //!   ([`Metrics::request`]): the twin of a hedged request that lost counts as `hedged`.
+//! - A create the store refused for its request rate (S3's `503 SlowDown`, GCS's `429`,
+//!   Azure's `503 ServerBusy`: [`is_throttle_reply`]) stays an unknown outcome (the
+//!   client's hidden retries may still land), is counted (`wal_throttle_replies_total`),
+//!   and turns create hedging off until a create is answered `Created` again: a twin
+//!   would double the requests of a store that asks for fewer (DESIGN.md "Throttled
+//!   stores").
 //! - A transport can be closed ([`Transport::close`]), once its instance stopped or was
 //!   aborted: from then on no request of it reaches the store. A request waiting for its
 //!   answer (a hung upload, a hedge's slower twin, a reclaimer's listing) ends at once
@@ -38,7 +44,7 @@ use std::fmt;
 use std::future::Future;
 use std::ops::Range;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -299,6 +305,9 @@ struct Requests {
     creates: Mutex<HedgeDelay>,
     gets: Mutex<HedgeDelay>,
     stats: Arc<RequestStats>,
+    /// The last create answered was a throttle reply: creates are not hedged until one
+    /// is created again.
+    throttled: AtomicBool,
 }
 
 impl Requests {
@@ -308,6 +317,7 @@ impl Requests {
             creates: Mutex::new(HedgeDelay::new(hedge_after)),
             gets: Mutex::new(HedgeDelay::new(hedge_after)),
             stats: Arc::default(),
+            throttled: AtomicBool::new(false),
         }
     }
 
@@ -445,6 +455,43 @@ fn create_outcome(answer: &CreateAttempt) -> Outcome {
             Outcome::Error
         }
     }
+}
+
+/// Whether `e` is a store's refusal for its request rate, a *throttle reply*: a `429
+/// Too Many Requests` (GCS, and any HTTP store), or a `503` whose body names the
+/// service's throttling code (S3's `SlowDown`, Azure's `ServerBusy`). Not proof that
+/// nothing was written (`object_store`'s client retries a 5xx or 429 itself, and an
+/// earlier attempt of its may still land): only a hint to retry later and less often
+/// (DESIGN.md "Throttled stores").
+///
+/// `object_store` returns these as [`object_store::Error::Generic`] around its client's
+/// `RetryError`, which cannot be named or downcast outside `object_store`, so the
+/// status and the code are read from the error's text and that of its sources
+/// (`... Server returned non-2xx status code: 503 Service Unavailable: <body>`). A `503`
+/// without a throttling code (a service unavailable for another reason) is not one.
+pub fn is_throttle_reply(e: &object_store::Error) -> bool {
+    let mut texts = vec![e.to_string()];
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        texts.push(s.to_string());
+        source = s.source();
+    }
+    texts.iter().any(|t| throttle_text(t))
+}
+
+/// Whether one error text is a throttle reply's (see [`is_throttle_reply`]).
+fn throttle_text(text: &str) -> bool {
+    const STATUS: &str = "non-2xx status code: ";
+    let Some((_, rest)) = text.split_once(STATUS) else {
+        return false;
+    };
+    if rest.starts_with("429") {
+        return true;
+    }
+    rest.starts_with("503")
+        && ["<Code>SlowDown</Code>", "<Code>ServerBusy</Code>"]
+            .iter()
+            .any(|code| rest.contains(code))
 }
 
 fn get_outcome(answer: &Result<Bytes>) -> Outcome {
@@ -638,8 +685,10 @@ impl StoreTransport {
         let store = self.store.clone();
         let key = key.clone();
         let chunks: Vec<Bytes> = body.to_vec();
+        let (requests, metrics) = (self.requests.clone(), self.metrics.clone());
         move || {
             let (store, key) = (store.clone(), key.clone());
+            let (requests, metrics) = (requests.clone(), metrics.clone());
             let payload: PutPayload = chunks.iter().cloned().collect();
             Box::pin(async move {
                 let opts = PutOptions {
@@ -647,7 +696,17 @@ impl StoreTransport {
                     ..Default::default()
                 };
                 match store.put_opts(&key, payload, opts).await {
-                    Ok(_) => CreateAttempt::Created,
+                    Ok(_) => {
+                        requests.throttled.store(false, Ordering::Relaxed);
+                        CreateAttempt::Created
+                    }
+                    // Pushed back for the request rate: still unknown (an earlier hidden
+                    // attempt of the client may land), but no twins until one lands.
+                    Err(e) if is_throttle_reply(&e) => {
+                        requests.throttled.store(true, Ordering::Relaxed);
+                        metrics.throttle_replies.increment(1);
+                        CreateAttempt::Unknown(Error::store("create", key, e))
+                    }
                     Err(object_store::Error::AlreadyExists { .. })
                     | Err(object_store::Error::Precondition { .. }) => {
                         CreateAttempt::AlreadyExists { found: None }
@@ -804,10 +863,12 @@ impl Transport for StoreTransport {
         } else {
             self.requests.timeout
         };
+        // Not while the store pushes back: a twin is one more request it refuses.
+        let throttled = self.requests.throttled.load(Ordering::Relaxed);
         Box::pin(self.race(
             Shape {
                 kind: Kind::Create,
-                hedgeable: hedge && small,
+                hedgeable: hedge && small && !throttled,
                 bound,
             },
             self.create_unanswered(key, bound),
@@ -963,5 +1024,80 @@ impl Transport for StoreTransport {
 
     fn request_timeout(&self) -> Duration {
         self.requests.timeout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error with a given text, as `object_store`'s client's `RetryError` is to a
+    /// caller: only its text can be read.
+    #[derive(Debug)]
+    struct Text(String);
+
+    impl fmt::Display for Text {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for Text {}
+
+    fn generic(store: &'static str, text: &str) -> object_store::Error {
+        object_store::Error::Generic {
+            store,
+            source: Box::new(Text(text.into())),
+        }
+    }
+
+    const S3_SLOW_DOWN: &str = "Error performing PUT https://s3.us-east-1.amazonaws.com/b/wal/00000000000000000002.wal in 31.2ms, after 10 retries, max_retries: 10, retry_timeout: 180s  - Server returned non-2xx status code: 503 Service Unavailable: <?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message><RequestId>1</RequestId><HostId>2</HostId></Error>";
+    const GCS_429: &str = "Error performing PUT https://storage.googleapis.com/b/wal/2.wal in 12ms - Server returned non-2xx status code: 429 Too Many Requests: <?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+    const AZURE_BUSY: &str = "Error performing PUT https://a.blob.core.windows.net/c/wal/2.wal in 9ms - Server returned non-2xx status code: 503 Service Unavailable: \u{feff}<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>ServerBusy</Code><Message>Operations per second is over the account limit.</Message></Error>";
+
+    /// The throttle replies of the three services, in the text `object_store`'s client
+    /// gives them (docs/OPERATIONS.md, "What each store error means"), are told from
+    /// every other error, a 503 without a throttling code included.
+    #[test]
+    fn throttle_replies_are_told_from_other_store_errors() {
+        for (store, text) in [
+            ("S3", S3_SLOW_DOWN),
+            ("GCS", GCS_429),
+            ("MicrosoftAzure", AZURE_BUSY),
+        ] {
+            assert!(is_throttle_reply(&generic(store, text)), "{text}");
+        }
+        // A 429 with no body.
+        assert!(is_throttle_reply(&generic(
+            "GCS",
+            "Error performing PUT u in 1ms - Server returned non-2xx status code: 429 Too Many Requests: "
+        )));
+        let others = [
+            generic(
+                "S3",
+                "Error performing PUT u in 1ms - Server returned non-2xx status code: 503 Service Unavailable: ",
+            ),
+            generic(
+                "S3",
+                "Error performing PUT u in 1ms - Server returned non-2xx status code: 500 Internal Server Error: <Error><Code>InternalError</Code></Error>",
+            ),
+            generic(
+                "S3",
+                "Error performing PUT u in 1ms - Server returned non-2xx status code: 400 Bad Request: <Error><Code>SlowDown</Code></Error>",
+            ),
+            generic("S3", "Error performing PUT u in 30s - request timed out"),
+            generic("S3", "<Code>SlowDown</Code> without a status"),
+            object_store::Error::NotFound {
+                path: "wal/2".into(),
+                source: Box::new(Text("429".into())),
+            },
+            object_store::Error::Precondition {
+                path: "wal/2".into(),
+                source: Box::new(Text(S3_SLOW_DOWN.replace("503", "412"))),
+            },
+        ];
+        for e in others {
+            assert!(!is_throttle_reply(&e), "{e}");
+        }
     }
 }

@@ -9,6 +9,14 @@
 //! epoch fences us, a lower epoch is a stale tail that ends the epoch. A create that took
 //! longer than `max_create_duration` is never acknowledged, so a stalled create cannot
 //! land on a reclaimed key and be acknowledged.
+//!
+//! A *throttle reply* (the store refused the attempt for its request rate,
+//! [`is_throttle_reply`]) is an unknown outcome like any other: an earlier hidden attempt
+//! of the client may still land, so it is retried with the identical bytes and resolved
+//! by the same table. Under [`persist_paced`] (both writers) it does not spend the retry
+//! budget: it is retried after the retry policy's backoff, jittered, for as long as the
+//! next attempt would still start within `max_create_duration` of the first, and the
+//! driver is told of it so that it can space its objects (DESIGN.md "Throttled stores").
 
 use std::time::Duration;
 
@@ -20,6 +28,7 @@ use crate::config::RetryPolicy;
 use crate::error::{Durability, EpochEndReason, Error};
 use crate::format::{self, EncodedObject};
 use crate::internal::store::objects::{read_again_once, CreateAttempt, WalIo};
+use crate::internal::store::transport::is_throttle_reply;
 use crate::internal::write::clock::CreateClock;
 use crate::internal::write::epoch::create_too_slow;
 
@@ -69,7 +78,8 @@ pub enum PersistOutcome {
 /// [`persist`], measured on `clock` from the first attempt to the definite answer: a
 /// create that took longer than `max_duration` is never acknowledged
 /// ([`PersistOutcome::TooSlow`]), so a stalled create cannot land on a reclaimed key and
-/// be acknowledged after `reclaim_grace` (DESIGN.md, "Reclaiming space").
+/// be acknowledged after `reclaim_grace` (DESIGN.md, "Reclaiming space"). Throttle
+/// replies are retried as [`persist_paced`] does, told to no one.
 pub async fn persist_within(
     io: &WalIo,
     object: &EncodedObject,
@@ -77,8 +87,31 @@ pub async fn persist_within(
     max_duration: Duration,
     clock: &dyn CreateClock,
 ) -> PersistOutcome {
+    persist_paced(io, object, retry, max_duration, clock, &|| {}).await
+}
+
+/// [`persist_within`], and a throttle reply does not spend the retry budget: it is
+/// retried with the identical bytes after the retry policy's backoff for the throttle
+/// replies met so far, jittered (between half of it and all of it), while that retry
+/// would start within `max_duration` of the first attempt (past it the outcome is
+/// unknown, as when the budget is spent: a create that slow could never be acknowledged
+/// anyway). `on_throttle` is called at each throttle reply, before the wait.
+pub async fn persist_paced(
+    io: &WalIo,
+    object: &EncodedObject,
+    retry: &RetryPolicy,
+    max_duration: Duration,
+    clock: &dyn CreateClock,
+    on_throttle: &(dyn Fn() + Send + Sync),
+) -> PersistOutcome {
     let started = clock.now();
-    let outcome = persist(io, object, retry).await;
+    let pacing = Pacing {
+        clock,
+        started,
+        max_duration,
+        on_throttle,
+    };
+    let outcome = create_until_definite(io, object, retry, Some(&pacing)).await;
     match outcome {
         PersistOutcome::Durable { attempts } => {
             match create_too_slow(started, clock.now(), max_duration) {
@@ -97,13 +130,62 @@ pub async fn persist_within(
     }
 }
 
+/// How [`persist_paced`] retries throttle replies.
+struct Pacing<'a> {
+    clock: &'a dyn CreateClock,
+    started: Duration,
+    max_duration: Duration,
+    on_throttle: &'a (dyn Fn() + Send + Sync),
+}
+
+impl Pacing<'_> {
+    /// The wait before retrying after the `n`-th throttle reply (1-based) of the create
+    /// of `sequence`, or `None` when that retry would start past `max_duration` after
+    /// the first attempt.
+    fn wait(&self, retry: &RetryPolicy, sequence: u64, n: u32) -> Option<Duration> {
+        let wait = jittered(retry.backoff(n), sequence, n);
+        let elapsed = self.clock.now().saturating_sub(self.started);
+        (elapsed.saturating_add(wait) < self.max_duration).then_some(wait)
+    }
+}
+
+/// Between half of `full` and all of it, drawn from `sequence` and `n`: creates
+/// throttled together do not all come back at once.
+fn jittered(full: Duration, sequence: u64, n: u32) -> Duration {
+    // SplitMix64's finalizer over the pair.
+    let mut z = sequence
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(u64::from(n).wrapping_mul(0xBF58_476D_1CE4_E5B9));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let fraction = (z >> 11) as f64 / (1u64 << 53) as f64;
+    Duration::try_from_secs_f64(full.as_secs_f64() * (0.5 + 0.5 * fraction)).unwrap_or(full)
+}
+
 /// Creates an object and resolves the answer to a definite outcome: an unknown outcome
 /// is retried with the identical bytes (with backoff) until it is definite or the retry
 /// bound is spent; an `AlreadyExists` is resolved by reading the object at the key.
 /// Once `io` is closed ([`WalIo::close`](crate::internal::store::objects::WalIo::close)) the outcome is unknown at once.
+/// A throttle reply spends an attempt of the budget here, as any unknown outcome does
+/// ([`persist_paced`] retries it apart).
 pub async fn persist(io: &WalIo, object: &EncodedObject, retry: &RetryPolicy) -> PersistOutcome {
+    create_until_definite(io, object, retry, None).await
+}
+
+/// [`persist`]'s loop; with `pacing`, throttle replies are retried as
+/// [`persist_paced`] says.
+async fn create_until_definite(
+    io: &WalIo,
+    object: &EncodedObject,
+    retry: &RetryPolicy,
+    pacing: Option<&Pacing<'_>>,
+) -> PersistOutcome {
     let sequence = object.header().sequence;
     let mut attempt = 1;
+    // Attempts that spent the retry budget (every one but a paced throttle reply's).
+    let mut spent = 0;
+    let mut throttle_replies = 0;
     loop {
         let last = match io.create_hedged(object).await {
             CreateAttempt::Created => return PersistOutcome::Durable { attempts: attempt },
@@ -137,16 +219,40 @@ pub async fn persist(io: &WalIo, object: &EncodedObject, retry: &RetryPolicy) ->
             }
         };
         // A closed view sends nothing more: the outcome stays unknown.
-        if attempt >= retry.max_attempts || io.is_closed() {
+        if io.is_closed() {
             return PersistOutcome::Unknown { last };
         }
+        let wait = match pacing.filter(|_| throttle_reply(&last)) {
+            Some(pacing) => {
+                // Still unknown (a hidden attempt may land): the same bytes again, later,
+                // without spending the budget, within `max_create_duration`.
+                throttle_replies += 1;
+                (pacing.on_throttle)();
+                match pacing.wait(retry, sequence, throttle_replies) {
+                    Some(wait) => wait,
+                    None => return PersistOutcome::Unknown { last },
+                }
+            }
+            None => {
+                spent += 1;
+                if spent >= retry.max_attempts {
+                    return PersistOutcome::Unknown { last };
+                }
+                retry.backoff(spent)
+            }
+        };
         io.metrics().create_retries.increment(1);
         tokio::select! {
-            _ = tokio::time::sleep(retry.backoff(attempt)) => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = io.closed() => return PersistOutcome::Unknown { last },
         }
         attempt += 1;
     }
+}
+
+/// Whether an attempt's error is a throttle reply ([`is_throttle_reply`]).
+fn throttle_reply(e: &Error) -> bool {
+    matches!(e, Error::Store { source, .. } if is_throttle_reply(source))
 }
 
 /// What the object `found` at our key means for `object` (DESIGN.md's outcome table):

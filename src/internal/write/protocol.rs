@@ -21,6 +21,12 @@
 //! - **Starting creates** in sequence order, at most `max_in_flight` at once, no faster
 //!   than `min_object_interval`; one whose create would start outside the epoch's link
 //!   window is refused, never sent, and the epoch ends when it reaches the head.
+//! - **Pacing** under a throttling store ([`WriteProtocol::handle_throttled`],
+//!   [`Pacer`]): a throttle reply widens the interval between starts, and while an
+//!   object's create is being retried after one, no other object starts (an urgent one
+//!   aside) and the open batch is not sealed for a free slot: it grows. Objects that
+//!   land without one narrow the interval back to `min_object_interval`. Pacing changes
+//!   only when creates start, never what an outcome means.
 //! - **Acknowledging** strictly in sequence order: an object is acknowledged only when it
 //!   and every earlier object of the epoch are durable; its floor is published when it
 //!   rose.
@@ -49,6 +55,7 @@ use crate::internal::write::batch::{
     AppendParts, AppendReceipt, Batch, BatchLimits, NotAdmitted, SealedObject,
 };
 use crate::internal::write::epoch::{Epoch, WritePosition};
+use crate::internal::write::pace::Pacer;
 use crate::internal::write::persist::PersistOutcome;
 
 /// The longest a batch that could be sealed at once gathers first.
@@ -307,6 +314,10 @@ struct Flight<W> {
     /// Started without waiting for its start slot (it carries a control snapshot or a
     /// raise that a caller waits for).
     urgent: bool,
+    /// The pacer's generation when it started.
+    started_under: u64,
+    /// Its create met a throttle reply (and, while uploading, is being retried).
+    throttled: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -354,6 +365,8 @@ pub struct WriteProtocol<W, C> {
     snapshots_in_flight: BTreeMap<u64, Holdings>,
     /// The open batch is to be sealed and started now (a release's or an acquire's).
     batch_urgent: bool,
+    /// The interval between object starts: `min_object_interval`, wider while throttled.
+    pacer: Pacer,
     actions: VecDeque<Action<W>>,
 }
 
@@ -368,6 +381,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         mut chain: C,
     ) -> Self {
         let mut actions = VecDeque::new();
+        let pacer = Pacer::new(limits.min_object_interval);
         if let Some(floor) = chain.acknowledge_floor(position.floor) {
             actions.push_back(Action::PublishFloor(floor));
         }
@@ -398,6 +412,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             acknowledged_holdings: Holdings::new(),
             snapshots_in_flight: BTreeMap::new(),
             batch_urgent: false,
+            pacer,
             actions,
         }
     }
@@ -840,9 +855,50 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             return;
         }
         if let Some(f) = self.objects.get_mut(&sequence) {
+            if matches!(outcome, PersistOutcome::Durable { .. }) && !f.throttled {
+                self.pacer.landed(f.started_under);
+            }
             f.outcome = Some(outcome);
         }
         self.acknowledge(now);
+    }
+
+    /// The create of `sequence`, still uploading, met a throttle reply and is being
+    /// retried (DESIGN.md "Throttled stores"): the interval between starts widens (once
+    /// for the objects started under the same interval), the next start slot moves to
+    /// at least one new interval from now, and nothing else starts until that create
+    /// is answered. Changes nothing of what its outcome will mean.
+    pub fn handle_throttled(&mut self, sequence: u64, now: Now) {
+        if !self.uploading.contains(&sequence) {
+            return;
+        }
+        let Some(f) = self.objects.get_mut(&sequence) else {
+            return;
+        };
+        f.throttled = true;
+        if self.pacer.throttled(f.started_under) {
+            let slot = now.at + self.pacer.interval();
+            self.next_slot = Some(self.next_slot.map_or(slot, |s| s.max(slot)));
+            tracing::debug!(
+                sequence,
+                interval_ms = self.pacer.interval().as_millis() as u64,
+                "throttled: objects start further apart"
+            );
+        }
+    }
+
+    /// The interval between object starts now: `min_object_interval`, or wider while
+    /// the store throttles creates.
+    pub fn object_interval(&self) -> Duration {
+        self.pacer.interval()
+    }
+
+    /// Whether a create met a throttle reply and is still being retried: no other
+    /// object starts meanwhile (an urgent one aside).
+    fn retrying_throttled(&self) -> bool {
+        self.uploading
+            .iter()
+            .any(|s| self.objects.get(s).is_some_and(|f| f.throttled))
     }
 
     /// Stop: nothing more is admitted, sealed or started. The open batch and the objects
@@ -907,10 +963,13 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         self.batch.encoded_len() >= self.limits.max_batch_bytes || self.batch.region_full()
     }
 
-    /// Whether an object sealed now could start: fewer than `max_in_flight` uploading
-    /// and no sealed object waiting to start. While every slot is busy the batch grows.
+    /// Whether an object sealed now could start: fewer than `max_in_flight` uploading,
+    /// no sealed object waiting to start, and no create being retried after a throttle
+    /// reply. While every slot is busy (or the store throttles) the batch grows.
     fn slot_free(&self) -> bool {
-        self.uploading.len() < self.limits.max_in_flight && self.objects.values().all(|f| f.started)
+        self.uploading.len() < self.limits.max_in_flight
+            && self.objects.values().all(|f| f.started)
+            && !self.retrying_throttled()
     }
 
     /// When the open batch may be sealed for a free slot: once its start slot came and
@@ -987,6 +1046,8 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 handed_out: std::mem::take(&mut self.batch_handed_out),
                 sealed_at: now.at,
                 urgent: std::mem::take(&mut self.batch_urgent) || reason == SealReason::Raise,
+                started_under: 0,
+                throttled: false,
             },
         );
         Ok(())
@@ -1010,6 +1071,10 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 return;
             }
             let urgent = self.objects.get(&sequence).is_some_and(|f| f.urgent);
+            // A create retried after a throttle reply goes first: its answer polls again.
+            if !urgent && self.retrying_throttled() {
+                return;
+            }
             if let Some(due) = self.next_start_due(now.at).filter(|_| !urgent) {
                 self.actions.push_back(Action::WakeAt(due));
                 return;
@@ -1025,6 +1090,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                 return;
             }
             flight.started = true;
+            flight.started_under = self.pacer.generation();
             // The next slot is an interval after this one, or after this start if it
             // came more than a timer tick late (idle): starts on the grid are never
             // closer than an interval less a tick, and never more than one per interval
@@ -1032,7 +1098,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             // raise seals) starts beside the grid and leaves it as it was: the appends
             // behind it keep their slot; each adds one start to the grid's.
             if !urgent {
-                let interval = self.limits.min_object_interval;
+                let interval = self.pacer.interval();
                 let slack = interval.min(TIMER_TICK);
                 let on_grid = self.next_slot.map(|slot| slot + interval);
                 let from_now = now.at + interval - slack;
@@ -1234,6 +1300,8 @@ mod tests {
         Obsolete(u64),
         /// Raise the id offset above the id base this many objects past the next one.
         Raise(u64),
+        /// A throttle reply to the create of an uploading object (picked like an answer).
+        Throttle(usize),
         Stop,
         Abandon,
     }
@@ -1257,6 +1325,7 @@ mod tests {
             5 => (any::<usize>(), answer()).prop_map(|(pick, answer)| Event::Answer { pick, answer }),
             1 => (0..4u64).prop_map(Event::Obsolete),
             1 => (0..50u64).prop_map(Event::Raise),
+            2 => any::<usize>().prop_map(Event::Throttle),
             1 => Just(Event::Stop),
             1 => Just(Event::Abandon),
         ]
@@ -1441,6 +1510,14 @@ mod tests {
                             "a raise refused while writing: {e:?}"
                         ),
                     }
+                }
+                Event::Throttle(pick) => {
+                    if self.uploading.is_empty() {
+                        return;
+                    }
+                    let sequence = self.uploading[pick % self.uploading.len()];
+                    let now = self.now();
+                    self.protocol.handle_throttled(sequence, now);
                 }
                 Event::Stop => {
                     self.protocol.stop();
@@ -1766,6 +1843,80 @@ mod tests {
                 if acquire_above == entry_id(4, (1 << 20) - 1)
         ));
         admit(&mut h, 4, 9).expect("its appends are not refused");
+    }
+
+    /// Pacing under a throttling store (DESIGN.md "Throttled stores"), on the harness's
+    /// clock: a throttle reply widens the interval and moves the next slot; while the
+    /// throttled create is retried nothing else starts and the open batch is not sealed
+    /// (it grows); once it is answered the grown batch starts; objects that land
+    /// without a throttle reply bring the interval back to `min_object_interval`, and
+    /// the starts are never closer than the interval of their time.
+    #[test]
+    fn a_throttled_create_goes_first_and_spaces_the_objects_until_they_land_again() {
+        let min = Duration::from_millis(10);
+        let mut h = Harness::new();
+        assert_eq!(h.protocol.object_interval(), min);
+        admit(&mut h, 0, 1).expect("admitted");
+        let now = h.now();
+        h.protocol.poll(now);
+        assert_eq!(creates(&mut h).len(), 1, "object 2 starts at 0 ms");
+
+        h.t = 5;
+        admit(&mut h, 1, 1).expect("admitted");
+        h.t = 8;
+        let now = h.now();
+        h.protocol.handle_throttled(2, now);
+        assert_eq!(h.protocol.object_interval(), 2 * min);
+        // A second reply of the same create widens nothing more.
+        h.protocol.handle_throttled(2, now);
+        assert_eq!(h.protocol.object_interval(), 2 * min);
+
+        // Past every slot, nothing starts or is sealed while object 2 is retried.
+        for t in [10, 28, 40, 200] {
+            h.t = t;
+            admit(&mut h, t, 2).expect("admitted");
+            let now = h.now();
+            h.protocol.poll(now);
+            assert!(creates(&mut h).is_empty(), "nothing starts at {t} ms");
+            assert_eq!(h.protocol.position().next_sequence, 3, "nothing sealed");
+        }
+        // Object 2 lands (after its throttle reply: it narrows nothing); the grown
+        // batch starts at once.
+        durable(&mut h, 2);
+        assert_eq!(h.protocol.object_interval(), 2 * min);
+        let now = h.now();
+        h.protocol.poll(now);
+        let grown = creates(&mut h);
+        assert_eq!(grown.len(), 1);
+        assert_eq!(grown[0].sequence(), 3);
+        assert_eq!(grown[0].receipts.len(), 5, "every append since");
+
+        // Objects that land without a reply narrow the interval back to the minimum;
+        // starts keep at least the interval of their time apart (less a timer tick).
+        let mut last_start = h.t;
+        let mut interval_then = h.protocol.object_interval();
+        let mut next_waiter = 1000;
+        durable(&mut h, 3);
+        assert!(h.protocol.object_interval() < 2 * min, "narrowed");
+        while h.protocol.object_interval() > min {
+            assert!(h.t < 2_000, "never back at the minimum");
+            h.t += 1;
+            admit(&mut h, next_waiter, 3).expect("admitted");
+            next_waiter += 1;
+            let now = h.now();
+            h.protocol.poll(now);
+            for sealed in creates(&mut h) {
+                let gap = Duration::from_millis(h.t - last_start);
+                assert!(
+                    gap + TIMER_TICK >= interval_then,
+                    "{gap:?} < {interval_then:?}"
+                );
+                last_start = h.t;
+                interval_then = h.protocol.object_interval();
+                durable(&mut h, sealed.sequence());
+            }
+        }
+        assert_eq!(h.protocol.object_interval(), min);
     }
 
     /// A release's object starts at once, beside the start grid, and leaves the grid as

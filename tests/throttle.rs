@@ -1,0 +1,171 @@
+//! Throttle replies in the core (DESIGN.md "Throttled stores"): a create the store
+//! refuses for its request rate (`testing::ThrottleStore`, S3's `503 SlowDown`) is an
+//! unknown outcome retried with the same bytes; under `persist_paced` it does not spend
+//! the retry budget and stays bounded by `max_create_duration`; plain `persist` spends
+//! the budget as before; and creates are not hedged while the store throttles.
+//!
+//! Tokio's clock is paused: the throttle's bucket refills, and backoffs pass, in
+//! virtual time. Counts are asserted, never times.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
+use object_store_wal::internal::store::keys::object_key;
+use object_store_wal::internal::store::objects::{CreateAttempt, WalIo};
+use object_store_wal::internal::store::transport::is_throttle_reply;
+use object_store_wal::internal::write::persist::{
+    persist, persist_paced, persist_within, PersistOutcome,
+};
+use object_store_wal::testing::{with_latency, with_throttle, Throttle, TokioClock};
+use object_store_wal::{Error, HedgeAfter, RetryPolicy};
+
+const PREFIX: &str = "wal";
+const MAX_CREATE: Duration = Duration::from_secs(5);
+
+fn object(sequence: u64) -> EncodedObject {
+    let header = Header {
+        sequence,
+        epoch: 3,
+        link: Link {
+            sequence: sequence - 1,
+            epoch: 3,
+        },
+        floor: 0,
+        claim: false,
+        id_offset: 0,
+    };
+    let payloads = [bytes::Bytes::from_static(b"entry")];
+    let segments = [(7u64, &payloads[..])];
+    encode_object(&header, segments.iter().map(|(r, p)| (*r, *p))).expect("encodes")
+}
+
+/// Three attempts, 10 ms doubling to 40 ms.
+fn retry() -> RetryPolicy {
+    RetryPolicy::new(3, Duration::from_millis(10), Duration::from_millis(40))
+}
+
+fn throttled(e: &Error) -> bool {
+    matches!(e, Error::Store { source, .. } if is_throttle_reply(source))
+}
+
+/// A store that refuses every PUT: `persist_paced` retries past the budget, tells each
+/// reply, and gives up (unknown) before `max_create_duration`; plain `persist` spends
+/// its three attempts.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn throttle_replies_spend_time_not_the_retry_budget() {
+    let throttle = with_throttle(Arc::new(InMemory::new()), Throttle::puts_per_s(0.0));
+    let io = WalIo::new(throttle.clone(), PREFIX, 1 << 20).expect("io");
+    let clock = TokioClock::new();
+    let told = AtomicU64::new(0);
+    let on_throttle = || {
+        told.fetch_add(1, Ordering::Relaxed);
+    };
+    let started = tokio::time::Instant::now();
+    let outcome = persist_paced(
+        &io,
+        &object(2),
+        &retry(),
+        MAX_CREATE,
+        clock.as_ref(),
+        &on_throttle,
+    )
+    .await;
+    let took = started.elapsed();
+    match outcome {
+        PersistOutcome::Unknown { last } => assert!(throttled(&last), "{last}"),
+        other => panic!("expected an unknown outcome, got {other:?}"),
+    }
+    let refused = throttle.counts().puts_throttled;
+    // 40 ms apart at most once the backoff is at its cap: many more than 3 attempts.
+    assert!(refused > 3 * u64::from(retry().max_attempts), "{refused}");
+    assert_eq!(told.load(Ordering::Relaxed), refused, "each reply told");
+    assert!(
+        took < MAX_CREATE,
+        "no retry starts past max_create_duration"
+    );
+    assert_eq!(
+        io.request_stats().counts().creates_found_landed,
+        0,
+        "nothing landed"
+    );
+
+    let before = throttle.counts().puts_throttled;
+    match persist(&io, &object(2), &retry()).await {
+        PersistOutcome::Unknown { last } => assert!(throttled(&last), "{last}"),
+        other => panic!("expected an unknown outcome, got {other:?}"),
+    }
+    assert_eq!(
+        throttle.counts().puts_throttled - before,
+        u64::from(retry().max_attempts),
+        "plain persist spends its budget on throttle replies"
+    );
+}
+
+/// A store that takes one PUT every two seconds, its bucket drained: the create is
+/// refused many times, then lands and is durable, with more attempts than the budget.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_throttled_create_lands_once_the_store_takes_it() {
+    let throttle = with_throttle(
+        Arc::new(InMemory::new()),
+        Throttle::puts_per_s(0.5).burst(1.0),
+    );
+    let io = WalIo::new(throttle.clone(), PREFIX, 1 << 20).expect("io");
+    let clock = TokioClock::new();
+    // The one token goes to another key.
+    assert!(matches!(
+        io.create_hedged(&object(9)).await,
+        CreateAttempt::Created
+    ));
+    match persist_within(&io, &object(2), &retry(), MAX_CREATE, clock.as_ref()).await {
+        PersistOutcome::Durable { attempts } => {
+            assert!(attempts > retry().max_attempts, "{attempts}")
+        }
+        other => panic!("expected durable, got {other:?}"),
+    }
+    let key = object_key(&Path::from(PREFIX), 2);
+    assert!(throttle.head(&key).await.is_ok(), "the object is there");
+}
+
+/// While the last create answered was a throttle reply, creates are not hedged; once
+/// one is created, hedging is back.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn creates_are_not_hedged_while_the_store_throttles() {
+    let throttle = with_throttle(Arc::new(InMemory::new()), Throttle::puts_per_s(0.0));
+    let store = with_latency(
+        throttle.clone() as Arc<dyn ObjectStore>,
+        Duration::from_millis(20),
+        Duration::from_millis(1),
+    );
+    let io = WalIo::new(store, PREFIX, 1 << 20)
+        .expect("io")
+        .with_requests(
+            HedgeAfter::Fixed(Duration::from_millis(5)),
+            Duration::from_secs(60),
+        );
+    let hedged = || io.request_stats().counts().hedged;
+    // Not known to throttle yet: the slow create gets its twin; both are refused.
+    assert!(matches!(
+        io.create_hedged(&object(2)).await,
+        CreateAttempt::Unknown(_)
+    ));
+    assert_eq!(hedged(), 1);
+    assert_eq!(throttle.counts().puts_throttled, 2);
+    // Throttled now: no twin, though the create is as slow.
+    throttle.set_puts_per_s(None);
+    assert!(matches!(
+        io.create_hedged(&object(2)).await,
+        CreateAttempt::Created
+    ));
+    assert_eq!(hedged(), 1, "no twin while throttled");
+    // Created: twins again.
+    assert!(matches!(
+        io.create_hedged(&object(3)).await,
+        CreateAttempt::Created
+    ));
+    assert_eq!(hedged(), 2);
+}
