@@ -718,17 +718,7 @@ async fn a_target_catches_up_through_its_wal_over_one_open_of_the_source() {
 
     let within = Duration::from_secs(10);
     for (r, answer) in (1..=3u64).zip(&released) {
-        let stream = bounded(
-            "the catch-up",
-            b.catch_up_released("node-a", r, 0, answer, within),
-        )
-        .await
-        .expect("a catch-up");
-        let got: Vec<(u64, Bytes)> = bounded("its entries", stream.collect::<Vec<_>>())
-            .await
-            .into_iter()
-            .map(|e| e.map(|e| (e.id, e.payload)).expect("an entry"))
-            .collect();
+        let got = caught_up_released(&b, "node-a", r, answer, within).await;
         let want: Vec<(u64, Bytes)> = ids[r as usize - 1]
             .iter()
             .zip(0..)
@@ -769,17 +759,7 @@ async fn a_target_catches_up_through_its_wal_over_one_open_of_the_source() {
         let answer = bounded("the release", a.release(r))
             .await
             .expect("released");
-        let stream = bounded(
-            "the catch-up",
-            b.catch_up_released("node-a", r, 0, &answer, within),
-        )
-        .await
-        .expect("a catch-up");
-        let got: Vec<(u64, Bytes)> = bounded("its entries", stream.collect::<Vec<_>>())
-            .await
-            .into_iter()
-            .map(|e| e.map(|e| (e.id, e.payload)).expect("an entry"))
-            .collect();
+        let got = caught_up_released(&b, "node-a", r, &answer, within).await;
         let want: Vec<(u64, Bytes)> = more[r as usize - 4]
             .iter()
             .zip(0..)
@@ -816,6 +796,28 @@ async fn a_target_catches_up_through_its_wal_over_one_open_of_the_source() {
         other => panic!("{other:?}"),
     }
     stop(a, join_a).await;
+}
+
+/// `region`'s entries from the start through `released`, caught up by `wal` from the
+/// log under `source`, as (id, payload).
+async fn caught_up_released(
+    wal: &WalHandle,
+    source: &str,
+    region: u64,
+    released: &object_store_wal::Released,
+    within: Duration,
+) -> Vec<(u64, Bytes)> {
+    let stream = bounded(
+        "the catch-up",
+        wal.catch_up_released(source, region, 0, released, within),
+    )
+    .await
+    .expect("a catch-up");
+    bounded("its entries", stream.collect::<Vec<_>>())
+        .await
+        .into_iter()
+        .map(|e| e.map(|e| (e.id, e.payload)).expect("an entry"))
+        .collect()
 }
 
 /// Every object under `prefix` was read at most once since the last reset: one GET
