@@ -6,7 +6,6 @@ use std::cell::RefCell;
 
 use aes::cipher::BlockCipherEncrypt;
 use aes::Aes256;
-use aes_gcm::Aes256Gcm;
 use bytes::{BufMut, Bytes};
 use chacha20poly1305::aead::{Aead, AeadInOut, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
@@ -50,8 +49,50 @@ const XAES_KEY_NONCE_LEN: usize = 12;
 /// set), then `AES(key, M1 ^ K1) || AES(key, M2 ^ K1)` for `M1 = 00 01 'X' 00 || n1`
 /// and `M2 = 00 02 'X' 00 || n1`. AES is a permutation, so distinct `n1` always give
 /// distinct derived keys.
-fn xaes_derive(key: &[u8; 32], n1: &[u8; XAES_KEY_NONCE_LEN]) -> Aes256Gcm {
-    Aes256Gcm::new(&xaes_key(key, n1).into())
+fn xaes_derive(key: &[u8; 32], n1: &[u8; XAES_KEY_NONCE_LEN]) -> Result<Gcm, ()> {
+    Gcm::new(&xaes_key(key, n1))
+}
+
+/// AES-256-GCM under one key (ring's: AES-NI, VAES and PCLMULQDQ assembly that
+/// interleaves the cipher with GHASH).
+struct Gcm(ring::aead::LessSafeKey);
+
+impl Gcm {
+    /// The key `key`; an error only for a key ring refuses (never 32 bytes).
+    fn new(key: &[u8; 32]) -> Result<Gcm, ()> {
+        let key = ring::aead::UnboundKey::new(&ring::aead::AES_256_GCM, key).map_err(|_| ())?;
+        Ok(Gcm(ring::aead::LessSafeKey::new(key)))
+    }
+
+    /// Encrypts `body` in place under the 96-bit `nonce` with `ad`; the tag.
+    fn seal(&self, nonce: [u8; 12], ad: &[u8], body: &mut [u8]) -> Result<[u8; TAG_LEN], ()> {
+        let tag = self
+            .0
+            .seal_in_place_separate_tag(
+                ring::aead::Nonce::assume_unique_for_key(nonce),
+                ring::aead::Aad::from(ad),
+                body,
+            )
+            .map_err(|_| ())?;
+        <[u8; TAG_LEN]>::try_from(tag.as_ref()).map_err(|_| ())
+    }
+
+    /// Decrypts `sealed` (ciphertext, then tag) under `nonce` with `ad`: the plaintext,
+    /// or an error when it fails authentication.
+    fn open(&self, nonce: [u8; 12], ad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, ()> {
+        let mut buffer = sealed.to_vec();
+        let len = self
+            .0
+            .open_in_place(
+                ring::aead::Nonce::assume_unique_for_key(nonce),
+                ring::aead::Aad::from(ad),
+                &mut buffer,
+            )
+            .map_err(|_| ())?
+            .len();
+        buffer.truncate(len);
+        Ok(buffer)
+    }
 }
 
 /// The key [`xaes_derive`] derives.
@@ -79,18 +120,13 @@ fn xaes_key(key: &[u8; 32], n1: &[u8; XAES_KEY_NONCE_LEN]) -> [u8; 32] {
 
 /// An XAES-256-GCM nonce split: the 12 bytes that derive the key, the 12-byte AES-GCM
 /// nonce.
-fn xaes_split(
-    nonce: &[u8; NONCE_LEN],
-) -> (
-    [u8; XAES_KEY_NONCE_LEN],
-    aes_gcm::Nonce<aes_gcm::aead::consts::U12>,
-) {
+fn xaes_split(nonce: &[u8; NONCE_LEN]) -> ([u8; XAES_KEY_NONCE_LEN], [u8; 12]) {
     let mut n1 = [0u8; XAES_KEY_NONCE_LEN];
     let mut n2 = [0u8; NONCE_LEN - XAES_KEY_NONCE_LEN];
     let (a, b) = nonce.split_at(XAES_KEY_NONCE_LEN);
     n1.copy_from_slice(a);
     n2.copy_from_slice(b);
-    (n1, n2.into())
+    (n1, n2)
 }
 
 /// The XAES-256-GCM key derived last while one object is sealed: its segments share the
@@ -98,16 +134,17 @@ fn xaes_split(
 /// one derivation, not one per segment. Keyed by those 12 bytes alone: one cache serves
 /// one object, sealed under one key.
 #[derive(Default)]
-pub(crate) struct DerivedKey(Option<([u8; XAES_KEY_NONCE_LEN], Aes256Gcm)>);
+pub(crate) struct DerivedKey(Option<([u8; XAES_KEY_NONCE_LEN], Gcm)>);
 
 impl DerivedKey {
     /// The AES-256-GCM key of `key` and `n1`, derived once per distinct `n1`.
-    fn get(&mut self, key: &[u8; 32], n1: &[u8; XAES_KEY_NONCE_LEN]) -> &Aes256Gcm {
-        let cached = self.0.take().filter(|(at, _)| at == n1);
-        let (_, cipher) = self
-            .0
-            .insert(cached.unwrap_or_else(|| (*n1, xaes_derive(key, n1))));
-        cipher
+    fn get(&mut self, key: &[u8; 32], n1: &[u8; XAES_KEY_NONCE_LEN]) -> Result<&Gcm, ()> {
+        let cached = match self.0.take().filter(|(at, _)| at == n1) {
+            Some(cached) => cached,
+            None => (*n1, xaes_derive(key, n1)?),
+        };
+        let (_, gcm) = self.0.insert(cached);
+        Ok(gcm)
     }
 }
 
@@ -244,22 +281,21 @@ pub(crate) fn seal_segment_with(
                 "a segment buffer without its headroom",
             ))?;
     let failed = |_| FormatError::Unencodable("encryption failed");
-    let (cipher_id, tag) = match sealing.cipher.resolve() {
+    let (cipher_id, tag): (u8, [u8; TAG_LEN]) = match sealing.cipher.resolve() {
         Cipher::Xaes256Gcm => {
             let (n1, n2) = xaes_split(&nonce);
             let tag = derived
                 .get(&key.bytes, &n1)
-                .encrypt_inout_detached(&n2, &ad, body.into())
+                .and_then(|gcm| gcm.seal(n2, &ad, body))
                 .map_err(failed)?;
             (CIPHER_XAES_256_GCM, tag)
         }
         _ => {
-            let cipher = XChaCha20Poly1305::new_from_slice(&key.bytes)
-                .map_err(|_| FormatError::Unencodable("a key is 32 bytes"))?;
+            let cipher = XChaCha20Poly1305::new(&key.bytes.into());
             let tag = cipher
                 .encrypt_inout_detached(&XNonce::from(nonce), &ad, body.into())
-                .map_err(failed)?;
-            (CIPHER_XCHACHA20_POLY1305, tag)
+                .map_err(|_| FormatError::Unencodable("encryption failed"))?;
+            (CIPHER_XCHACHA20_POLY1305, tag.into())
         }
     };
     let (id, nonce_at) = envelope.split_at_mut(4);
@@ -313,15 +349,17 @@ pub fn open_segment(
                     reason: "the encryption envelope is cut off",
                 })?;
             let ad = associated_data(sequence, epoch, region, record.first_entry_id);
-            let payload = Payload {
-                msg: sealed,
-                aad: &ad,
-            };
             let plain = if cipher_id == CIPHER_XAES_256_GCM {
                 let (n1, n2) = xaes_split(&nonce);
-                xaes_derive(&key.bytes, &n1).decrypt(&n2, payload)
+                xaes_derive(&key.bytes, &n1).and_then(|gcm| gcm.open(n2, &ad, sealed))
             } else {
-                XChaCha20Poly1305::new(&key.bytes.into()).decrypt(&XNonce::from(nonce), payload)
+                let payload = Payload {
+                    msg: sealed,
+                    aad: &ad,
+                };
+                XChaCha20Poly1305::new(&key.bytes.into())
+                    .decrypt(&XNonce::from(nonce), payload)
+                    .map_err(|_| ())
             }
             .map_err(|_| FormatError::Authentication { region, key_id })?;
             Bytes::from(plain)
@@ -426,15 +464,16 @@ mod tests {
     /// XAES-256-GCM through `xaes_derive` and AES-256-GCM, as `seal_segment` runs it.
     fn xaes_seal(key: &[u8; 32], nonce: &[u8; NONCE_LEN], plain: &[u8], ad: &[u8]) -> Vec<u8> {
         let (n1, n2) = xaes_split(nonce);
-        xaes_derive(key, &n1)
-            .encrypt(
-                &n2,
-                Payload {
-                    msg: plain,
-                    aad: ad,
-                },
-            )
-            .expect("encrypts")
+        let mut sealed = plain.to_vec();
+        let tag = xaes_derive(key, &n1)
+            .and_then(|gcm| gcm.seal(n2, ad, &mut sealed))
+            .expect("encrypts");
+        sealed.extend_from_slice(&tag);
+        let opened = xaes_derive(key, &n1)
+            .and_then(|gcm| gcm.open(n2, ad, &sealed))
+            .expect("opens");
+        assert_eq!(opened, plain);
+        sealed
     }
 
     #[test]
