@@ -53,8 +53,8 @@ fn xaes_derive(key: &[u8; 32], n1: &[u8; XAES_KEY_NONCE_LEN]) -> Result<Gcm, ()>
     Gcm::new(&xaes_key(key, n1))
 }
 
-/// AES-256-GCM under one key (ring's: AES-NI, VAES and PCLMULQDQ assembly that
-/// interleaves the cipher with GHASH).
+/// AES-256-GCM under one key: ring's, assembly that interleaves AES rounds (AES-NI or
+/// VAES) with GHASH's carry-less multiplications, chosen at run time.
 struct Gcm(ring::aead::LessSafeKey);
 
 impl Gcm {
