@@ -141,7 +141,7 @@ use object_store_wal::testing::{
     LatencyCounts, LatencyProfile, LatencyStore, SplitMix64, Throttle, ThrottleCounts,
     ThrottleStore, Wrapper,
 };
-use object_store_wal::transform::{Compression, SegmentKey, StaticKeys};
+use object_store_wal::transform::{Cipher, Compression, SegmentKey, StaticKeys};
 use object_store_wal::{Config, Error, HedgeAfter, ObjectStoreLogStore, WalStores};
 use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
 use serde_json::json;
@@ -388,9 +388,13 @@ struct Common {
     /// Segment compression: off, lz4, zstd, zstd:N.
     #[arg(long, default_value = "off", value_parser = parse_compression)]
     compression: Compression,
-    /// Encrypt every segment (XChaCha20-Poly1305, one in-memory key).
+    /// Encrypt every segment (one in-memory key), with `--cipher`.
     #[arg(long)]
     encrypt: bool,
+    /// The cipher of `--encrypt`: auto (XAES-256-GCM where the CPU has AES
+    /// instructions, else XChaCha20-Poly1305), xaes-256-gcm, xchacha20-poly1305.
+    #[arg(long, default_value = "auto", value_parser = parse_cipher)]
+    cipher: Cipher,
     /// Entries per append.
     #[arg(long, default_value_t = 1)]
     entries_per_append: usize,
@@ -544,6 +548,10 @@ fn parse_ms(s: &str) -> Result<f64, String> {
 }
 
 fn parse_compression(s: &str) -> Result<Compression, String> {
+    s.parse()
+}
+
+fn parse_cipher(s: &str) -> Result<Cipher, String> {
     s.parse()
 }
 
@@ -933,6 +941,7 @@ fn config(c: &Common) -> Config {
         config.replay_budget_bytes = v.saturating_mul(1024 * 1024);
     }
     config.compression = c.compression;
+    config.cipher = c.cipher;
     if c.encrypt {
         let mut key = [0u8; 32];
         let mut rng = SplitMix64::new(c.seed ^ 0x006b_6579);
@@ -1929,6 +1938,9 @@ async fn write_reporting(
         .map_or(c.payload.clone(), |f| format!("file:{f}")));
     line["compression"] = json!(c.compression.to_string());
     line["encrypt"] = json!(c.encrypt);
+    if c.encrypt {
+        line["cipher"] = json!(c.cipher.resolve().to_string());
+    }
     // Every byte PUT (each copy, over several stores) per payload byte acknowledged.
     line["stored_bytes"] = json!(put_bytes);
     line["stored_per_payload_byte"] = json!(if mib > 0.0 {

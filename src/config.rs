@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::format;
-use crate::transform::{Compression, KeyProvider, Keys};
+use crate::transform::{Cipher, Compression, KeyProvider, Keys};
 
 /// What a read of a region does with a segment of it whose CRC or decoding fails twice
 /// ([`Error::CorruptSegment`]), alike in a read, a follow and each region of a replay.
@@ -261,6 +261,12 @@ pub struct Config {
     /// ([`crate::transform`]). None by default: nothing is encrypted, and an encrypted
     /// segment cannot be read (its reads fail, naming the key id).
     pub encryption_keys: Option<Keys>,
+    /// The cipher new segments are encrypted with, when there are `encryption_keys`
+    /// ([`Cipher`]): by default [`Cipher::Auto`], XAES-256-GCM where the CPU has AES
+    /// and carry-less multiplication instructions, else XChaCha20-Poly1305. Readers
+    /// need no setting: each segment names its cipher, so a WAL's older objects stay
+    /// readable whichever cipher its newer ones use.
+    pub cipher: Cipher,
     /// Bytes of verified segments kept in memory for reads (`internal::store::cache`): each
     /// region's entries of every object the writer acknowledges, and every segment a
     /// read fetched, least recently used out first. A read, follow or re-read of what
@@ -357,6 +363,7 @@ impl Config {
             recovery_mode: RecoveryMode::Strict,
             compression: Compression::Off,
             encryption_keys: None,
+            cipher: Cipher::Auto,
             segment_cache_bytes: DEFAULT_CACHE_BYTES,
             segment_cache_region_bytes: DEFAULT_CACHE_REGION_BYTES,
             max_readers: 64,
@@ -414,6 +421,8 @@ impl Config {
         with_compression(compression: Compression);
         /// With the node's keys: every segment written is encrypted.
         with_encryption_keys(encryption_keys: Arc<dyn KeyProvider>) => Some(Keys(encryption_keys));
+        /// With the cipher new segments are encrypted with.
+        with_cipher(cipher: Cipher);
     }
 
     /// Checks every field; the error names the first bad one.

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use crate::config::{Config, CorruptSegmentPolicy, HedgeAfter, RecoveryMode, RetryPolicy};
 use crate::error::{Error, Result};
 use crate::internal::store::stores::WalStores;
-use crate::transform::{Compression, Keys, StaticKeys};
+use crate::transform::{Cipher, Compression, Keys, StaticKeys};
 
 /// Every field of a `[wal]` section, none required: the prefix comes as `prefix` (a
 /// `Config`) or as the end of `url` (a `WalSection`).
@@ -50,6 +50,7 @@ struct Fields {
     recovery_mode: Option<RecoveryMode>,
     compression: Option<Compression>,
     encryption_keys: Option<String>,
+    cipher: Option<Cipher>,
     segment_cache_bytes: Option<ByteSize>,
     segment_cache_region_bytes: Option<ByteSize>,
     max_readers: Option<usize>,
@@ -95,6 +96,7 @@ impl Fields {
             recovery_mode: self.recovery_mode.unwrap_or(d.recovery_mode),
             compression: self.compression.unwrap_or(d.compression),
             encryption_keys,
+            cipher: self.cipher.unwrap_or(d.cipher),
             segment_cache_bytes: size(self.segment_cache_bytes, d.segment_cache_bytes),
             segment_cache_region_bytes: size(
                 self.segment_cache_region_bytes,

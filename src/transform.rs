@@ -1,5 +1,6 @@
 //! Segment transforms, FORMAT.md's "Version 2": a segment's bytes may be compressed
-//! (zstd or LZ4) and then encrypted (XChaCha20-Poly1305) before they are stored.
+//! (zstd or LZ4) and then encrypted (XAES-256-GCM or XChaCha20-Poly1305) before they
+//! are stored.
 //!
 //! Why per segment: a read fetches one region's segment with a ranged GET, so each
 //! segment must decode on its own; and an object's other regions stay readable when one
@@ -11,7 +12,10 @@
 //! - **Encryption** needs a [`KeyProvider`] the node implements (or [`StaticKeys`] from
 //!   a file or the environment): new segments are encrypted with its current key, and
 //!   each stored segment names its key by id, so keys rotate and old objects stay
-//!   readable while the provider still has their key. The associated data is the
+//!   readable while the provider still has their key. [`Cipher`] (`Config::cipher`)
+//!   chooses the AEAD of new segments: by default XAES-256-GCM where the CPU has AES
+//!   instructions ([`aes_gcm_accelerated`]), XChaCha20-Poly1305 elsewhere; each segment
+//!   names its cipher, so a reader opens either. The associated data is the
 //!   segment's place (object sequence and epoch, region, first entry id): a segment moved
 //!   to another object, region or position fails authentication.
 //! - The stored bytes' CRC is the footer record's, so damage is found before anything is
@@ -29,7 +33,10 @@
 //! object's segments take that draw with their index XORed into its last eight bytes
 //! ([`ObjectNonces`]). XChaCha20 derives its subkey from a nonce's first 16 bytes, so an
 //! object's segments share one random subkey and count through distinct ChaCha20 nonces
-//! under it, the construction's intended use.
+//! under it, the construction's intended use. XAES-256-GCM derives its AES-256-GCM key
+//! from a nonce's first 12 bytes, so an object derives one key (once, as it is encoded)
+//! and its segments count through distinct 96-bit AES-GCM nonces under it; FORMAT.md
+//! ("Nonces, and why they never repeat") bounds a repeat across objects.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -113,6 +120,99 @@ impl FromStr for Compression {
 
 #[cfg(feature = "serde")]
 impl<'de> serde::Deserialize<'de> for Compression {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The AEAD that encrypts new segments (FORMAT.md "Version 2", the cipher byte). Readers
+/// need no setting: each stored segment names its cipher, so objects written under one
+/// stay readable by a node configured for the other.
+///
+/// In a configuration file: `"auto"` (the default), `"xaes-256-gcm"` or
+/// `"xchacha20-poly1305"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Cipher {
+    /// XAES-256-GCM where the CPU has AES and carry-less multiplication instructions
+    /// (x86 AES-NI and PCLMULQDQ, ARMv8 AES and PMULL: [`aes_gcm_accelerated`]),
+    /// XChaCha20-Poly1305 elsewhere, decided when a WAL's configuration is taken up.
+    #[default]
+    Auto,
+    /// Cipher 1, XChaCha20-Poly1305: fast in software on any CPU.
+    XChaCha20Poly1305,
+    /// Cipher 2, XAES-256-GCM (C2SP's extended-nonce AES-256-GCM): several times faster
+    /// than cipher 1 with AES instructions, much slower without them.
+    Xaes256Gcm,
+}
+
+/// Whether this CPU runs AES-GCM in hardware: AES rounds (x86 AES-NI, ARMv8 AES) and
+/// the carry-less multiplication GHASH needs (x86 PCLMULQDQ, ARMv8 PMULL), detected at
+/// run time (the answer is cached).
+pub fn aes_gcm_accelerated() -> bool {
+    #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
+    {
+        aes::hardware_accelerated() && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    // On aarch64 the `aes` feature `aes` detects includes PMULL.
+    #[cfg(target_arch = "aarch64")]
+    {
+        aes::hardware_accelerated()
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "x86", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
+
+impl Cipher {
+    /// The cipher new segments get: this one, or for [`Cipher::Auto`] the faster one
+    /// on this CPU.
+    pub fn resolve(self) -> Cipher {
+        match self {
+            Cipher::Auto if aes_gcm_accelerated() => Cipher::Xaes256Gcm,
+            Cipher::Auto => Cipher::XChaCha20Poly1305,
+            chosen => chosen,
+        }
+    }
+
+    /// The cipher byte its segments carry (FORMAT.md "Version 2"), resolved first.
+    pub fn id(self) -> u8 {
+        match self.resolve() {
+            Cipher::Xaes256Gcm => crate::format::CIPHER_XAES_256_GCM,
+            _ => crate::format::CIPHER_XCHACHA20_POLY1305,
+        }
+    }
+}
+
+impl fmt::Display for Cipher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Cipher::Auto => "auto",
+            Cipher::XChaCha20Poly1305 => "xchacha20-poly1305",
+            Cipher::Xaes256Gcm => "xaes-256-gcm",
+        })
+    }
+}
+
+impl FromStr for Cipher {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "auto" => Ok(Cipher::Auto),
+            "xchacha20-poly1305" => Ok(Cipher::XChaCha20Poly1305),
+            "xaes-256-gcm" => Ok(Cipher::Xaes256Gcm),
+            other => Err(format!(
+                "{other:?}: expected \"auto\", \"xaes-256-gcm\" or \"xchacha20-poly1305\""
+            )),
+        }
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Cipher {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         s.parse().map_err(serde::de::Error::custom)
@@ -298,7 +398,9 @@ impl Eq for Keys {}
 /// The nonces of one object's encrypted segments: one draw of [`random_nonce`](crate::format::random_nonce) per
 /// object, its last eight bytes XORed with the segment's index in the object. Distinct
 /// within the object by the index, and across objects by the 128 random bits before it:
-/// one system call per object instead of one per segment.
+/// one system call per object instead of one per segment. Under XAES-256-GCM the first
+/// 12 bytes (random, shared by the object's segments) derive the object's key and the
+/// last 12 (4 random bytes, then the index XOR 8 random bytes) are the AES-GCM nonces.
 #[derive(Debug, Clone, Copy)]
 pub struct ObjectNonces {
     base: [u8; NONCE_LEN],
@@ -330,6 +432,8 @@ pub struct Sealing<'a> {
     pub compression: Compression,
     /// The key to encrypt every segment with, if any.
     pub key: Option<&'a SegmentKey>,
+    /// The cipher to encrypt with, when there is a key ([`Cipher::Auto`] is resolved).
+    pub cipher: Cipher,
 }
 
 impl Sealing<'_> {
@@ -392,6 +496,57 @@ mod tests {
         let mut second = base;
         second[16] ^= 1;
         assert_eq!(drawn.get(1), Some(&second));
+    }
+
+    /// XAES-256-GCM (cipher 2) splits the nonce: bytes 0..12 derive the object's key,
+    /// bytes 12..24 are the AES-GCM nonce under it. Within an object the key part is
+    /// shared and the AES-GCM nonces never repeat; across objects (fresh draws) no
+    /// (key part, AES-GCM nonce) pair repeats, nor does a key part.
+    #[test]
+    fn xaes_nonces_share_their_key_part_within_an_object_and_never_repeat() {
+        let mut pairs = std::collections::BTreeSet::new();
+        let mut key_parts = std::collections::BTreeSet::new();
+        for _ in 0..2_000 {
+            let base = crate::format::random_nonce().expect("a random nonce");
+            let (key_part, _) = base.split_at(12);
+            assert!(key_parts.insert(key_part.to_vec()), "a key part repeated");
+            let mut nonces = ObjectNonces::new(base);
+            for _ in 0..100 {
+                let nonce = nonces.next_nonce();
+                let (k, n) = nonce.split_at(12);
+                assert_eq!(k, key_part, "an object's segments share one derived key");
+                assert!(pairs.insert((k.to_vec(), n.to_vec())), "a nonce repeated");
+            }
+        }
+        // The index counts through the last eight bytes, so up to 2^64 segments of one
+        // object get distinct AES-GCM nonces; a footer holds at most 2^32 segments.
+        let mut nonces = ObjectNonces::new([0; NONCE_LEN]);
+        nonces.next = u64::from(u32::MAX);
+        let last = nonces.next_nonce();
+        assert_eq!(last.get(16..), Some(&u64::from(u32::MAX).to_le_bytes()[..]));
+    }
+
+    #[test]
+    fn cipher_parses_prints_and_resolves() {
+        for (text, parsed) in [
+            ("auto", Cipher::Auto),
+            ("xchacha20-poly1305", Cipher::XChaCha20Poly1305),
+            ("xaes-256-gcm", Cipher::Xaes256Gcm),
+        ] {
+            assert_eq!(text.parse::<Cipher>(), Ok(parsed));
+            assert_eq!(parsed.to_string(), text);
+        }
+        for bad in ["aes", "", "chacha"] {
+            assert!(bad.parse::<Cipher>().is_err(), "{bad}");
+        }
+        assert_eq!(Cipher::default(), Cipher::Auto);
+        let auto = Cipher::Auto.resolve();
+        assert_eq!(auto == Cipher::Xaes256Gcm, aes_gcm_accelerated());
+        assert_eq!(Cipher::Xaes256Gcm.id(), crate::format::CIPHER_XAES_256_GCM);
+        assert_eq!(
+            Cipher::XChaCha20Poly1305.id(),
+            crate::format::CIPHER_XCHACHA20_POLY1305
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::ObjectStore;
-use object_store_wal::transform::Compression;
+use object_store_wal::transform::{Cipher, Compression};
 use object_store_wal::{
     split_store_url, store_and_prefix_from_url, Config, CorruptSegmentPolicy, Error, HedgeAfter,
     ObjectStoreLogStore, RetryPolicy,
@@ -37,6 +37,7 @@ fn every_field_changed() -> Config {
     c.replay_budget_bytes = 256 << 20;
     c.create_if_missing = true;
     c.compression = Compression::Zstd { level: 5 };
+    c.cipher = Cipher::XChaCha20Poly1305;
     c.segment_cache_bytes = 32 << 20;
     c.segment_cache_region_bytes = 1 << 20;
     c.max_readers = 16;
@@ -73,6 +74,7 @@ fn chained_setters_set_every_field() {
         .with_replay_budget_bytes(256 << 20)
         .with_create_if_missing(true)
         .with_compression(Compression::Zstd { level: 5 })
+        .with_cipher(Cipher::XChaCha20Poly1305)
         .with_segment_cache_bytes(32 << 20)
         .with_segment_cache_region_bytes(1 << 20)
         .with_max_readers(16);
@@ -235,6 +237,7 @@ mod file {
             replay_budget_bytes = 268435456
             create_if_missing = true
             compression = "zstd:5"
+            cipher = "xchacha20-poly1305"
             segment_cache_bytes = "32MiB"
             segment_cache_region_bytes = "1 MiB"
             max_readers = 16
@@ -250,6 +253,14 @@ mod file {
         let err = wal("listen = \"x\"\n[wal]\nprefix = \"wal\"\ncompression = \"gzip\"\n")
             .expect_err("unknown codec");
         assert!(err.contains("\"gzip\": expected"), "{err}");
+        let xaes = wal("listen = \"x\"\n[wal]\nprefix = \"wal\"\ncipher = \"xaes-256-gcm\"\n")
+            .expect("valid");
+        assert_eq!(xaes.cipher, Cipher::Xaes256Gcm);
+        let auto = wal("listen = \"x\"\n[wal]\nprefix = \"wal\"\n").expect("valid");
+        assert_eq!(auto.cipher, Cipher::Auto);
+        let err = wal("listen = \"x\"\n[wal]\nprefix = \"wal\"\ncipher = \"aes-128-cbc\"\n")
+            .expect_err("unknown cipher");
+        assert!(err.contains("\"aes-128-cbc\": expected"), "{err}");
 
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join("keys");

@@ -38,6 +38,8 @@ fn version_2_vectors_and_hostile_variants_are_in_the_corpus() {
         "vector-v2-lz4",
         "vector-v2-xchacha",
         "vector-v2-zstd-xchacha",
+        "vector-v2-xaes",
+        "vector-v2-zstd-xaes",
     ] {
         let decoded = object_store_wal::format::decode_object_with(&read(name), &opening);
         assert!(decoded.is_ok(), "{name}: {decoded:?}");

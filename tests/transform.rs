@@ -12,11 +12,12 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{
     decode_object, decode_object_summary, decode_object_with, encode_object_with, FormatError,
-    Header, Link, CIPHER_XCHACHA20_POLY1305, CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, VERSION, VERSION_2,
+    Header, Link, CIPHER_XAES_256_GCM, CIPHER_XCHACHA20_POLY1305, CODEC_LZ4, CODEC_NONE,
+    CODEC_ZSTD, VERSION, VERSION_2,
 };
 use object_store_wal::testing::repair_crcs;
 use object_store_wal::transform::{
-    Compression, KeyProvider, Opening, Sealing, SegmentKey, StaticKeys,
+    Cipher, Compression, KeyProvider, Opening, Sealing, SegmentKey, StaticKeys,
 };
 use object_store_wal::{Config, Error, ObjectStoreLogStore};
 
@@ -46,6 +47,19 @@ const ZSTD: &str = "475457414c4f424a02000000090000000000000005000000000000000700
 const LZ4: &str = "475457414c4f424a0200000009000000000000000500000000000000070000000000000005000000000000000300000000000000169a2a27440000005f40000000610100266061616161616101000000000000000700000000000000000090000000000000009000000000003800000000000000140000000000000048b999d902000000475457414c54524c4c0000000000000038000000000000003b15e31dcc4c93b9";
 const XCHACHA: &str = "475457414c4f424a0200000009000000000000000500000000000000070000000000000005000000000000000300000000000000169a2a2701000000242424242424242424242424242424242424242424242424a65ed765165c34302a147bab0a41b85a03c5351f5bc03c010000000000000007000000000000000000900000000000000090000000000038000000000000003300000000000000cfd409b500010000475457414c54524c6b0000000000000038000000000000006619d5ae1cd630f4";
 const ZSTD_XCHACHA: &str = "475457414c4f424a0200000009000000000000000500000000000000070000000000000005000000000000000300000000000000169a2a2701000000242424242424242424242424242424242424242424242424e15ed7654691635b826b623a0ea04dca32f1efbb7c8bf48bb57a4b1dfc1814584a545f6d4011d4000100000000000000070000000000000000009000000000000000900000000000380000000000000044000000000000008a07136501010000475457414c54524c7c0000000000000038000000000000009abe18e48c40a21d";
+const XAES: &str = "475457414c4f424a0200000009000000000000000500000000000000070000000000000005000000000000000300000000000000169a2a2701000000242424242424242424242424242424242424242424242424bf4d1e10c851a784867d55ad087e179299d13b47ffba07010000000000000007000000000000000000900000000000000090000000000038000000000000003300000000000000920f9d8f00020000475457414c54524c6b000000000000003800000000000000e5e212a61e18df72";
+const ZSTD_XAES: &str = "475457414c4f424a0200000009000000000000000500000000000000070000000000000005000000000000000300000000000000169a2a2701000000242424242424242424242424242424242424242424242424f84d1e10989cf0231050f98d3616cd642b51aa318bff02f718b7db7961f1e01e289ce657840456a9010000000000000007000000000000000000900000000000000090000000000038000000000000004400000000000000874efd9601020000475457414c54524c7c000000000000003800000000000000c775128fbc384378";
+
+/// The encrypted vectors: (name, hex, cipher byte, cipher).
+const ENCRYPTED: [(&str, &str, u8, Cipher); 2] = [
+    (
+        "xchacha",
+        XCHACHA,
+        CIPHER_XCHACHA20_POLY1305,
+        Cipher::XChaCha20Poly1305,
+    ),
+    ("xaes", XAES, CIPHER_XAES_256_GCM, Cipher::Xaes256Gcm),
+];
 
 fn keys() -> StaticKeys {
     StaticKeys::new(vector_key())
@@ -80,6 +94,14 @@ fn version_2_vectors_decode() {
             CIPHER_XCHACHA20_POLY1305,
             &a64,
         ),
+        ("xaes", XAES, CODEC_NONE, CIPHER_XAES_256_GCM, &xxx),
+        (
+            "zstd+xaes",
+            ZSTD_XAES,
+            CODEC_ZSTD,
+            CIPHER_XAES_256_GCM,
+            &a64,
+        ),
     ] {
         let bytes = unhex(hex);
         let decoded = decode_object_with(&bytes, &opening(&keys)).expect(name);
@@ -96,13 +118,21 @@ fn encrypted_vectors_encode_byte_for_byte() {
     let key = vector_key();
     let a64 = [Bytes::from(vec![b'a'; 64])];
     let xxx = [Bytes::from_static(b"xxx")];
-    for (hex, compression, entries) in [
-        (XCHACHA, Compression::Off, &xxx),
-        (ZSTD_XCHACHA, Compression::ZSTD, &a64),
+    for (hex, compression, cipher, entries) in [
+        (XCHACHA, Compression::Off, Cipher::XChaCha20Poly1305, &xxx),
+        (
+            ZSTD_XCHACHA,
+            Compression::ZSTD,
+            Cipher::XChaCha20Poly1305,
+            &a64,
+        ),
+        (XAES, Compression::Off, Cipher::Xaes256Gcm, &xxx),
+        (ZSTD_XAES, Compression::ZSTD, Cipher::Xaes256Gcm, &a64),
     ] {
         let sealing = Sealing {
             compression,
             key: Some(&key),
+            cipher,
         };
         let encoded = encode_object_with(&header(), [(7, &entries[..])], &sealing, &mut || {
             Ok([0x24; 24])
@@ -118,6 +148,7 @@ fn a_segment_that_does_not_shrink_is_stored_plain_as_version_1() {
     let sealing = Sealing {
         compression: Compression::ZSTD,
         key: None,
+        cipher: Cipher::Auto,
     };
     let encoded = encode_object_with(&header(), [(7, &xxx[..])], &sealing, &mut || {
         panic!("no nonce without a key")
@@ -143,7 +174,7 @@ fn segment_error(bytes: &Bytes, opening: &Opening<'_>) -> FormatError {
 }
 
 /// An edit of an object's bytes.
-type Edit = dyn FnOnce(&mut Vec<u8>);
+type Edit = dyn Fn(&mut Vec<u8>);
 
 #[test]
 fn a_moved_segment_fails_authentication() {
@@ -165,11 +196,13 @@ fn a_moved_segment_fails_authentication() {
         ),
     ];
     for (what, edit) in moves {
-        let bytes = edited(XCHACHA, edit);
-        decode_object_summary(&bytes).expect("the summary still verifies");
-        match segment_error(&bytes, &opening(&keys)) {
-            FormatError::Authentication { key_id: 1, .. } => {}
-            other => panic!("{what}: {other:?}"),
+        for (name, hex, ..) in ENCRYPTED {
+            let bytes = edited(hex, |b| edit(b));
+            decode_object_summary(&bytes).expect("the summary still verifies");
+            match segment_error(&bytes, &opening(&keys)) {
+                FormatError::Authentication { key_id: 1, .. } => {}
+                other => panic!("{name}, {what}: {other:?}"),
+            }
         }
     }
 }
@@ -186,6 +219,7 @@ fn a_segment_moved_to_the_same_id_base_fails_authentication() {
     let sealing = Sealing {
         compression: Compression::Off,
         key: Some(&key),
+        cipher: Cipher::Xaes256Gcm,
     };
     let at = |sequence, id_offset| Header {
         sequence,
@@ -214,7 +248,13 @@ fn a_segment_moved_to_the_same_id_base_fails_authentication() {
 
 #[test]
 fn a_wrong_or_missing_key_says_so() {
-    let bytes = unhex(XCHACHA);
+    for (_, hex, ..) in ENCRYPTED {
+        a_wrong_or_missing_key_says_so_in(hex);
+    }
+}
+
+fn a_wrong_or_missing_key_says_so_in(hex: &str) {
+    let bytes = unhex(hex);
     let wrong = StaticKeys::new(SegmentKey::new(1, [0x43; 32]));
     assert_eq!(
         segment_error(&bytes, &opening(&wrong)),
@@ -267,15 +307,52 @@ fn hostile_transformed_segments_are_errors_not_allocations() {
         ),
         "{err:?}"
     );
-    // A wrong tag.
-    let tag = edited(XCHACHA, |b| b[56 + 50] ^= 0x01);
-    assert_eq!(
-        segment_error(&tag, &opening(&keys)),
-        FormatError::Authentication {
-            region: 7,
-            key_id: 1
+    // A wrong tag, a flipped byte of the nonce or of the ciphertext, under either cipher.
+    for (name, hex, ..) in ENCRYPTED {
+        for at in [
+            56 + 50,
+            56 + 4,
+            56 + 4 + 11,
+            56 + 4 + 12,
+            56 + 4 + 23,
+            56 + 28,
+        ] {
+            let flipped = edited(hex, |b| b[at] ^= 0x01);
+            assert_eq!(
+                segment_error(&flipped, &opening(&keys)),
+                FormatError::Authentication {
+                    region: 7,
+                    key_id: 1
+                },
+                "{name}, byte {at}"
+            );
         }
-    );
+    }
+    // A cipher byte swapped for the other cipher's fails authentication; one this
+    // reader does not know is named.
+    let record = 56 + 51 + 8;
+    for (name, hex, id, _) in ENCRYPTED {
+        let swapped = edited(hex, |b| b[record + 45] = 3 - id);
+        assert_eq!(
+            segment_error(&swapped, &opening(&keys)),
+            FormatError::Authentication {
+                region: 7,
+                key_id: 1
+            },
+            "{name}"
+        );
+        let unknown = edited(hex, |b| b[record + 45] = 3);
+        decode_object_summary(&unknown).expect("the summary verifies");
+        assert_eq!(
+            segment_error(&unknown, &opening(&keys)),
+            FormatError::UnknownTransform {
+                region: 7,
+                codec: 0,
+                cipher: 3
+            },
+            "{name}"
+        );
+    }
     // An unknown codec: the summary verifies, the segment names its transform.
     let unknown = edited(LZ4, |b| b[56 + 20 + 8 + 44] = 9);
     decode_object_summary(&unknown).expect("the summary verifies");
@@ -322,6 +399,10 @@ fn config(keys: &Arc<StaticKeys>, compression: Compression) -> Config {
         .with_encryption_keys(keys.clone())
 }
 
+fn config_with(keys: &Arc<StaticKeys>, compression: Compression, cipher: Cipher) -> Config {
+    config(keys, compression).with_cipher(cipher)
+}
+
 async fn stored_objects(store: &InMemory) -> Vec<Bytes> {
     let listed: Vec<_> = store
         .list(Some(&Path::from("wal")))
@@ -344,9 +425,16 @@ fn payload(region: u64, i: usize) -> Bytes {
 
 #[tokio::test]
 async fn an_encrypted_compressed_wal_replays_and_stores_no_plaintext() {
+    for (_, _, id, cipher) in ENCRYPTED {
+        an_encrypted_compressed_wal_replays_and_stores_no_plaintext_with(id, cipher).await;
+    }
+}
+
+async fn an_encrypted_compressed_wal_replays_and_stores_no_plaintext_with(id: u8, cipher: Cipher) {
     let store = Arc::new(InMemory::new());
     let keys = Arc::new(keys());
-    let mut wal = ObjectStoreLogStore::open(store.clone(), config(&keys, Compression::ZSTD))
+    let written = config_with(&keys, Compression::ZSTD, cipher);
+    let mut wal = ObjectStoreLogStore::open(store.clone(), written)
         .await
         .expect("open");
     let mut expected = Vec::new();
@@ -374,7 +462,7 @@ async fn an_encrypted_compressed_wal_replays_and_stores_no_plaintext() {
                 .footer
                 .records
                 .iter()
-                .all(|r| r.cipher == CIPHER_XCHACHA20_POLY1305 && r.codec == CODEC_ZSTD));
+                .all(|r| r.cipher == id && r.codec == CODEC_ZSTD));
         }
         for needle in [&b"INSERT INTO"[..], b"host-1", b"region 2 row"] {
             assert!(
@@ -455,9 +543,16 @@ async fn without_the_key_only_reads_fail_naming_it() {
 
 #[tokio::test]
 async fn a_damaged_ciphertext_fails_only_its_region() {
+    for (_, _, _, cipher) in ENCRYPTED {
+        a_damaged_ciphertext_fails_only_its_region_with(cipher).await;
+    }
+}
+
+async fn a_damaged_ciphertext_fails_only_its_region_with(cipher: Cipher) {
     let store = Arc::new(InMemory::new());
     let keys = Arc::new(keys());
-    let mut wal = ObjectStoreLogStore::open(store.clone(), config(&keys, Compression::Off))
+    let written = config_with(&keys, Compression::Off, cipher);
+    let mut wal = ObjectStoreLogStore::open(store.clone(), written)
         .await
         .expect("open");
     let receipt = wal
@@ -506,12 +601,67 @@ async fn a_damaged_ciphertext_fails_only_its_region() {
     assert_eq!(got[0].payload, payload(2, 0));
 }
 
+/// The cipher bytes of the data segments in `store`, in key order.
+async fn ciphers_stored(store: &InMemory) -> Vec<u8> {
+    let mut ciphers = Vec::new();
+    for object in stored_objects(store).await {
+        let summary = decode_object_summary(&object).expect("a valid object");
+        ciphers.extend(summary.footer.records.iter().map(|r| r.cipher));
+    }
+    ciphers
+}
+
+/// A WAL written under one cipher is read, and written on, by a node configured for the
+/// other: old objects keep their cipher byte, new ones get the node's.
+#[tokio::test]
+async fn a_wal_changes_cipher_and_stays_readable() {
+    for (first, second) in [
+        (Cipher::XChaCha20Poly1305, Cipher::Xaes256Gcm),
+        (Cipher::Xaes256Gcm, Cipher::XChaCha20Poly1305),
+    ] {
+        let store = Arc::new(InMemory::new());
+        let keys = Arc::new(keys());
+        let mut expected = Vec::new();
+        for (round, cipher) in [first, second, Cipher::Auto].into_iter().enumerate() {
+            let config = config_with(&keys, Compression::Lz4, cipher);
+            let mut wal = ObjectStoreLogStore::open(store.clone(), config)
+                .await
+                .expect("open");
+            for region in [1u64, 2] {
+                let got: Vec<Bytes> = wal
+                    .read(region, 0)
+                    .map_ok(|e| e.payload)
+                    .try_collect()
+                    .await
+                    .expect("every earlier object reads");
+                let want: Vec<Bytes> = expected
+                    .iter()
+                    .filter(|(r, _)| *r == region)
+                    .map(|(_, e): &(u64, Bytes)| e.clone())
+                    .collect();
+                assert_eq!(got, want, "{first} then {second}, round {round}");
+            }
+            let entries: Vec<_> = [1u64, 2]
+                .into_iter()
+                .map(|region| (region, vec![payload(region, round)]))
+                .collect();
+            wal.append_and_flush(entries.clone())
+                .await
+                .expect("appended");
+            expected.extend(entries.into_iter().map(|(r, e)| (r, e[0].clone())));
+        }
+        let (a, b, auto) = (first.id(), second.id(), Cipher::Auto.id());
+        assert_eq!(ciphers_stored(&store).await, [a, a, b, b, auto, auto]);
+    }
+}
+
 #[test]
 fn a_wal_without_transforms_writes_version_1() {
     let xxx = [Bytes::from_static(b"xxx")];
     let sealing = Sealing {
         compression: Compression::Off,
         key: None,
+        cipher: Cipher::Auto,
     };
     let encoded = encode_object_with(&header(), [(7, &xxx[..])], &sealing, &mut || {
         panic!("no nonce without a key")

@@ -14,16 +14,17 @@ use std::sync::Arc;
 use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
-use object_store_wal::format::{decode_object_summary, FormatError, CIPHER_XCHACHA20_POLY1305};
-use object_store_wal::transform::{Compression, SegmentKey, StaticKeys};
+use object_store_wal::format::{decode_object_summary, FormatError};
+use object_store_wal::transform::{Cipher, Compression, SegmentKey, StaticKeys};
 use object_store_wal::{Config, Entry, Error};
 use support::harness::*;
 
-fn transformed(compression: Compression) -> Config {
+fn transformed(compression: Compression, cipher: Cipher) -> Config {
     let keys = Arc::new(StaticKeys::new(SegmentKey::new(9, [0x5c; 32])));
     config_no_reclaim()
         .with_compression(compression)
         .with_encryption_keys(keys)
+        .with_cipher(cipher)
 }
 
 /// A compressible payload whose text is easy to find in stored bytes.
@@ -33,9 +34,13 @@ fn row(region: u64, i: u64) -> Bytes {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_acknowledged_entry_comes_back_through_the_actors() {
-    for compression in [Compression::ZSTD, Compression::Lz4, Compression::Off] {
+    for (compression, cipher) in [
+        (Compression::ZSTD, Cipher::XChaCha20Poly1305),
+        (Compression::Lz4, Cipher::Xaes256Gcm),
+        (Compression::Off, Cipher::Auto),
+    ] {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let config = transformed(compression);
+        let config = transformed(compression, cipher);
         let (wal, join) = spawn(&store, &config).await;
         let follower = wal.follow(1, 0).await.expect("follow");
 
@@ -88,7 +93,7 @@ async fn every_acknowledged_entry_comes_back_through_the_actors() {
                 .footer
                 .records
                 .iter()
-                .all(|r| r.cipher == CIPHER_XCHACHA20_POLY1305));
+                .all(|r| r.cipher == cipher.id()));
             assert!(!bytes.windows(10).any(|w| w == b"secret-row"));
         }
 

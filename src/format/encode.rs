@@ -4,9 +4,9 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use crc32fast::Hasher;
 
-use super::envelope::seal_segment;
+use super::envelope::{seal_segment_with, DerivedKey};
 use super::layout::*;
-use crate::transform::{Compression, Sealing, NONCE_LEN, TAG_LEN};
+use crate::transform::{Cipher, Compression, Sealing, NONCE_LEN, TAG_LEN};
 
 /// An encoded object: its bytes as chunks that share the callers' payload buffers.
 #[derive(Debug, Clone)]
@@ -116,6 +116,7 @@ where
     let identity = Sealing {
         compression: Compression::Off,
         key: None,
+        cipher: Cipher::XChaCha20Poly1305,
     };
     encode_object_with(header, segments, &identity, &mut || {
         Err(FormatError::Unencodable("no nonce without a key"))
@@ -148,6 +149,8 @@ where
     let mut prefixes = BytesMut::new();
     // The segments' CRC state, combined in order after the header's.
     let mut segments_hasher = Hasher::new();
+    // The object's XAES-256-GCM key, derived at its first encrypted segment.
+    let mut derived = DerivedKey::default();
 
     for (region, entries) in segments {
         if header.claim {
@@ -186,13 +189,11 @@ where
                 Some(_) => nonces()?,
                 None => [0u8; NONCE_LEN],
             };
-            let (codec, cipher, stored) = seal_segment(
+            let (codec, cipher, stored) = seal_segment_with(
+                &mut derived,
                 plain,
                 sealing,
-                header.sequence,
-                header.epoch,
-                region,
-                first_entry_id,
+                [header.sequence, header.epoch, region, first_entry_id],
                 nonce,
             )?;
             segment_hasher.update(&stored);

@@ -4,16 +4,19 @@
 
 use std::cell::RefCell;
 
+use aes::cipher::BlockCipherEncrypt;
+use aes::Aes256;
 use bytes::{BufMut, Bytes};
 use chacha20poly1305::aead::{Aead, AeadInOut, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 
 use super::layout::{
-    FormatError, SegmentRecord, CIPHER_NONE, CIPHER_XCHACHA20_POLY1305, CODEC_LZ4, CODEC_NONE,
-    CODEC_ZSTD, ENTRY_PREFIX_LEN,
+    FormatError, SegmentRecord, CIPHER_NONE, CIPHER_XAES_256_GCM, CIPHER_XCHACHA20_POLY1305,
+    CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, ENTRY_PREFIX_LEN,
 };
 use crate::transform::{
-    Compression, Opening, Sealing, DECODED_LEN_PREFIX, ENVELOPE_HEAD_LEN, NONCE_LEN, TAG_LEN,
+    Cipher, Compression, Opening, Sealing, DECODED_LEN_PREFIX, ENVELOPE_HEAD_LEN, NONCE_LEN,
+    TAG_LEN,
 };
 
 /// A fresh random nonce from the operating system's generator.
@@ -34,6 +37,115 @@ fn associated_data(sequence: u64, epoch: u64, region: u64, first_entry_id: u64) 
     w.put_u64_le(region);
     w.put_u64_le(first_entry_id);
     ad
+}
+
+/// Bytes of an XAES-256-GCM nonce that derive its AES-256-GCM key; the other 12 are the
+/// AES-GCM nonce.
+const XAES_KEY_NONCE_LEN: usize = 12;
+
+/// XAES-256-GCM's key derivation (C2SP's XAES-256-GCM, steps 1 to 5): the AES-256-GCM
+/// key of `key` and the nonce's first 12 bytes, `n1`. A CMAC-like KDF over AES-256
+/// with `key`: `L = AES(key, 0^128)`, `K1 = L << 1` (xor `0x87` when L's top bit is
+/// set), then `AES(key, M1 ^ K1) || AES(key, M2 ^ K1)` for `M1 = 00 01 'X' 00 || n1`
+/// and `M2 = 00 02 'X' 00 || n1`. AES is a permutation, so distinct `n1` always give
+/// distinct derived keys.
+fn xaes_derive(key: &[u8; 32], n1: &[u8; XAES_KEY_NONCE_LEN]) -> Result<Gcm, ()> {
+    Gcm::new(&xaes_key(key, n1))
+}
+
+/// AES-256-GCM under one key: ring's, assembly that interleaves AES rounds (AES-NI or
+/// VAES) with GHASH's carry-less multiplications, chosen at run time.
+struct Gcm(ring::aead::LessSafeKey);
+
+impl Gcm {
+    /// The key `key`; an error only for a key ring refuses (never 32 bytes).
+    fn new(key: &[u8; 32]) -> Result<Gcm, ()> {
+        let key = ring::aead::UnboundKey::new(&ring::aead::AES_256_GCM, key).map_err(|_| ())?;
+        Ok(Gcm(ring::aead::LessSafeKey::new(key)))
+    }
+
+    /// Encrypts `body` in place under the 96-bit `nonce` with `ad`; the tag.
+    fn seal(&self, nonce: [u8; 12], ad: &[u8], body: &mut [u8]) -> Result<[u8; TAG_LEN], ()> {
+        let tag = self
+            .0
+            .seal_in_place_separate_tag(
+                ring::aead::Nonce::assume_unique_for_key(nonce),
+                ring::aead::Aad::from(ad),
+                body,
+            )
+            .map_err(|_| ())?;
+        <[u8; TAG_LEN]>::try_from(tag.as_ref()).map_err(|_| ())
+    }
+
+    /// Decrypts `sealed` (ciphertext, then tag) under `nonce` with `ad`: the plaintext,
+    /// or an error when it fails authentication.
+    fn open(&self, nonce: [u8; 12], ad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, ()> {
+        let mut buffer = sealed.to_vec();
+        let len = self
+            .0
+            .open_in_place(
+                ring::aead::Nonce::assume_unique_for_key(nonce),
+                ring::aead::Aad::from(ad),
+                &mut buffer,
+            )
+            .map_err(|_| ())?
+            .len();
+        buffer.truncate(len);
+        Ok(buffer)
+    }
+}
+
+/// The key [`xaes_derive`] derives.
+fn xaes_key(key: &[u8; 32], n1: &[u8; XAES_KEY_NONCE_LEN]) -> [u8; 32] {
+    let aes = Aes256::new(&(*key).into());
+    let mut l = aes::Block::default();
+    aes.encrypt_block(&mut l);
+    let l = u128::from_be_bytes(l.into());
+    let k1 = (l << 1) ^ if l >> 127 == 1 { 0x87 } else { 0 };
+    let half = |counter: u8| {
+        let mut m = [0u8; 16];
+        let (prefix, rest) = m.split_at_mut(4);
+        prefix.copy_from_slice(&[0, counter, b'X', 0]);
+        rest.copy_from_slice(n1);
+        let mut block = aes::Block::from((u128::from_be_bytes(m) ^ k1).to_be_bytes());
+        aes.encrypt_block(&mut block);
+        <[u8; 16]>::from(block)
+    };
+    let mut derived = [0u8; 32];
+    let (km, kn) = derived.split_at_mut(16);
+    km.copy_from_slice(&half(1));
+    kn.copy_from_slice(&half(2));
+    derived
+}
+
+/// An XAES-256-GCM nonce split: the 12 bytes that derive the key, the 12-byte AES-GCM
+/// nonce.
+fn xaes_split(nonce: &[u8; NONCE_LEN]) -> ([u8; XAES_KEY_NONCE_LEN], [u8; 12]) {
+    let mut n1 = [0u8; XAES_KEY_NONCE_LEN];
+    let mut n2 = [0u8; NONCE_LEN - XAES_KEY_NONCE_LEN];
+    let (a, b) = nonce.split_at(XAES_KEY_NONCE_LEN);
+    n1.copy_from_slice(a);
+    n2.copy_from_slice(b);
+    (n1, n2)
+}
+
+/// The XAES-256-GCM key derived last while one object is sealed: its segments share the
+/// nonce's first 12 bytes ([`crate::transform::ObjectNonces`]), so the object pays for
+/// one derivation, not one per segment. Keyed by those 12 bytes alone: one cache serves
+/// one object, sealed under one key.
+#[derive(Default)]
+pub(crate) struct DerivedKey(Option<([u8; XAES_KEY_NONCE_LEN], Gcm)>);
+
+impl DerivedKey {
+    /// The AES-256-GCM key of `key` and `n1`, derived once per distinct `n1`.
+    fn get(&mut self, key: &[u8; 32], n1: &[u8; XAES_KEY_NONCE_LEN]) -> Result<&Gcm, ()> {
+        let cached = match self.0.take().filter(|(at, _)| at == n1) {
+            Some(cached) => cached,
+            None => (*n1, xaes_derive(key, n1)?),
+        };
+        let (_, gcm) = self.0.insert(cached);
+        Ok(gcm)
+    }
 }
 
 thread_local! {
@@ -100,7 +212,7 @@ fn zstd_decompress(compressed: &[u8], decoded_len: usize) -> Result<Vec<u8>, Str
 /// segment; with a key, every segment is encrypted with `nonce`, in place, bound to its
 /// place: the object's `sequence` and `epoch`, its `region` and first entry id.
 pub fn seal_segment(
-    mut buffer: Vec<u8>,
+    buffer: Vec<u8>,
     sealing: &Sealing<'_>,
     sequence: u64,
     epoch: u64,
@@ -108,6 +220,25 @@ pub fn seal_segment(
     first_entry_id: u64,
     nonce: [u8; NONCE_LEN],
 ) -> Result<(u8, u8, Bytes), FormatError> {
+    seal_segment_with(
+        &mut DerivedKey::default(),
+        buffer,
+        sealing,
+        [sequence, epoch, region, first_entry_id],
+        nonce,
+    )
+}
+
+/// [`seal_segment`] reusing `derived`, the XAES-256-GCM key of the object's earlier
+/// segments (`place` is the segment's sequence, epoch, region and first entry id).
+pub(crate) fn seal_segment_with(
+    derived: &mut DerivedKey,
+    mut buffer: Vec<u8>,
+    sealing: &Sealing<'_>,
+    place: [u64; 4],
+    nonce: [u8; NONCE_LEN],
+) -> Result<(u8, u8, Bytes), FormatError> {
+    let [sequence, epoch, region, first_entry_id] = place;
     let head = sealing.headroom();
     let plain = buffer.get(head..).ok_or(FormatError::Unencodable(
         "a segment buffer without its headroom",
@@ -142,8 +273,6 @@ pub fn seal_segment(
     let Some(key) = sealing.key else {
         return Ok((codec, CIPHER_NONE, Bytes::from(buffer)));
     };
-    let cipher = XChaCha20Poly1305::new_from_slice(&key.bytes)
-        .map_err(|_| FormatError::Unencodable("a key is 32 bytes"))?;
     let ad = associated_data(sequence, epoch, region, first_entry_id);
     let (envelope, body) =
         buffer
@@ -151,14 +280,29 @@ pub fn seal_segment(
             .ok_or(FormatError::Unencodable(
                 "a segment buffer without its headroom",
             ))?;
-    let tag = cipher
-        .encrypt_inout_detached(&XNonce::from(nonce), &ad, body.into())
-        .map_err(|_| FormatError::Unencodable("encryption failed"))?;
+    let failed = |_| FormatError::Unencodable("encryption failed");
+    let (cipher_id, tag): (u8, [u8; TAG_LEN]) = match sealing.cipher.resolve() {
+        Cipher::Xaes256Gcm => {
+            let (n1, n2) = xaes_split(&nonce);
+            let tag = derived
+                .get(&key.bytes, &n1)
+                .and_then(|gcm| gcm.seal(n2, &ad, body))
+                .map_err(failed)?;
+            (CIPHER_XAES_256_GCM, tag)
+        }
+        _ => {
+            let cipher = XChaCha20Poly1305::new(&key.bytes.into());
+            let tag = cipher
+                .encrypt_inout_detached(&XNonce::from(nonce), &ad, body.into())
+                .map_err(|_| FormatError::Unencodable("encryption failed"))?;
+            (CIPHER_XCHACHA20_POLY1305, tag.into())
+        }
+    };
     let (id, nonce_at) = envelope.split_at_mut(4);
     id.copy_from_slice(&key.id.to_le_bytes());
     nonce_at.copy_from_slice(&nonce);
     buffer.extend_from_slice(tag.as_slice());
-    Ok((codec, CIPHER_XCHACHA20_POLY1305, Bytes::from(buffer)))
+    Ok((codec, cipher_id, Bytes::from(buffer)))
 }
 
 /// Undoes a segment's transforms: `stored` (already checked against its CRC) becomes the
@@ -174,7 +318,7 @@ pub fn open_segment(
     let region = record.region;
     let body = match record.cipher {
         CIPHER_NONE => stored,
-        CIPHER_XCHACHA20_POLY1305 => {
+        cipher_id @ (CIPHER_XCHACHA20_POLY1305 | CIPHER_XAES_256_GCM) => {
             let (head, sealed) = stored
                 .split_first_chunk::<ENVELOPE_HEAD_LEN>()
                 .filter(|(_, rest)| rest.len() >= TAG_LEN)
@@ -199,27 +343,25 @@ pub fn open_segment(
                 key_id,
                 reason: e.to_string(),
             })?;
-            let cipher = XChaCha20Poly1305::new_from_slice(&key.bytes).map_err(|_| {
-                FormatError::KeyUnavailable {
+            let nonce =
+                <[u8; NONCE_LEN]>::try_from(nonce).map_err(|_| FormatError::SegmentBody {
                     region,
-                    key_id,
-                    reason: "a key is 32 bytes".into(),
-                }
-            })?;
-            let nonce = XNonce::try_from(nonce).map_err(|_| FormatError::SegmentBody {
-                region,
-                reason: "the encryption envelope is cut off",
-            })?;
+                    reason: "the encryption envelope is cut off",
+                })?;
             let ad = associated_data(sequence, epoch, region, record.first_entry_id);
-            let plain = cipher
-                .decrypt(
-                    &nonce,
-                    Payload {
-                        msg: sealed,
-                        aad: &ad,
-                    },
-                )
-                .map_err(|_| FormatError::Authentication { region, key_id })?;
+            let plain = if cipher_id == CIPHER_XAES_256_GCM {
+                let (n1, n2) = xaes_split(&nonce);
+                xaes_derive(&key.bytes, &n1).and_then(|gcm| gcm.open(n2, &ad, sealed))
+            } else {
+                let payload = Payload {
+                    msg: sealed,
+                    aad: &ad,
+                };
+                XChaCha20Poly1305::new(&key.bytes.into())
+                    .decrypt(&XNonce::from(nonce), payload)
+                    .map_err(|_| ())
+            }
+            .map_err(|_| FormatError::Authentication { region, key_id })?;
             Bytes::from(plain)
         }
         cipher => {
@@ -317,6 +459,112 @@ mod tests {
         let written = zstd_compress_into(plain, level, &mut out)?;
         out.truncate(written);
         Some(out)
+    }
+
+    /// XAES-256-GCM through `xaes_derive` and AES-256-GCM, as `seal_segment` runs it.
+    fn xaes_seal(key: &[u8; 32], nonce: &[u8; NONCE_LEN], plain: &[u8], ad: &[u8]) -> Vec<u8> {
+        let (n1, n2) = xaes_split(nonce);
+        let mut sealed = plain.to_vec();
+        let tag = xaes_derive(key, &n1)
+            .and_then(|gcm| gcm.seal(n2, ad, &mut sealed))
+            .expect("encrypts");
+        sealed.extend_from_slice(&tag);
+        let opened = xaes_derive(key, &n1)
+            .and_then(|gcm| gcm.open(n2, ad, &sealed))
+            .expect("opens");
+        assert_eq!(opened, plain);
+        sealed
+    }
+
+    #[test]
+    fn xaes_matches_c2sp_vectors() {
+        // C2SP XAES-256-GCM.md, the two vectors (ciphertext then tag).
+        let nonce = *b"ABCDEFGHIJKLMNOPQRSTUVWX";
+        let sealed = xaes_seal(&[0x01; 32], &nonce, b"XAES-256-GCM", b"");
+        assert_eq!(
+            hex::encode(sealed),
+            "ce546ef63c9cc60765923609b33a9a1974e96e52daf2fcf7075e2271"
+        );
+        let sealed = xaes_seal(
+            &[0x03; 32],
+            &nonce,
+            b"XAES-256-GCM",
+            b"c2sp.org/XAES-256-GCM",
+        );
+        assert_eq!(
+            hex::encode(sealed),
+            "986ec1832593df5443a179437fd083bf3fdb41abd740a21f71eb769d"
+        );
+    }
+
+    #[test]
+    fn xaes_derives_format_mds_key() {
+        // FORMAT.md, vectors 8 and 9: the key 0x42 × 32 and the nonce's first 12 bytes.
+        assert_eq!(
+            hex::encode(xaes_key(&[0x42; 32], &[0x24; XAES_KEY_NONCE_LEN])),
+            "43865a172e677680764ab089cfb76d129d3f65131372663b8b6d0049350a4761"
+        );
+    }
+
+    #[test]
+    fn xaes_matches_rustcryptos_xaes_crate() {
+        use xaes_256_gcm::Xaes256Gcm;
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        };
+        for len in [0, 1, 15, 16, 17, 1_028, 4_099] {
+            let key: [u8; 32] = std::array::from_fn(|_| next());
+            let nonce: [u8; NONCE_LEN] = std::array::from_fn(|_| next());
+            let plain: Vec<u8> = (0..len).map(|_| next()).collect();
+            let ad: [u8; 32] = std::array::from_fn(|_| next());
+            let theirs = Xaes256Gcm::new(&key.into())
+                .encrypt(
+                    &nonce.into(),
+                    Payload {
+                        msg: &plain,
+                        aad: &ad,
+                    },
+                )
+                .expect("encrypts");
+            assert_eq!(xaes_seal(&key, &nonce, &plain, &ad), theirs, "{len} bytes");
+        }
+    }
+
+    #[test]
+    fn an_objects_derived_key_is_reused_only_for_its_nonce_prefix() {
+        let key = crate::transform::SegmentKey::new(1, [0x42; 32]);
+        let sealing = Sealing {
+            compression: Compression::Off,
+            key: Some(&key),
+            cipher: Cipher::Xaes256Gcm,
+        };
+        let segment = |nonce| {
+            let mut buffer = vec![0u8; ENVELOPE_HEAD_LEN];
+            buffer.extend_from_slice(b"\x03\x00\x00\x00xxx");
+            (buffer, nonce)
+        };
+        let mut nonces = crate::transform::ObjectNonces::new([0x24; NONCE_LEN]);
+        let mut other = [0x24; NONCE_LEN];
+        other[0] = 0x25;
+        let sequence = [
+            segment(nonces.next_nonce()),
+            segment(nonces.next_nonce()),
+            segment(other),
+            segment(nonces.next_nonce()),
+        ];
+        let mut derived = DerivedKey::default();
+        for (buffer, nonce) in sequence {
+            let place = [9, 5, 7, 9 << 20];
+            let cached = seal_segment_with(&mut derived, buffer.clone(), &sealing, place, nonce)
+                .expect("seals");
+            let fresh = seal_segment(buffer, &sealing, 9, 5, 7, 9 << 20, nonce).expect("seals");
+            assert_eq!(cached, fresh);
+            assert_eq!(cached.1, CIPHER_XAES_256_GCM);
+        }
     }
 
     #[test]

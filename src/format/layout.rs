@@ -29,6 +29,8 @@ pub const CODEC_LZ4: u8 = 2;
 pub const CIPHER_NONE: u8 = 0;
 /// Cipher 1: XChaCha20-Poly1305.
 pub const CIPHER_XCHACHA20_POLY1305: u8 = 1;
+/// Cipher 2: XAES-256-GCM (C2SP's extended-nonce AES-256-GCM).
+pub const CIPHER_XAES_256_GCM: u8 = 2;
 /// Header flag bit 0: the object is a claim.
 pub const FLAG_CLAIM: u16 = 1;
 /// Length of the header (versions 1 and 2).

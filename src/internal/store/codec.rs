@@ -6,7 +6,7 @@
 use bytes::Bytes;
 
 use crate::format::{encode_object_with, random_nonce, EncodedObject, FormatError, Header};
-use crate::transform::{Compression, Keys, ObjectNonces, Opening, Sealing, NONCE_LEN};
+use crate::transform::{Cipher, Compression, Keys, ObjectNonces, Opening, Sealing, NONCE_LEN};
 
 /// A WAL's segment transforms (FORMAT.md "Version 2"), from its configuration: what
 /// the writer seals each segment with, and what a reader opens them with.
@@ -16,6 +16,8 @@ pub struct SegmentCodec {
     pub compression: Compression,
     /// The node's keys: every segment is encrypted with the current one.
     pub keys: Option<Keys>,
+    /// The cipher new segments are encrypted with (resolved: never `Auto`).
+    pub cipher: Cipher,
     /// The largest decoded segment a reader accepts.
     pub max_decoded: u64,
     /// Where nonces come from (the operating system's generator; tests fix them).
@@ -27,6 +29,7 @@ impl PartialEq for SegmentCodec {
     fn eq(&self, other: &Self) -> bool {
         self.compression == other.compression
             && self.keys == other.keys
+            && self.cipher == other.cipher
             && self.max_decoded == other.max_decoded
     }
 }
@@ -44,6 +47,7 @@ impl SegmentCodec {
         SegmentCodec {
             compression: config.compression,
             keys: config.encryption_keys.clone(),
+            cipher: config.cipher.resolve(),
             max_decoded: config.max_batch_bytes,
             nonces: random_nonce,
         }
@@ -54,6 +58,7 @@ impl SegmentCodec {
         SegmentCodec {
             compression: Compression::Off,
             keys: None,
+            cipher: Cipher::Auto.resolve(),
             max_decoded: crate::config::MAX_BYTES,
             nonces: random_nonce,
         }
@@ -81,6 +86,7 @@ impl SegmentCodec {
         let sealing = Sealing {
             compression: self.compression,
             key: key.as_ref(),
+            cipher: self.cipher,
         };
         // One draw from the generator per object, not per segment.
         let mut nonces: Option<ObjectNonces> = None;
