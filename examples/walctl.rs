@@ -491,7 +491,7 @@ struct Progress {
 
 impl Progress {
     fn tick(&mut self, done: usize) {
-        let on_count = self.every > 0 && (done as u64) % self.every == 0;
+        let on_count = self.every > 0 && (done as u64).is_multiple_of(self.every);
         let on_time = self.last.elapsed() >= std::time::Duration::from_secs(1);
         let last_one = done == self.total && self.printed;
         if on_count || on_time || last_one {

@@ -230,7 +230,7 @@ fn spec_trailer(t: &Trailer) -> Vec<u8> {
 fn check_trailer(bytes: &[u8], length: u64, t: &Trailer) {
     assert_eq!(&bytes[bytes.len() - 32..], &spec_trailer(t)[..]);
     assert!(t.footer_offset >= 56);
-    assert!(t.footer_length >= 8 && (t.footer_length - 8) % 48 == 0);
+    assert!(t.footer_length >= 8 && (t.footer_length - 8).is_multiple_of(48));
     assert_eq!(
         u128::from(t.footer_offset) + u128::from(t.footer_length) + 32,
         u128::from(length)

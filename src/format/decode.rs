@@ -201,7 +201,7 @@ pub fn decode_trailer(bytes: &[u8], object_len: u64) -> Result<Trailer, FormatEr
     {
         return Err(placement);
     }
-    if (trailer.footer_length - FOOTER_FIXED_LEN as u64) % FOOTER_RECORD_LEN as u64 != 0 {
+    if !(trailer.footer_length - FOOTER_FIXED_LEN as u64).is_multiple_of(FOOTER_RECORD_LEN as u64) {
         return Err(FormatError::FooterLength {
             length: trailer.footer_length,
             count: (trailer.footer_length - FOOTER_FIXED_LEN as u64) / FOOTER_RECORD_LEN as u64,

@@ -74,7 +74,7 @@ impl HedgeDelay {
     /// Records the latency of a request that answered.
     pub fn record(&mut self, latency: Duration) {
         self.push(latency);
-        if self.window.len() >= MIN_SAMPLES && self.recorded % RECOMPUTE_EVERY == 0 {
+        if self.window.len() >= MIN_SAMPLES && self.recorded.is_multiple_of(RECOMPUTE_EVERY) {
             self.recompute();
         }
     }

@@ -203,7 +203,7 @@ impl ReplicatedTransport {
     /// even N tolerates no more loss than N - 1.
     pub fn new(stores: Vec<Arc<dyn Transport>>) -> Result<Self> {
         let n = stores.len();
-        if n < 3 || n % 2 == 0 {
+        if n < 3 || n.is_multiple_of(2) {
             return Err(Error::Config {
                 field: "urls",
                 reason: format!("{n} stores: a quorum needs an odd number, at least 3"),
