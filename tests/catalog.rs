@@ -271,3 +271,34 @@ fn the_control_region_pins_only_its_last_snapshot() {
     assert!(!other.control_holds_floor(lag_end));
     assert_eq!(other.floor_for(lag_end), 6, "region 11 pins object 6 now");
 }
+
+/// A follower's catalog that keeps only the regions it follows (and the control
+/// region) holds their segments alone, before and after `keep_only`, over 1,000
+/// regions an object: what it holds does not grow with the regions it does not follow,
+/// and what it reads of its own is unchanged.
+#[test]
+fn a_catalog_kept_to_a_few_regions_holds_only_their_segments() {
+    let all: Vec<u64> = (1..=1000).chain([CONTROL_REGION]).collect();
+    let mut full = Catalog::new();
+    let mut few = Catalog::new();
+    for s in 1..=5 {
+        let records = records(s, &all, 2);
+        full.insert(&header(s, 1), &records, 100_000).expect("full");
+        few.insert(&header(s, 1), &records, 100_000).expect("few");
+        if s == 2 {
+            few.keep_only([3, 500]);
+        }
+    }
+    assert_eq!(full.region_count(), 1001);
+    let mut kept: Vec<u64> = few.regions().collect();
+    kept.sort_unstable();
+    assert_eq!(kept, vec![3, 500, CONTROL_REGION]);
+    for region in [3, 500, CONTROL_REGION] {
+        assert_eq!(few.segments_from(region, 0), full.segments_from(region, 0));
+    }
+    assert!(few.segments_from(4, 0).is_empty());
+    assert!(!few.keeps(4) && few.keeps(500) && few.keeps(CONTROL_REGION));
+    // Objects and the chain's ids are every region's, as in the full catalog.
+    assert_eq!(few.object_count(), full.object_count());
+    assert_eq!(few.last_sequence(), full.last_sequence());
+}

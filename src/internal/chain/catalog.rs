@@ -28,6 +28,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
 use crate::error::{Durability, Error};
 use crate::format::control::CONTROL_REGION;
@@ -124,12 +125,35 @@ pub struct Catalog {
     firsts: std::collections::BTreeSet<(u64, u64)>,
     last_entry_id: Option<u64>,
     floor: u64,
+    /// The regions whose segments are kept (`None`: every region): a read-only
+    /// follower keeps only what it follows, not every region of every object it reads.
+    only: Option<Arc<RegionSet>>,
 }
+
+/// A set of regions.
+type RegionSet = std::collections::HashSet<u64, BuildHasherDefault<RegionHasher>>;
 
 impl Catalog {
     /// An empty catalog.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Keeps the segments of `regions` (and of the control region, which records who
+    /// holds what) and drops every other region's, now and in every object inserted
+    /// later; objects, ids and the floor are kept as for every region. A follower of a
+    /// few regions of a log with many then holds memory for its few.
+    pub fn keep_only(&mut self, regions: impl IntoIterator<Item = u64>) {
+        let mut only: RegionSet = regions.into_iter().collect();
+        only.insert(CONTROL_REGION);
+        self.regions.retain(|region, _| only.contains(region));
+        self.firsts.retain(|(_, region)| only.contains(region));
+        self.only = Some(Arc::new(only));
+    }
+
+    /// Whether `region`'s segments are kept ([`keep_only`](Self::keep_only)).
+    pub fn keeps(&self, region: u64) -> bool {
+        self.only.as_ref().is_none_or(|only| only.contains(&region))
     }
 
     /// Adds the next chain object from its header, footer records and length, then drops
@@ -177,6 +201,9 @@ impl Catalog {
         for r in records {
             entries += r.entry_count();
             self.last_entry_id = self.last_entry_id.max(Some(r.last_entry_id));
+            if !self.keeps(r.region) {
+                continue;
+            }
             let segments = self.regions.entry(r.region).or_default();
             if segments.live().is_empty() {
                 self.firsts.insert((sequence, r.region));

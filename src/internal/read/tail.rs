@@ -663,10 +663,12 @@ pub fn follow_read_only(
     let mut config = config;
     config.read_ahead = config.read_ahead.max(MAX_PROBES);
     let mut entries = stream::once(async move {
-        let recovery = match recover(&io, config.recovery_concurrency).await {
+        let mut recovery = match recover(&io, config.recovery_concurrency).await {
             Ok(recovery) => recovery,
             Err(e) => return stream::iter([Err(e)]).boxed(),
         };
+        // Only its region's segments are kept, however many regions the log holds.
+        recovery.catalog.keep_only([region]);
         let (catalog, growth) = tail_catalog(&io, recovery.catalog, &config, poll_interval);
         follow_region(io, catalog, region, from, &config, growth)
     })
