@@ -262,8 +262,10 @@ pub struct Config {
     /// segment cannot be read (its reads fail, naming the key id).
     pub encryption_keys: Option<Keys>,
     /// The cipher new segments are encrypted with, when there are `encryption_keys`
-    /// ([`Cipher`]): by default [`Cipher::Auto`], XAES-256-GCM where the CPU has AES
-    /// and carry-less multiplication instructions, else XChaCha20-Poly1305. Readers
+    /// ([`Cipher`]): by default [`Cipher::Auto`], XAES-256-GCM for a new WAL where the
+    /// CPU has AES and carry-less multiplication instructions, else XChaCha20-Poly1305;
+    /// an existing WAL last written with XChaCha20-Poly1305 keeps it under `Auto`
+    /// (releases before XAES-256-GCM cannot read it; name the cipher to move). Readers
     /// need no setting: each segment names its cipher, so a WAL's older objects stay
     /// readable whichever cipher its newer ones use.
     pub cipher: Cipher,

@@ -13,9 +13,10 @@
 //!   a file or the environment): new segments are encrypted with its current key, and
 //!   each stored segment names its key by id, so keys rotate and old objects stay
 //!   readable while the provider still has their key. [`Cipher`] (`Config::cipher`)
-//!   chooses the AEAD of new segments: by default XAES-256-GCM where the CPU has AES
-//!   instructions ([`aes_gcm_accelerated`]), XChaCha20-Poly1305 elsewhere; each segment
-//!   names its cipher, so a reader opens either. The associated data is the
+//!   chooses the AEAD of new segments: by default, for a new WAL, XAES-256-GCM where the
+//!   CPU has AES instructions ([`aes_gcm_accelerated`]), XChaCha20-Poly1305 elsewhere (an
+//!   existing WAL keeps its XChaCha20-Poly1305); each segment names its cipher, so a
+//!   reader opens either. The associated data is the
 //!   segment's place (object sequence and epoch, region, first entry id): a segment moved
 //!   to another object, region or position fails authentication.
 //! - The stored bytes' CRC is the footer record's, so damage is found before anything is
@@ -135,9 +136,10 @@ impl<'de> serde::Deserialize<'de> for Compression {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Cipher {
-    /// XAES-256-GCM where the CPU has AES and carry-less multiplication instructions
-    /// (x86 AES-NI and PCLMULQDQ, ARMv8 AES and PMULL: [`aes_gcm_accelerated`]),
-    /// XChaCha20-Poly1305 elsewhere, decided when a WAL's configuration is taken up.
+    /// For a new WAL, XAES-256-GCM where the CPU has AES and carry-less multiplication
+    /// instructions (x86 AES-NI and PCLMULQDQ, ARMv8 AES and PMULL:
+    /// [`aes_gcm_accelerated`]), XChaCha20-Poly1305 elsewhere; an existing WAL last
+    /// written with XChaCha20-Poly1305 keeps it ([`Cipher::for_wal`]).
     #[default]
     Auto,
     /// Cipher 1, XChaCha20-Poly1305: fast in software on any CPU.
@@ -174,6 +176,20 @@ impl Cipher {
             Cipher::Auto if aes_gcm_accelerated() => Cipher::Xaes256Gcm,
             Cipher::Auto => Cipher::XChaCha20Poly1305,
             chosen => chosen,
+        }
+    }
+
+    /// The cipher new segments of a WAL get, given the cipher byte of the newest
+    /// encrypted segment on its chain (`None`: none, a new WAL): [`Cipher::Auto`] keeps
+    /// an existing WAL's cipher 1, since a reader of a release before cipher 2 (a node
+    /// not yet upgraded) cannot open cipher 2; it picks the faster cipher for new WALs.
+    /// A cipher chosen by name is that cipher.
+    pub fn for_wal(self, newest_on_chain: Option<u8>) -> Cipher {
+        match (self, newest_on_chain) {
+            (Cipher::Auto, Some(crate::format::CIPHER_XCHACHA20_POLY1305)) => {
+                Cipher::XChaCha20Poly1305
+            }
+            (chosen, _) => chosen.resolve(),
         }
     }
 
@@ -540,6 +556,17 @@ mod tests {
             assert!(bad.parse::<Cipher>().is_err(), "{bad}");
         }
         assert_eq!(Cipher::default(), Cipher::Auto);
+        // Auto keeps an existing WAL's cipher 1; a named cipher is that cipher.
+        let one = Some(crate::format::CIPHER_XCHACHA20_POLY1305);
+        let two = Some(crate::format::CIPHER_XAES_256_GCM);
+        assert_eq!(Cipher::Auto.for_wal(one), Cipher::XChaCha20Poly1305);
+        assert_eq!(Cipher::Auto.for_wal(two), Cipher::Auto.resolve());
+        assert_eq!(Cipher::Auto.for_wal(None), Cipher::Auto.resolve());
+        assert_eq!(Cipher::Xaes256Gcm.for_wal(one), Cipher::Xaes256Gcm);
+        assert_eq!(
+            Cipher::XChaCha20Poly1305.for_wal(two),
+            Cipher::XChaCha20Poly1305
+        );
         let auto = Cipher::Auto.resolve();
         assert_eq!(auto == Cipher::Xaes256Gcm, aes_gcm_accelerated());
         assert_eq!(Cipher::Xaes256Gcm.id(), crate::format::CIPHER_XAES_256_GCM);

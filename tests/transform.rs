@@ -612,7 +612,8 @@ async fn ciphers_stored(store: &InMemory) -> Vec<u8> {
 }
 
 /// A WAL written under one cipher is read, and written on, by a node configured for the
-/// other: old objects keep their cipher byte, new ones get the node's.
+/// other: old objects keep their cipher byte, new ones get the node's; under `auto` a
+/// WAL last written with cipher 1 keeps it.
 #[tokio::test]
 async fn a_wal_changes_cipher_and_stays_readable() {
     for (first, second) in [
@@ -650,9 +651,33 @@ async fn a_wal_changes_cipher_and_stays_readable() {
                 .expect("appended");
             expected.extend(entries.into_iter().map(|(r, e)| (r, e[0].clone())));
         }
-        let (a, b, auto) = (first.id(), second.id(), Cipher::Auto.id());
+        // Under auto the WAL keeps the cipher it was last written with if that is cipher
+        // 1 (readers of earlier releases open only cipher 1), else the faster one.
+        let (a, b) = (first.id(), second.id());
+        let auto = Cipher::Auto.for_wal(Some(b)).id();
+        if second == Cipher::XChaCha20Poly1305 {
+            assert_eq!(auto, b);
+        }
         assert_eq!(ciphers_stored(&store).await, [a, a, b, b, auto, auto]);
     }
+}
+
+/// Under `auto` a new WAL gets the faster cipher on this CPU, and keeps it.
+#[tokio::test]
+async fn a_new_wal_under_auto_gets_the_faster_cipher() {
+    let store = Arc::new(InMemory::new());
+    let keys = Arc::new(keys());
+    for round in 0..2 {
+        let config = config_with(&keys, Compression::Lz4, Cipher::Auto);
+        let mut wal = ObjectStoreLogStore::open(store.clone(), config)
+            .await
+            .expect("open");
+        wal.append_and_flush(vec![(1, vec![payload(1, round)])])
+            .await
+            .expect("appended");
+    }
+    let auto = Cipher::Auto.resolve().id();
+    assert_eq!(ciphers_stored(&store).await, [auto, auto]);
 }
 
 #[test]

@@ -576,7 +576,10 @@ impl Actor for WriterActor {
             catalog: args.catalog.clone(),
             retention: args.retention.clone(),
         };
-        let limits = Limits::from_config(&args.config);
+        let limits = {
+            let catalog = args.catalog.read().unwrap_or_else(|p| p.into_inner());
+            Limits::from_config(&args.config).for_chain(&args.config, &catalog)
+        };
         let protocol = WriteProtocol::new(args.epoch, args.opening_started, limits, chain)
             .with_holdings(args.holdings.clone());
         let mut state = WriterState {

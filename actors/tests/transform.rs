@@ -137,3 +137,40 @@ async fn every_acknowledged_entry_comes_back_through_the_actors() {
         stop(wal, join).await;
     }
 }
+
+/// A node upgraded to `cipher = auto` keeps writing an existing WAL's cipher 1 (a node
+/// not yet upgraded reads only cipher 1), through the runtime's writer too; a WAL it
+/// starts anew gets the faster cipher on this CPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_keeps_an_existing_wals_cipher_1() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    for (round, cipher) in [Cipher::XChaCha20Poly1305, Cipher::Auto]
+        .into_iter()
+        .enumerate()
+    {
+        let (wal, join) = spawn(&store, &transformed(Compression::Off, cipher)).await;
+        wal.append(1, vec![row(1, round as u64)])
+            .await
+            .expect("append");
+        stop(wal, join).await;
+    }
+    let fresh: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (wal, join) = spawn(&fresh, &transformed(Compression::Off, Cipher::Auto)).await;
+    wal.append(1, vec![row(1, 0)]).await.expect("append");
+    stop(wal, join).await;
+
+    for (store, want) in [
+        (&store, Cipher::XChaCha20Poly1305.id()),
+        (&fresh, Cipher::Auto.resolve().id()),
+    ] {
+        let (sequences, _) = listing(store).await;
+        let mut ciphers = Vec::new();
+        for sequence in sequences {
+            let bytes = object_at(store, sequence).await.expect("listed");
+            let summary = decode_object_summary(&bytes).expect("a valid object");
+            ciphers.extend(summary.footer.records.iter().map(|r| r.cipher));
+        }
+        assert!(!ciphers.is_empty());
+        assert!(ciphers.iter().all(|c| *c == want), "{ciphers:?}");
+    }
+}

@@ -135,11 +135,11 @@ impl ObjectStoreLogStore {
             opening_started,
         } = opened;
         let retention = Retention::new(&recovery.catalog, epoch.floor);
+        let limits = Limits::sequential(&config).for_chain(&config, &recovery.catalog);
         let chain = SharedChain {
             catalog: Arc::new(RwLock::new(recovery.catalog)),
             retention: Arc::new(Mutex::new(retention)),
         };
-        let limits = Limits::sequential(&config);
         let writing = WriteProtocol::new(epoch, opening_started, limits, chain.clone())
             .with_holdings(holdings);
         Ok(ObjectStoreLogStore {
@@ -194,7 +194,8 @@ impl ObjectStoreLogStore {
             catalog: self.catalog.clone(),
             retention: self.retention.clone(),
         };
-        let limits = Limits::sequential(&self.config);
+        let limits =
+            Limits::sequential(&self.config).for_chain(&self.config, &opened.recovery.catalog);
         let mut writing = WriteProtocol::new(opened.epoch, opened.opening_started, limits, chain)
             .with_holdings(holdings);
         writing.restart_clock(self.clock.now());

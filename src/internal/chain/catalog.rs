@@ -151,6 +151,17 @@ impl Catalog {
         self.only = Some(Arc::new(only));
     }
 
+    /// The cipher byte of the newest encrypted segment on the chain (the highest
+    /// sequence among each region's last segment), if any: the cipher a WAL was last
+    /// written with.
+    pub fn newest_cipher(&self) -> Option<u8> {
+        self.regions
+            .values()
+            .filter_map(|r| r.live().iter().rev().find(|s| s.record.cipher != 0))
+            .max_by_key(|s| s.sequence)
+            .map(|s| s.record.cipher)
+    }
+
     /// Whether `region`'s segments are kept ([`keep_only`](Self::keep_only)).
     pub fn keeps(&self, region: u64) -> bool {
         self.only.as_ref().is_none_or(|only| only.contains(&region))

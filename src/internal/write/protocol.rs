@@ -107,6 +107,13 @@ impl Limits {
         }
     }
 
+    /// These limits for the WAL whose chain `catalog` holds: under `cipher = auto` an
+    /// existing WAL written with cipher 1 keeps it ([`Cipher::for_wal`](crate::transform::Cipher::for_wal)).
+    pub fn for_chain(mut self, config: &Config, catalog: &Catalog) -> Self {
+        self.codec = SegmentCodec::of_wal(config, catalog.newest_cipher());
+        self
+    }
+
     /// The sequential front end's: one object at a time, sealed when the caller asks.
     pub fn sequential(config: &Config) -> Self {
         Limits {
