@@ -7,6 +7,9 @@
 //! clock: time moves only when every task waits, so hedge delays and timeouts pass in
 //! virtual time and nothing here depends on the machine's speed.
 
+#[path = "support/objects.rs"]
+mod objects;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +18,7 @@ use async_trait::async_trait;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{GetOptions, GetResult, ObjectStore, ObjectStoreExt};
-use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
+use object_store_wal::format::{encode_object, Link};
 use object_store_wal::internal::store::hedge::{ATTEMPT_FLOOR, MIN_SAMPLES};
 use object_store_wal::internal::store::keys::object_key;
 use object_store_wal::internal::store::objects::{CreateAttempt, CreateKind, WalIo};
@@ -26,28 +29,12 @@ use object_store_wal::internal::write::persist::{persist, PersistOutcome};
 use object_store_wal::metrics::Metrics;
 use object_store_wal::testing::{CountingStore, FaultStore, Hooks, Wrapper};
 use object_store_wal::{Error, HedgeAfter, RetryPolicy};
+use objects::object;
 
 const PREFIX: &str = "wal";
 
 fn key(sequence: u64) -> Path {
     object_key(&Path::from(PREFIX), sequence)
-}
-
-fn object(sequence: u64) -> EncodedObject {
-    let header = Header {
-        sequence,
-        epoch: 3,
-        link: Link {
-            sequence: sequence - 1,
-            epoch: 3,
-        },
-        floor: 0,
-        claim: false,
-        id_offset: 0,
-    };
-    let payloads = [bytes::Bytes::from_static(b"entry")];
-    let segments = [(7u64, &payloads[..])];
-    encode_object(&header, segments.iter().map(|(r, p)| (*r, *p))).expect("encodes")
 }
 
 fn retry(attempts: u32) -> RetryPolicy {

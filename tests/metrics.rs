@@ -9,6 +9,9 @@
 #[path = "../actors/tests/support/scrape.rs"]
 mod scrape;
 
+#[path = "support/objects.rs"]
+mod objects;
+
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -17,12 +20,13 @@ use futures::StreamExt;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store_wal::format::{encode_object, EncodedObject, Header, Link, EMPTY_OBJECT_LEN};
+use object_store_wal::format::EMPTY_OBJECT_LEN;
 use object_store_wal::internal::store::keys::object_key;
 use object_store_wal::internal::store::objects::{CreateAttempt, CreateKind, WalIo};
 use object_store_wal::internal::write::persist::{persist, PersistOutcome};
 use object_store_wal::testing::{CountingStore, CreateFault, FaultStore};
 use object_store_wal::{Config, Error, HedgeAfter, ObjectStoreLogStore, RetryPolicy};
+use objects::object;
 use scrape::Scrape;
 
 /// The histograms' buckets, in seconds.
@@ -39,23 +43,6 @@ fn recorder() -> &'static PrometheusHandle {
             .install_recorder()
             .expect("the only recorder of this binary")
     })
-}
-
-fn object(sequence: u64) -> EncodedObject {
-    let header = Header {
-        sequence,
-        epoch: 3,
-        link: Link {
-            sequence: sequence - 1,
-            epoch: 3,
-        },
-        floor: 0,
-        claim: false,
-        id_offset: 0,
-    };
-    let payloads = [Bytes::from_static(b"entry")];
-    let segments = [(7u64, &payloads[..])];
-    encode_object(&header, segments.iter().map(|(r, p)| (*r, *p))).expect("encodes")
 }
 
 /// Every outcome of `wal_requests_total`, driven one by one through a [`WalIo`] over a

@@ -7,6 +7,9 @@
 //! Tokio's clock is paused: the throttle's bucket refills, and backoffs pass, in
 //! virtual time. Counts are asserted, never times.
 
+#[path = "support/objects.rs"]
+mod objects;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +17,6 @@ use std::time::Duration;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use object_store_wal::format::{encode_object, EncodedObject, Header, Link};
 use object_store_wal::internal::store::keys::object_key;
 use object_store_wal::internal::store::objects::{CreateAttempt, WalIo};
 use object_store_wal::internal::store::transport::is_throttle_reply;
@@ -23,26 +25,10 @@ use object_store_wal::internal::write::persist::{
 };
 use object_store_wal::testing::{with_latency, with_throttle, Throttle, TokioClock};
 use object_store_wal::{Error, HedgeAfter, RetryPolicy};
+use objects::object;
 
 const PREFIX: &str = "wal";
 const MAX_CREATE: Duration = Duration::from_secs(5);
-
-fn object(sequence: u64) -> EncodedObject {
-    let header = Header {
-        sequence,
-        epoch: 3,
-        link: Link {
-            sequence: sequence - 1,
-            epoch: 3,
-        },
-        floor: 0,
-        claim: false,
-        id_offset: 0,
-    };
-    let payloads = [bytes::Bytes::from_static(b"entry")];
-    let segments = [(7u64, &payloads[..])];
-    encode_object(&header, segments.iter().map(|(r, p)| (*r, *p))).expect("encodes")
-}
 
 /// Three attempts, 10 ms doubling to 40 ms.
 fn retry() -> RetryPolicy {
