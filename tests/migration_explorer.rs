@@ -1924,6 +1924,22 @@ fn assert_explored(name: &str, r: &Report, min_states: usize) {
     );
 }
 
+/// The unmutated design under `model` explores at least 10,000 states, sees every
+/// step of `coverage`, and violates nothing; returns the report.
+fn assert_safe(name: &str, model: Model, coverage: &[&str]) -> Report {
+    let r = run(name, model);
+    assert_explored(name, &r, 10_000);
+    for what in coverage {
+        assert!(r.seen.contains(what), "{name}: never saw \"{what}\"");
+    }
+    let asserted: Vec<&Kind> = r.violations.keys().collect();
+    assert!(
+        asserted.is_empty(),
+        "{name}: the unmodified design has counterexamples: {asserted:?}"
+    );
+    r
+}
+
 /// A mutated design must violate `kind` (at least); returns the report.
 fn assert_catches(name: &str, model: Model, kind: Kind, marker: &str) -> Report {
     let r = run(name, model);
@@ -1944,17 +1960,7 @@ fn assert_catches(name: &str, model: Model, kind: Kind, marker: &str) -> Report 
 
 #[test]
 fn migration_design_is_safe() {
-    let name = "design";
-    let r = run(name, Model::design());
-    assert_explored(name, &r, 10_000);
-    for what in COVERAGE {
-        assert!(r.seen.contains(what), "{name}: never saw \"{what}\"");
-    }
-    let asserted: Vec<&Kind> = r.violations.keys().collect();
-    assert!(
-        asserted.is_empty(),
-        "{name}: the unmodified design has counterexamples: {asserted:?}"
-    );
+    assert_safe("design", Model::design(), COVERAGE);
 }
 
 /// A wider scope, for information (run with `--ignored`).
@@ -2033,27 +2039,21 @@ fn mutation_acquire_above_last_id_is_caught() {
 /// The zombie model's control for mutation (d).
 #[test]
 fn migration_design_with_zombie_is_safe() {
-    let name = "design with a zombie";
-    let r = run(name, Model::zombie());
-    assert_explored(name, &r, 10_000);
-    for what in [
-        "T turns into a zombie",
-        "an append goes to Z",
-        "a create of Z lands",
-        "Z's epoch ends",
-        "a create finds its key taken",
-        "T acknowledges an append",
-        "final: both S and T acknowledged appends",
-    ] {
-        assert!(r.seen.contains(what), "{name}: never saw \"{what}\"");
-    }
+    let r = assert_safe(
+        "design with a zombie",
+        Model::zombie(),
+        &[
+            "T turns into a zombie",
+            "an append goes to Z",
+            "a create of Z lands",
+            "Z's epoch ends",
+            "a create finds its key taken",
+            "T acknowledges an append",
+            "final: both S and T acknowledged appends",
+        ],
+    );
     // Fencing: whatever Z sends after the newer instance listed is never acknowledged.
     assert!(!r.seen.contains("Z acknowledges an append"));
-    let asserted: Vec<&Kind> = r.violations.keys().collect();
-    assert!(
-        asserted.is_empty(),
-        "{name}: the unmodified design has counterexamples: {asserted:?}"
-    );
 }
 
 /// The design with a busy target: B's appends at T before and during the acquire, so
@@ -2062,26 +2062,20 @@ fn migration_design_with_zombie_is_safe() {
 /// objects may fail and T may crash. The control for mutation (f).
 #[test]
 fn migration_design_with_busy_target_is_safe() {
-    let name = "design with a busy target";
-    let r = run(name, Model::busy_target());
-    assert_explored(name, &r, 10_000);
-    for what in [
-        "T admits an append of B",
-        "T admits an append of B while the acquire waits",
-        "an append of B fails MayBeDurable",
-        "an acquire that needs no raise waits for an object",
-        "T crashes while an acquire that needed no raise waits",
-        "the acquire is asked again",
-        "the acquire is answered on its ticket",
-        "T acknowledges an append",
-        "final: both S and T acknowledged appends",
-    ] {
-        assert!(r.seen.contains(what), "{name}: never saw \"{what}\"");
-    }
-    let asserted: Vec<&Kind> = r.violations.keys().collect();
-    assert!(
-        asserted.is_empty(),
-        "{name}: the unmodified design has counterexamples: {asserted:?}"
+    assert_safe(
+        "design with a busy target",
+        Model::busy_target(),
+        &[
+            "T admits an append of B",
+            "T admits an append of B while the acquire waits",
+            "an append of B fails MayBeDurable",
+            "an acquire that needs no raise waits for an object",
+            "T crashes while an acquire that needed no raise waits",
+            "the acquire is asked again",
+            "the acquire is answered on its ticket",
+            "T acknowledges an append",
+            "final: both S and T acknowledged appends",
+        ],
     );
 }
 
