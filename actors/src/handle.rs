@@ -235,17 +235,7 @@ impl WalHandle {
         durability: Durability,
         call: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        let Some(after) = self.timeout else {
-            return call.await;
-        };
-        match tokio::time::timeout(after, call).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::CallTimeout {
-                op,
-                after,
-                durability,
-            }),
-        }
+        timed_within(op, self.timeout, durability, call).await
     }
 
     /// Waits until the first recovery is done and the WAL serves appends and reads.
@@ -730,15 +720,9 @@ impl WalHandle {
             },
             gone,
         );
-        let timeout = Error::CallTimeout {
-            op: "catch_up",
-            after: within,
-            durability: Durability::NotWritten,
-        };
-        match tokio::time::timeout(within, call).await {
-            Ok(result) => Ok(result??.into_stream()),
-            Err(_) => Err(timeout),
-        }
+        let call = async { call.await? };
+        let entries = timed_within("catch_up", Some(within), Durability::NotWritten, call).await?;
+        Ok(entries.into_stream())
     }
 
     /// Records that every entry `region` has now is safe elsewhere (a dropped region).
@@ -859,5 +843,25 @@ impl WalHandle {
     #[cfg(feature = "testing")]
     pub fn panic_reader(&self, region: u64) {
         let _ = self.actor.cast(WalMsg::PanicReader { region });
+    }
+}
+
+/// Runs `call` within `after`, if given; past it, [`Error::CallTimeout`] naming `op`.
+async fn timed_within<T>(
+    op: &'static str,
+    after: Option<Duration>,
+    durability: Durability,
+    call: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let Some(after) = after else {
+        return call.await;
+    };
+    match tokio::time::timeout(after, call).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::CallTimeout {
+            op,
+            after,
+            durability,
+        }),
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use object_store_wal::internal::store::objects::WalIo;
-use object_store_wal::{Config, Durability, Error, Result, SourceLog};
+use object_store_wal::{Config, Error, Result, SourceLog};
 use ractor::{ActorRef, RpcReplyPort};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -214,9 +214,7 @@ impl Sources {
         for (_, opening) in self.opening.drain() {
             opening.task.abort();
             for catch_up in opening.waiting {
-                let _ = catch_up.reply.send(Err(Error::Stopped {
-                    durability: Durability::NotWritten,
-                }));
+                let _ = catch_up.reply.send(Err(crate::supervisor::stopped()));
             }
         }
         self.open.clear();

@@ -177,7 +177,7 @@ impl Drop for SupervisorState {
     }
 }
 
-fn stopped() -> Error {
+pub(crate) fn stopped() -> Error {
     Error::Stopped {
         durability: Durability::NotWritten,
     }

@@ -47,7 +47,7 @@ pub const SOURCE_OBJECT_LARGEST: u64 = 1024 * 1024;
 pub fn deadline_after(within: Duration) -> tokio::time::Instant {
     let now = tokio::time::Instant::now();
     now.checked_add(within)
-        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+        .unwrap_or_else(|| now + crate::config::MAX_DURATION)
 }
 
 /// A source log opened read-only (see the module docs). Dropping it ends its polling
@@ -106,7 +106,7 @@ impl SourceLog {
     /// entries ahead of its release, so that only the tail is left for the catch-up).
     pub fn follow(&self, region: u64, from: u64) -> BoxStream<'static, Result<Entry>> {
         let (io, catalog) = (self.io.clone(), self.catalog.clone());
-        let wanted = self.io.whole_objects().map(|w| w.want());
+        let wanted = self.want_whole_objects();
         follow_region(io, catalog, region, from, &self.config, self.growth.clone())
             .map(move |entry| {
                 let _wanted = &wanted;
@@ -170,7 +170,7 @@ impl SourceLog {
             recorded_at,
             checked_control: None,
             refreshed: false,
-            _wanted: self.io.whole_objects().map(|w| w.want()),
+            _wanted: self.want_whole_objects(),
         };
         let (io, catalog) = (self.io.clone(), self.catalog.clone());
         let follow = follow_region(io, catalog, region, from, &self.config, growth);
@@ -209,6 +209,11 @@ impl SourceLog {
             }
         })
         .boxed()
+    }
+
+    /// Marks a read under way: while the guard lives, probes read objects whole.
+    fn want_whole_objects(&self) -> Option<WholeObjectsWanted> {
+        self.io.whole_objects().map(|w| w.want())
     }
 
     /// Whether its polling ended for good on a failed poll (a follow or catch-up over

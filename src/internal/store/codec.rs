@@ -53,16 +53,6 @@ impl SegmentCodec {
         }
     }
 
-    /// The codec of `config` for a WAL whose newest encrypted segment on its chain has
-    /// the cipher byte `newest_cipher` ([`Cipher::for_wal`]: under `auto` an existing
-    /// WAL keeps its cipher 1).
-    pub fn of_wal(config: &crate::config::Config, newest_cipher: Option<u8>) -> Self {
-        SegmentCodec {
-            cipher: config.cipher.for_wal(newest_cipher),
-            ..SegmentCodec::of(config)
-        }
-    }
-
     /// No transform: version 1 objects; a reader that opens none.
     pub fn identity() -> Self {
         SegmentCodec {

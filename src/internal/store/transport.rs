@@ -470,13 +470,8 @@ fn create_outcome(answer: &CreateAttempt) -> Outcome {
 /// (`... Server returned non-2xx status code: 503 Service Unavailable: <body>`). A `503`
 /// without a throttling code (a service unavailable for another reason) is not one.
 pub fn is_throttle_reply(e: &object_store::Error) -> bool {
-    let mut texts = vec![e.to_string()];
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        texts.push(s.to_string());
-        source = s.source();
-    }
-    texts.iter().any(|t| throttle_text(t))
+    std::iter::successors(Some(e as &dyn std::error::Error), |e| e.source())
+        .any(|e| throttle_text(&e.to_string()))
 }
 
 /// Whether one error text is a throttle reply's (see [`is_throttle_reply`]).

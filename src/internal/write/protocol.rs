@@ -110,7 +110,7 @@ impl Limits {
     /// These limits for the WAL whose chain `catalog` holds: under `cipher = auto` an
     /// existing WAL written with cipher 1 keeps it ([`Cipher::for_wal`](crate::transform::Cipher::for_wal)).
     pub fn for_chain(mut self, config: &Config, catalog: &Catalog) -> Self {
-        self.codec = SegmentCodec::of_wal(config, catalog.newest_cipher());
+        self.codec.cipher = config.cipher.for_wal(catalog.newest_cipher());
         self
     }
 
