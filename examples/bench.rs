@@ -99,7 +99,8 @@
 //! **Follow.** `follow --rate N` (an open-loop `write`, every `write` flag but
 //! `--replicas`) with `--followers K` follows in the process and `--remote-followers K`
 //! read-only follows on store handles of their own (poll every `--poll-interval-ms`),
-//! one region each: call-to-delivery latency (`local_e2e_*`, `remote_e2e_*`) beside
+//! or over one shared `SourceLog` (`--remote-log shared`, or `shared-all` keeping
+//! every region; `rss_mib`, `remote_kept_segments`), one region each: call-to-delivery latency (`local_e2e_*`, `remote_e2e_*`) beside
 //! the appends' (`append_p50_ms`, `append_p99_ms`), each kind's GETs, HEADs and LISTs
 //! per second, bytes read against the bytes of the regions followed, entries missing,
 //! duplicated or out of order, then the same requests over `--idle-seconds` (default

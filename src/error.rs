@@ -219,6 +219,14 @@ pub enum Error {
         /// first id of the region past `id`.
         found: Option<u64>,
     },
+    /// A follow or catch-up of a region its source log was opened without
+    /// ([`SourceLog::open_regions`](crate::SourceLog::open_regions)): it keeps no
+    /// segment of the region.
+    #[error("region {region} is not among the regions this source log keeps")]
+    NotKept {
+        /// The region.
+        region: u64,
+    },
     /// An append to a region the log keeps for itself: the control region (`2^64 - 1`,
     /// FORMAT.md "Control entries").
     #[error("region {region} is reserved for the log's own control entries")]
@@ -467,6 +475,7 @@ impl Error {
             | Error::RegionReleased { .. }
             | Error::UnknownRegion { .. }
             | Error::NotOnChain { .. }
+            | Error::NotKept { .. }
             | Error::AcquireBelowOwnIds { .. }
             | Error::ReadOnly
             | Error::WalMissing { .. } => ErrorKind::FixInput,

@@ -625,3 +625,190 @@ async fn a_re_read_of_the_last_1000_objects_sends_no_get() {
     assert_eq!(counting.counts().gets.load(Ordering::Relaxed), 0);
     stop(wal, join).await;
 }
+
+/// Eight read-only followers of one prefix in one process, through one `SourceLog`
+/// opened for their regions, fetch each object the owner writes while they follow once
+/// between them (its probe reads it whole: footer and every followed segment), where
+/// each follower's own read-only open would read each footer eight times. The log keeps
+/// only their regions' segments of the 40 regions in every object, and a follow of
+/// another region fails `NotKept`.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn read_only_followers_of_one_prefix_fetch_each_object_once() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let config = config_no_reclaim();
+    let (owner, join) = spawn(&inner, &config).await;
+    let followed: Vec<u64> = (0..8).map(|i| 1 + i * 5).collect();
+    let mut acked: Vec<Entry> = Vec::new();
+    let append_all = async |owner: &WalHandle, round: u32| {
+        let parts: Vec<(u64, Vec<bytes::Bytes>)> = (1..=40)
+            .map(|r| (r, vec![payload(format!("r{r}-{round}"))]))
+            .collect();
+        let receipt = owner.append_many(parts.clone()).await.expect("append");
+        acked_entries(&parts, &receipt)
+    };
+    for round in 0..3 {
+        acked.extend(append_all(&owner, round).await);
+    }
+
+    let counting = CountingStore::new(inner.clone());
+    let store: Arc<dyn ObjectStore> = counting.clone();
+    let log = object_store_wal::SourceLog::open_stores_regions(
+        store,
+        config.clone(),
+        Duration::from_millis(10),
+        followed.clone(),
+    )
+    .await
+    .expect("open the source log");
+    let (recovered, _) = listing(&inner).await;
+    counting.reset();
+    let mut streams: Vec<_> = followed.iter().map(|r| log.follow(*r, 0)).collect();
+    for round in 3..13 {
+        acked.extend(append_all(&owner, round).await);
+    }
+    let got = tokio::time::timeout(
+        Duration::from_secs(60),
+        futures::future::join_all(streams.iter_mut().zip(&followed).map(|(stream, region)| {
+            let last = acked.iter().filter(|e| e.region == *region).last();
+            let last = last.expect("entries of the region").id;
+            async move {
+                let mut got = Vec::new();
+                while got.last().is_none_or(|e: &Entry| e.id < last) {
+                    let item = stream.next().await.expect("the follow ended early");
+                    got.push(item.expect("a followed entry"));
+                }
+                got
+            }
+        })),
+    )
+    .await
+    .expect("the followers to catch up");
+    for (got, region) in got.iter().zip(&followed) {
+        let want: Vec<&Entry> = acked.iter().filter(|e| e.region == *region).collect();
+        assert_eq!(got.iter().collect::<Vec<_>>(), want, "region {region}");
+    }
+
+    // Each object written since the open: one GET between the eight followers.
+    let (keys, _) = listing(&inner).await;
+    let new_keys: Vec<u64> = keys
+        .iter()
+        .copied()
+        .filter(|k| !recovered.contains(k))
+        .collect();
+    assert_eq!(new_keys.len(), 10);
+    let mut found: BTreeMap<u64, usize> = BTreeMap::new();
+    for g in counting.get_log().into_iter().filter(|g| g.found) {
+        let s = parse_key(&Path::from(PREFIX), &Path::from(g.key.as_str())).expect("a WAL key");
+        *found.entry(s).or_default() += 1;
+    }
+    for key in &new_keys {
+        assert_eq!(found.get(key), Some(&1), "GETs of object {key}: {found:?}");
+    }
+
+    // The catalog holds the followed regions' segments alone.
+    {
+        let catalog = log.catalog().read().unwrap_or_else(|p| p.into_inner());
+        let mut kept: Vec<u64> = catalog.regions().collect();
+        kept.sort_unstable();
+        assert_eq!(kept, followed);
+        assert_eq!(catalog.last_sequence(), keys.last().copied());
+    }
+    let mut other = log.follow(2, 0);
+    assert!(
+        matches!(other.next().await, Some(Err(Error::NotKept { region: 2 }))),
+        "a region the log does not keep"
+    );
+    drop(streams);
+    stop(owner, join).await;
+}
+
+/// A source log opened for a few regions' followers reads an object larger than 64 KiB
+/// by its tail and the followed segments (ranged GETs), not whole: its followers of 2
+/// regions of 40 (4 KiB entries, 160 KiB objects) read a small part of each object.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn followers_of_few_regions_read_large_objects_by_their_segments() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let config = config_no_reclaim();
+    let (owner, join) = spawn(&inner, &config).await;
+    let mut acked: Vec<Entry> = Vec::new();
+    let append_all = async |owner: &WalHandle, round: u8| {
+        let parts: Vec<(u64, Vec<bytes::Bytes>)> = (1..=40u8)
+            .map(|r| {
+                (
+                    u64::from(r),
+                    vec![bytes::Bytes::from(vec![r ^ round; 4096])],
+                )
+            })
+            .collect();
+        let receipt = owner.append_many(parts.clone()).await.expect("append");
+        acked_entries(&parts, &receipt)
+    };
+    acked.extend(append_all(&owner, 0).await);
+    let counting = CountingStore::new(inner.clone());
+    let store: Arc<dyn ObjectStore> = counting.clone();
+    let log = object_store_wal::SourceLog::open_stores_regions(
+        store,
+        config.clone(),
+        Duration::from_millis(10),
+        [1, 2],
+    )
+    .await
+    .expect("open the source log");
+    let (recovered, _) = listing(&inner).await;
+    counting.reset();
+    let mut streams = [log.follow(1, 0), log.follow(2, 0)];
+    for round in 1..6 {
+        acked.extend(append_all(&owner, round).await);
+    }
+    for (stream, region) in streams.iter_mut().zip([1, 2]) {
+        let want: Vec<Entry> = acked
+            .iter()
+            .filter(|e| e.region == region)
+            .cloned()
+            .collect();
+        let last = want.last().expect("entries").id;
+        let mut got: Vec<Entry> = Vec::new();
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while got.last().is_none_or(|e| e.id < last) {
+                let item = stream.next().await.expect("the follow ended early");
+                got.push(item.expect("a followed entry"));
+            }
+        })
+        .await
+        .expect("the followers to catch up");
+        assert_eq!(got, want, "region {region}");
+    }
+
+    let metas: BTreeMap<u64, u64> = {
+        let mut listed = inner.list(Some(&Path::from(PREFIX)));
+        let mut metas = BTreeMap::new();
+        while let Some(meta) = listed.next().await {
+            let meta = meta.expect("list");
+            let s = parse_key(&Path::from(PREFIX), &meta.location).expect("a WAL key");
+            metas.insert(s, meta.size);
+        }
+        metas
+    };
+    let mut read: BTreeMap<u64, u64> = BTreeMap::new();
+    for g in counting.get_log().into_iter().filter(|g| g.found) {
+        let s = parse_key(&Path::from(PREFIX), &Path::from(g.key.as_str())).expect("a WAL key");
+        let range = g.range.expect("no whole-object GET");
+        *read.entry(s).or_default() += range.end - range.start;
+    }
+    let new: Vec<u64> = metas
+        .keys()
+        .copied()
+        .filter(|k| !recovered.contains(k))
+        .collect();
+    assert_eq!(new.len(), 5);
+    for key in new {
+        let (size, bytes) = (metas[&key], read.get(&key).copied().unwrap_or(0));
+        assert!(size > 160_000, "object {key}: {size} bytes");
+        assert!(
+            bytes > 0 && bytes < size / 4,
+            "object {key}: {bytes} of its {size} bytes read"
+        );
+    }
+    drop(streams);
+    stop(owner, join).await;
+}

@@ -6,7 +6,11 @@
 //!   spawned WAL; their reads go through the WAL's own store handle.
 //! - `--remote-followers K`: K read-only opens (`ObjectStoreLogStore::open_read_only`),
 //!   each on a store handle of its own over the same store and latency wrapper, each
-//!   following with `ObjectStoreLogStore::follow` every `--poll-interval-ms`.
+//!   following with `ObjectStoreLogStore::follow` every `--poll-interval-ms`; with
+//!   `--remote-log shared`, one `SourceLog` opened for their regions that all of them
+//!   follow (one poll, each object fetched once between them), and with `shared-all`
+//!   one opened for every region (a follower of all of them). The line's `rss_mib` (at the end of the
+//!   load) and `remote_kept_regions`/`remote_kept_segments` show what that costs.
 //!
 //! Each kind follows K regions spread over `--regions` (`i * regions / K`; both kinds
 //! the same regions when K is the same). Every entry starts with 16 bytes: the
@@ -27,7 +31,7 @@ use futures::stream::{BoxStream, StreamExt};
 use hdrhistogram::Histogram;
 use object_store::{ObjectStore, ObjectStoreExt};
 use object_store_wal::testing::CountingStore;
-use object_store_wal::{AppendReceipt, Entry, Error, ObjectStoreLogStore, WalStores};
+use object_store_wal::{AppendReceipt, Entry, Error, ObjectStoreLogStore, SourceLog, WalStores};
 use serde_json::json;
 use tokio::task::JoinSet;
 
@@ -52,7 +56,14 @@ pub(super) struct FollowArgs {
     /// each.
     #[arg(long, default_value_t = 8)]
     remote_followers: u64,
-    /// How often a read-only follower lists the prefix, ms.
+    /// How the read-only followers read the prefix: `each` (a read-only open and
+    /// `ObjectStoreLogStore::follow` each, on a handle of its own), `shared` (one
+    /// `SourceLog::open_regions` for all of them, keeping their regions alone, on one
+    /// handle), or `shared-all` (the same, opened for every region: what a follower of
+    /// every region holds).
+    #[arg(long, value_enum, default_value_t = RemoteLog::Each)]
+    remote_log: RemoteLog,
+    /// How often a read-only follower probes the prefix while objects appear, ms.
     #[arg(long, default_value_t = 10)]
     poll_interval_ms: u64,
     /// After the last append is answered, how long the followers may take to deliver
@@ -62,6 +73,27 @@ pub(super) struct FollowArgs {
     catch_up_seconds: f64,
     #[command(flatten)]
     common: Common,
+}
+
+/// How the read-only followers read the prefix (`--remote-log`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum RemoteLog {
+    /// A read-only open each.
+    Each,
+    /// One source log keeping the followed regions.
+    Shared,
+    /// One source log opened for every region.
+    SharedAll,
+}
+
+impl RemoteLog {
+    fn label(self) -> &'static str {
+        match self {
+            RemoteLog::Each => "each",
+            RemoteLog::Shared => "shared",
+            RemoteLog::SharedAll => "shared-all",
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -426,9 +458,27 @@ pub(super) async fn follow(
     let mut followers = Vec::new();
     let mut remote_handles: Vec<Counted> = Vec::new();
     let poll = Duration::from_millis(a.poll_interval_ms);
+    // The remote followers' one source log, unless each opens its own.
+    let shared = match a.remote_log {
+        _ if a.remote_followers == 0 => None,
+        RemoteLog::Each => None,
+        how => {
+            let handle = CountingStore::counts_only(under.clone());
+            remote_handles.push(handle.clone());
+            let stores = WalStores::one(handle as Arc<dyn ObjectStore>);
+            let kept = if how == RemoteLog::Shared {
+                spread(a.remote_followers, regions)
+            } else {
+                (0..regions).collect()
+            };
+            Some(SourceLog::open_stores_regions(stores, cfg.clone(), poll, kept).await?)
+        }
+    };
     for (remote, k) in [(false, a.followers), (true, a.remote_followers)] {
         for region in spread(k, regions) {
-            let entries = if remote {
+            let entries = if let Some(log) = shared.as_ref().filter(|_| remote) {
+                log.follow(region, 0)
+            } else if remote {
                 let handle = CountingStore::counts_only(under.clone());
                 remote_handles.push(handle.clone());
                 let ro = ObjectStoreLogStore::open_read_only(
@@ -529,6 +579,17 @@ pub(super) async fn follow(
     };
     let load_end = Instant::now();
     progress.abort();
+    let rss_mib = status_mib("VmRSS:");
+    // What the shared source log keeps: the followed regions' segments, or every one's.
+    let kept = shared.as_ref().map(|log| {
+        let catalog = log.catalog().read().unwrap_or_else(|p| p.into_inner());
+        let regions: Vec<u64> = catalog.regions().collect();
+        let segments: usize = regions
+            .iter()
+            .map(|r| catalog.segments_from(*r, 0).len())
+            .sum();
+        (regions.len(), segments)
+    });
     let load_s = load_end.duration_since(started).as_secs_f64();
     let local_load = Reads::of(&local_handles).since(local_before);
     let remote_load = Reads::of(&remote_handles).since(remote_before);
@@ -582,6 +643,10 @@ pub(super) async fn follow(
         "stored_bytes_per_s": round2(put_bytes as f64 / load_s.max(1e-9)),
         "catch_up_ms": caught_up.map(|d| round2(d.as_secs_f64() * 1000.0)),
         "idle_seconds": round2(idle_elapsed),
+        "rss_mib": round2(rss_mib),
+        "remote_log": a.remote_log.label(),
+        "remote_kept_regions": kept.map(|(regions, _)| regions),
+        "remote_kept_segments": kept.map(|(_, segments)| segments),
     });
     let kinds = [("local_", false), ("remote_", true)].map(|(prefix, remote)| Kind {
         prefix,

@@ -1,8 +1,10 @@
-//! Another node's log opened read-only as the source of regions this node takes over
-//! (DESIGN.md "Regions moving between nodes", catch-up): its chain is recovered once and
+//! Another node's log opened read-only: the source of regions this node takes over
+//! (DESIGN.md "Regions moving between nodes", catch-up), and the one tail that the
+//! read-only followers of its regions in this process share (DESIGN.md "Tailing without
+//! listing", many followers of one prefix). Its chain is recovered once and
 //! extended by probing (as a read-only follower's, `tail`), and every region taken from
 //! it reads over that one catalog, one segment cache and one cache of whole objects
-//! (each region's segment a slice of the object's one read), so one node fetches each
+//! (each region's segment copied out of the object's one read), so one node fetches each
 //! source object once however many of its regions it takes (DESIGN.md says when an
 //! object costs more: larger than `SOURCE_OBJECT_LARGEST`, or probed while idle).
 //!
@@ -43,6 +45,12 @@ pub const SOURCE_OBJECT_BYTES: u64 = 8 * 1024 * 1024;
 /// a larger object's segments are ranged reads, one per region.
 pub const SOURCE_OBJECT_LARGEST: u64 = 1024 * 1024;
 
+/// Bytes of objects kept whole by a source log opened for a few regions' followers
+/// ([`SourceLog::open_regions`]): a round of probes' objects (up to `MAX_PROBES`
+/// of 64 KiB) twice, long enough for the follows to copy their segments out; its
+/// followers read each object once and never again.
+pub const FOLLOWED_OBJECT_BYTES: u64 = 1024 * 1024;
+
 /// `within` from now; a caller's too long wait is a year, never an overflow.
 pub fn deadline_after(within: Duration) -> tokio::time::Instant {
     let now = tokio::time::Instant::now();
@@ -60,6 +68,10 @@ pub struct SourceLog {
     config: Config,
     catalog: Arc<RwLock<Catalog>>,
     growth: TailedGrowth,
+    /// Whether a follow reads objects whole (up to `SOURCE_OBJECT_LARGEST`) as a
+    /// catch-up does: a source's, whose regions move together, not a few regions'
+    /// follower's, which would read every region's bytes of every object for its few.
+    follows_read_whole: bool,
 }
 
 impl std::fmt::Debug for SourceLog {
@@ -74,12 +86,51 @@ impl SourceLog {
     /// Recovers the source's chain (read-only: nothing is written, nothing fenced) and
     /// starts polling it for new objects every `poll_interval` while objects appear.
     pub async fn open(io: WalIo, config: Config, poll_interval: Duration) -> Result<Self> {
+        Self::open_keeping(io, config, poll_interval, None).await
+    }
+
+    /// [`open`](Self::open) for followers of a few of the source's regions: its catalog
+    /// keeps the segments of `regions` (and of the control region) alone, from the
+    /// recovered chain on, so its memory grows with the regions followed, not with every
+    /// region of every object it reads (a follower of 8 regions of a log of 1,000 holds
+    /// 8 regions' segments). A [`follow`](Self::follow) or catch-up of any other region
+    /// fails [`Error::NotKept`]. Every follow over it shares its one poll and its reads:
+    /// each object's footer is fetched once however many regions are followed. An
+    /// object up to `IDLE_WHOLE_PROBE` (64 KiB) is read whole in that one GET; a larger
+    /// one's followed segments are ranged reads (a follow here does not read objects
+    /// whole up to `SOURCE_OBJECT_LARGEST` as a catch-up does: a follower of a few
+    /// regions would download every region's bytes of every object).
+    pub async fn open_regions(
+        io: WalIo,
+        config: Config,
+        poll_interval: Duration,
+        regions: impl IntoIterator<Item = u64>,
+    ) -> Result<Self> {
+        let regions: Vec<u64> = regions.into_iter().collect();
+        Self::open_keeping(io, config, poll_interval, Some(regions)).await
+    }
+
+    async fn open_keeping(
+        io: WalIo,
+        config: Config,
+        poll_interval: Duration,
+        regions: Option<Vec<u64>>,
+    ) -> Result<Self> {
         let largest = config.whole_read_threshold.min(SOURCE_OBJECT_LARGEST);
-        let io = io.with_whole_objects(SOURCE_OBJECT_BYTES, largest);
+        let kept_few = regions.is_some();
+        let budget = if kept_few {
+            FOLLOWED_OBJECT_BYTES
+        } else {
+            SOURCE_OBJECT_BYTES
+        };
+        let io = io.with_whole_objects(budget, largest);
         // Reads at the node's `read_ahead`: catch-ups of many regions at once must not
         // crowd out the node's own work (at 8 segments at once, as a lone read-only
         // follower fetches, the cluster example's unmoved appends' p99 rose by 15 ms).
-        let recovery = recover(&io, config.recovery_concurrency).await?;
+        let mut recovery = recover(&io, config.recovery_concurrency).await?;
+        if let Some(regions) = regions {
+            recovery.catalog.keep_only(regions);
+        }
         let span = info_span!("source", prefix = %io.prefix());
         let (catalog, growth) =
             span.in_scope(|| tail_catalog(&io, recovery.catalog, &config, poll_interval));
@@ -88,6 +139,7 @@ impl SourceLog {
             config,
             catalog,
             growth,
+            follows_read_whole: !kept_few,
         })
     }
 
@@ -102,11 +154,32 @@ impl SourceLog {
         Self::open(io, config, poll_interval).await
     }
 
-    /// Follows `region` from id `from` as the source's chain grows (to read a region's
-    /// entries ahead of its release, so that only the tail is left for the catch-up).
+    /// [`open_regions`](Self::open_regions) over `stores` (one, or a quorum) under
+    /// `config.prefix`.
+    pub async fn open_stores_regions(
+        stores: impl Into<WalStores>,
+        config: Config,
+        poll_interval: Duration,
+        regions: impl IntoIterator<Item = u64>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let io = stores.into().into_io(&config)?;
+        Self::open_regions(io, config, poll_interval, regions).await
+    }
+
+    /// Follows `region` from id `from` as the source's chain grows: a read-only
+    /// follower of another node's region, or a reader ahead of a region's release (so
+    /// that only the tail is left for the catch-up). Ends at the first error, or when
+    /// the polling fails for good ([`has_failed`](Self::has_failed)).
     pub fn follow(&self, region: u64, from: u64) -> BoxStream<'static, Result<Entry>> {
+        if let Err(e) = self.kept(region) {
+            return stream::iter([Err(e)]).boxed();
+        }
         let (io, catalog) = (self.io.clone(), self.catalog.clone());
-        let wanted = self.want_whole_objects();
+        let wanted = self
+            .follows_read_whole
+            .then(|| self.want_whole_objects())
+            .flatten();
         follow_region(io, catalog, region, from, &self.config, self.growth.clone())
             .map(move |entry| {
                 let _wanted = &wanted;
@@ -158,6 +231,9 @@ impl SourceLog {
         recorded_at: Option<u64>,
         within: Duration,
     ) -> BoxStream<'static, Result<Entry>> {
+        if let Err(e) = self.kept(region) {
+            return stream::iter([Err(e)]).boxed();
+        }
         if from > through {
             return stream::empty().boxed();
         }
@@ -209,6 +285,17 @@ impl SourceLog {
             }
         })
         .boxed()
+    }
+
+    /// Fails [`Error::NotKept`] for a region the catalog drops
+    /// ([`open_regions`](Self::open_regions)).
+    fn kept(&self, region: u64) -> Result<()> {
+        let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
+        if catalog.keeps(region) {
+            Ok(())
+        } else {
+            Err(Error::NotKept { region })
+        }
     }
 
     /// Marks a read under way: while the guard lives, probes read objects whole.

@@ -79,6 +79,12 @@ impl PolledGrowth {
         poll_interval: Duration,
         last: Link,
     ) -> Self {
+        // Probes size their first read by the recovered chain's last object.
+        let last_length = catalog
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .tip()
+            .map_or(0, |(_, o)| o.length);
         PolledGrowth {
             io,
             catalog,
@@ -89,7 +95,7 @@ impl PolledGrowth {
             probes: 1,
             next_key: last.sequence.saturating_add(1),
             tail_len: MIN_PROBE_TAIL,
-            last_length: 0,
+            last_length,
             absent_since: None,
             list_after_absent: config.link_window(),
             idle_polls: 0,
