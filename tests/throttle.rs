@@ -2,7 +2,9 @@
 //! refuses for its request rate (`testing::ThrottleStore`, S3's `503 SlowDown`) is an
 //! unknown outcome retried with the same bytes; under `persist_paced` it does not spend
 //! the retry budget and stays bounded by `max_create_duration`; plain `persist` spends
-//! the budget as before; and creates are not hedged while the store throttles.
+//! the budget as before; and creates are not hedged while the store throttles. Over
+//! three stores, a create whose quorum only the throttle replies of two withheld is a
+//! throttle reply too.
 //!
 //! Tokio's clock is paused: the throttle's bucket refills, and backoffs pass, in
 //! virtual time. Counts are asserted, never times.
@@ -16,15 +18,15 @@ use std::time::Duration;
 
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::internal::store::keys::object_key;
 use object_store_wal::internal::store::objects::{CreateAttempt, WalIo};
 use object_store_wal::internal::store::transport::is_throttle_reply;
 use object_store_wal::internal::write::persist::{
     persist, persist_paced, persist_within, PersistOutcome,
 };
-use object_store_wal::testing::{with_latency, with_throttle, Throttle, TokioClock};
-use object_store_wal::{Error, HedgeAfter, RetryPolicy};
+use object_store_wal::testing::{with_latency, with_throttle, Throttle, ThrottleStore, TokioClock};
+use object_store_wal::{Config, Error, HedgeAfter, RetryPolicy, WalStores};
 use objects::object;
 
 const PREFIX: &str = "wal";
@@ -154,4 +156,101 @@ async fn creates_are_not_hedged_while_the_store_throttles() {
         CreateAttempt::Created
     ));
     assert_eq!(hedged(), 2);
+}
+
+/// Three stores for one log: the first never throttles, the other two refuse PUTs as
+/// `throttle` says, each with its own bucket (the same requests reach both, so they
+/// refuse together). Returns the stores and the two throttles.
+fn three_stores(throttle: Throttle) -> (Vec<Arc<dyn ObjectStore>>, [Arc<ThrottleStore>; 2]) {
+    let throttled = [
+        with_throttle(Arc::new(InMemory::new()), throttle.clone()),
+        with_throttle(Arc::new(InMemory::new()), throttle),
+    ];
+    let [a, b] = throttled.clone();
+    let stores: Vec<Arc<dyn ObjectStore>> = vec![Arc::new(InMemory::new()), a, b];
+    (stores, throttled)
+}
+
+fn quorum(stores: &[Arc<dyn ObjectStore>]) -> WalStores {
+    WalStores::quorum(stores.iter().cloned()).expect("three stores")
+}
+
+fn config() -> Config {
+    let mut config = Config::new(PREFIX).with_create_if_missing(true);
+    config.hedge_after = HedgeAfter::Off;
+    config.retry = retry();
+    config.max_create_duration = MAX_CREATE;
+    config
+}
+
+/// Three stores, two of them refusing every PUT for their rate: the one copy made is no
+/// quorum, and only the two refusals withheld it. `persist_paced` retries that as a
+/// throttle reply (past the budget, each told, unknown before `max_create_duration`),
+/// and the throttling stores are not taken for down meanwhile (they get every retry).
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_quorum_withheld_by_throttle_replies_is_retried_as_one() {
+    let (stores, throttled) = three_stores(Throttle::puts_per_s(0.0));
+    let io = quorum(&stores).into_io(&config()).expect("io");
+    let clock = TokioClock::new();
+    let told = AtomicU64::new(0);
+    let on_throttle = || {
+        told.fetch_add(1, Ordering::Relaxed);
+    };
+    let started = tokio::time::Instant::now();
+    let outcome = persist_paced(
+        &io,
+        &object(2),
+        &retry(),
+        MAX_CREATE,
+        clock.as_ref(),
+        &on_throttle,
+    )
+    .await;
+    let took = started.elapsed();
+    match outcome {
+        PersistOutcome::Unknown {
+            last: Error::NoQuorum { throttled, .. },
+        } => assert_eq!(throttled, 2),
+        other => panic!("expected no quorum, withheld by throttle replies: {other:?}"),
+    }
+    let told = told.load(Ordering::Relaxed);
+    assert!(told > 3 * u64::from(retry().max_attempts), "{told}");
+    for store in &throttled {
+        assert_eq!(
+            store.counts().puts_throttled,
+            told,
+            "every retry reached it"
+        );
+    }
+    assert!(
+        took < MAX_CREATE,
+        "no retry starts past max_create_duration"
+    );
+}
+
+/// Three stores, two of them taking one PUT every two seconds with their buckets
+/// drained: the create reaches no quorum many times, then lands, with more attempts
+/// than the budget.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_quorum_create_throttled_in_two_stores_lands_once_they_take_it() {
+    let (stores, throttled) = three_stores(Throttle::puts_per_s(0.5).burst(1.0));
+    let io = quorum(&stores).into_io(&config()).expect("io");
+    let clock = TokioClock::new();
+    // The one token of each goes to another key.
+    for store in &throttled {
+        let other = Path::from("elsewhere");
+        store
+            .put(&other, PutPayload::from_static(b"x"))
+            .await
+            .expect("the token");
+    }
+    match persist_within(&io, &object(2), &retry(), MAX_CREATE, clock.as_ref()).await {
+        PersistOutcome::Durable { attempts } => {
+            assert!(attempts > retry().max_attempts, "{attempts}")
+        }
+        other => panic!("expected durable, got {other:?}"),
+    }
+    for store in &throttled {
+        assert!(store.counts().puts_throttled > 0, "it pushed back");
+    }
 }
