@@ -387,8 +387,10 @@ pub enum Error {
     },
     /// Over several stores, a request that fewer than a quorum of them answered
     /// definitely (the rest down, skipped while down, or still unanswered): for a create,
-    /// its outcome is unknown; for a read or listing, it failed. Retry later.
-    #[error("store {op} of {key}: {answered} of {stores} stores answered, a quorum is {quorum}; last error: {last}")]
+    /// its outcome is unknown; for a read or listing, it failed. Retry later. A create
+    /// whose quorum only throttle replies withheld (`throttled` above zero) is a throttle
+    /// reply, retried as one (DESIGN.md "Throttled stores").
+    #[error("store {op} of {key}: {answered} of {stores} stores answered, a quorum is {quorum}{note}; last error: {last}", note = throttled_note(*.throttled))]
     NoQuorum {
         /// The operation.
         op: &'static str,
@@ -400,6 +402,11 @@ pub enum Error {
         stores: usize,
         /// The quorum.
         quorum: usize,
+        /// For a create: the stores that answered with a throttle reply (the store
+        /// refused the request for its rate), when those replies alone withheld the
+        /// quorum, that is, had those stores created the object it would have been
+        /// decided; 0 otherwise, and for every other request.
+        throttled: usize,
         /// The last store error seen, or why a store was not asked.
         last: String,
     },
@@ -443,6 +450,14 @@ pub enum Error {
         /// append, `NotWritten` for every other call.
         durability: Durability,
     },
+}
+
+/// What [`Error::NoQuorum`]'s message says of its throttle replies.
+fn throttled_note(throttled: usize) -> String {
+    match throttled {
+        0 => String::new(),
+        n => format!(" ({n} refused it for the store's request rate)"),
+    }
 }
 
 impl Error {

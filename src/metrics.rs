@@ -28,7 +28,7 @@
 //! | `wal_floor_sequence` | gauge | `prefix` | The floor carried by the last object acknowledged (or opening object): objects below it may be reclaimed. |
 //! | `wal_live_objects` | gauge | `prefix` | Objects on the chain in the catalog, after the last open or acknowledgement. |
 //! | `wal_pending_bytes` | gauge | `prefix` | Payload bytes admitted and not yet acknowledged or failed (actor runtime; `max_pending_bytes` bounds it). |
-//! | `wal_object_interval_seconds` | gauge | `prefix` | The writer's interval between object starts now: `min_object_interval`, or more while the store throttles it (actor runtime). |
+//! | `wal_object_interval_seconds` | gauge | `prefix` | The writer's interval between object starts now: `min_object_interval` (the sequential front end's: none), or more while the store throttles it. |
 //! | `wal_uploads_in_flight` | gauge | `prefix` | Objects being created now (actor runtime; `max_in_flight` bounds it). |
 //! | `wal_append_to_durable_seconds` | histogram | `prefix` | Per append acknowledged: from its admission into a batch to its acknowledgement. |
 //! | `wal_seal_to_durable_seconds` | histogram | `prefix` | Per object acknowledged: from sealing its batch to its acknowledgement (waiting for an upload slot, the create and its retries, waiting for earlier objects). |

@@ -10,10 +10,19 @@
 //! next objects carry, as in the actor runtime (so recovery reads only the live part);
 //! this front end has no reclaimer: deleting below the floor is the caller's.
 //!
+//! A store that throttles creates (DESIGN.md "Throttled stores") is retried without
+//! spending the retry budget, as in the runtime, and paced by the same rule
+//! ([`crate::internal::write::pace`], through the write protocol): a flush whose create
+//! met a throttle reply widens the interval between object starts, and the next
+//! flush's create waits until an interval after it was answered; flushes whose creates
+//! land without one narrow it back to none, this front end's usual interval.
+//!
 //! Metrics ([`crate::metrics`]): an append's latency runs from `append` to the `flush`
-//! that made it durable; pending bytes, uploads in flight, failed appends, restarts and
-//! reclaims are the actor runtime's.
+//! that made it durable; the interval between object starts is published as in the
+//! runtime; pending bytes, uploads in flight, failed appends, restarts and reclaims are
+//! the actor runtime's.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -35,7 +44,7 @@ use crate::internal::store::transport::RequestCounts;
 use crate::internal::write::batch::{AppendParts, AppendReceipt};
 use crate::internal::write::clock::{BootClock, CreateClock};
 use crate::internal::write::epoch::WritePosition;
-use crate::internal::write::persist::{persist_within, PersistOutcome};
+use crate::internal::write::persist::{persist_paced, PersistOutcome};
 use crate::internal::write::protocol::{Action, Limits, Now, SharedChain, WhenFull, WriteProtocol};
 
 /// The receipt of one flushed object.
@@ -252,6 +261,13 @@ impl ObjectStoreLogStore {
         self.catalog.clone()
     }
 
+    /// The interval between object starts, `None` when read-only: zero, or wider while
+    /// the store throttles creates (tests).
+    #[doc(hidden)]
+    pub fn object_interval(&self) -> Option<Duration> {
+        self.writing.as_ref().map(|w| w.object_interval())
+    }
+
     /// The write position, `None` when read-only.
     pub fn epoch(&self) -> Option<WritePosition> {
         self.writing.as_ref().map(|w| w.position())
@@ -273,6 +289,10 @@ impl ObjectStoreLogStore {
 
     /// Flushes the open batch as the next object (seal, persist, commit) and returns the
     /// ids of its appends; `None` when nothing was admitted.
+    ///
+    /// While the store throttles creates, the create waits first for its start slot:
+    /// an interval (widened by each flush whose create met a throttle reply) after the
+    /// last throttled create was answered (DESIGN.md "Throttled stores").
     ///
     /// A failure ends the epoch (or fences the instance): nothing more is written under
     /// it, and [`reopen`](Self::reopen) starts a new one.
@@ -296,21 +316,34 @@ impl ObjectStoreLogStore {
             match action {
                 Action::Create(sealed) => {
                     let sequence = sealed.sequence();
+                    let throttled = AtomicBool::new(false);
+                    let on_throttle = || throttled.store(true, Ordering::Relaxed);
                     let outcome = match sealed.encoded() {
                         Ok(object) => {
-                            persist_within(
+                            persist_paced(
                                 &self.io,
                                 object,
                                 &self.config.retry,
                                 self.config.max_create_duration,
                                 clock.as_ref(),
+                                &on_throttle,
                             )
                             .instrument(info_span!("upload", sequence, bytes = object.len()))
                             .await
                         }
                         Err(e) => PersistOutcome::not_encoded(sequence, &e),
                     };
+                    if throttled.load(Ordering::Relaxed) {
+                        // Once per create (one object at a time: its replies are one
+                        // round): the interval widens and the next start slot is an
+                        // interval from now.
+                        writing.handle_throttled(sequence, now());
+                    }
                     writing.handle_outcome(sequence, outcome, now());
+                    self.io
+                        .metrics()
+                        .object_interval
+                        .set(writing.object_interval().as_secs_f64());
                 }
                 Action::Acknowledge {
                     sealed,
@@ -333,12 +366,15 @@ impl ObjectStoreLogStore {
                     warn!(error = %error, "object not acknowledged; the epoch is over");
                     return Err(error);
                 }
-                // No reclaimer here, no timers (one object at a time, no interval), no
-                // ids handed out at admission; failed appends are this call's error.
-                Action::PublishFloor(_)
-                | Action::Fail { .. }
-                | Action::HandedOutFailed { .. }
-                | Action::WakeAt(_) => {}
+                // The object's start slot has not come (the store throttled the last
+                // create: the interval is paced): wait for it, then start it.
+                Action::WakeAt(due) => {
+                    tokio::time::sleep_until(due).await;
+                    writing.poll(now());
+                }
+                // No reclaimer here, no ids handed out at admission; failed appends are
+                // this call's error.
+                Action::PublishFloor(_) | Action::Fail { .. } | Action::HandedOutFailed { .. } => {}
             }
         }
         Ok(receipt)

@@ -554,6 +554,7 @@ pub(crate) async fn list_replicas(
             answered: listed,
             stores: n,
             quorum: q,
+            throttled: 0,
             last,
         });
     }
@@ -721,6 +722,7 @@ pub async fn recover_replicas(
             answered: listings.iter().flatten().count(),
             stores: n,
             quorum: quorum(n),
+            throttled: 0,
             last: why.to_string(),
         };
         match key_state(stores, *sequence < floor) {
@@ -874,6 +876,7 @@ async fn complete_value(
             answered: 0,
             stores: replicas.len(),
             quorum: quorum(replicas.len()),
+            throttled: 0,
             last,
         });
     };

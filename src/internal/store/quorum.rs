@@ -24,6 +24,7 @@ use crate::format::{
     check_object_crc, decode_header, decode_trailer, FormatError, ObjectSummary, HEADER_LEN_V3,
     TRAILER_LEN,
 };
+use crate::internal::store::transport::CreateKind;
 
 /// The quorum of `n` stores: a majority.
 pub fn quorum(n: usize) -> usize {
@@ -176,6 +177,18 @@ impl StoreHealth {
     pub fn create_answered(&mut self, now: Duration, latency: Option<Duration>) {
         self.creates_outstanding = self.creates_outstanding.saturating_sub(1);
         self.answered(now, latency);
+    }
+
+    /// Records a create answered with a throttle reply: not a failure (the store is up
+    /// and answering; what it asks for is fewer requests, which the writer's pacing
+    /// gives it), so it brings the store up like a definite answer, and records no
+    /// latency (a refusal says nothing of how fast the store takes an object). A store
+    /// taken for down for throttling would leave the quorum to the others, and with
+    /// more than `N - Q` stores throttling, none would be reached until their probes
+    /// (DESIGN.md "Throttled stores").
+    pub fn create_throttled(&mut self) {
+        self.creates_outstanding = self.creates_outstanding.saturating_sub(1);
+        self.failures = 0;
     }
 
     /// Records a read that had not answered after `waited` when another store's did: it
@@ -407,6 +420,151 @@ pub fn opening_won(created: usize, n: usize) -> bool {
     created >= quorum(n)
 }
 
+/// What one create's answers so far decide, by the kind of object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateDecision {
+    /// A data object held by Q stores as ours ([`write_verdict`]), a claim's hole
+    /// settled ([`hole_settled`]), the opening object created in Q stores
+    /// ([`opening_won`]).
+    Created,
+    /// Ours can never be: a data object other values hold in `N - Q + 1` stores, an
+    /// opening object that can no longer be created in Q, a claim's key where another
+    /// value was decided. The outcome table's "already exists".
+    Lost,
+    /// Neither yet: the stores whose answer is unknown decide it.
+    Undecided,
+}
+
+/// One create's answers over N stores, tallied as they come, and what they decide
+/// ([`decision`](Self::decision)): DESIGN.md "Writing an object", and the claims and
+/// the opening object of "Opening an instance over N stores".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateTally {
+    ours: Option<ValueId>,
+    /// Per store: its answer, classified.
+    answers: Vec<CopyAnswer>,
+    /// Per store: the value its copy holds, when known.
+    copies: Vec<Option<ValueId>>,
+    /// Stores that answered `Created`.
+    created: usize,
+    /// Stores that answered "already exists" (whatever the value).
+    lost: usize,
+    /// Per store: whether it answered with a throttle reply.
+    throttled: Vec<bool>,
+}
+
+impl CreateTally {
+    /// No answer yet from any of `n` stores, for the create of `ours` (`None` when the
+    /// bytes sent are not an object: no copy can then be ours).
+    pub fn new(n: usize, ours: Option<ValueId>) -> Self {
+        CreateTally {
+            ours,
+            answers: vec![CopyAnswer::Unknown; n],
+            copies: vec![None; n],
+            created: 0,
+            lost: 0,
+            throttled: vec![false; n],
+        }
+    }
+
+    /// `store` created the object. (A store out of range is ignored, as are the
+    /// recording methods below for one.)
+    pub fn created(&mut self, store: usize) {
+        if let (Some(answer), Some(copy)) =
+            (self.answers.get_mut(store), self.copies.get_mut(store))
+        {
+            *answer = CopyAnswer::Ours;
+            *copy = self.ours;
+            self.created += 1;
+        }
+    }
+
+    /// `store` answered "already exists" and holds `value`: returns whether it is ours.
+    pub fn holds(&mut self, store: usize, value: ValueId) -> bool {
+        let ours = Some(value) == self.ours;
+        if let (Some(answer), Some(copy)) =
+            (self.answers.get_mut(store), self.copies.get_mut(store))
+        {
+            *copy = Some(value);
+            *answer = if ours {
+                CopyAnswer::Ours
+            } else {
+                CopyAnswer::Other { epoch: value.epoch }
+            };
+            self.lost += 1;
+        }
+        ours
+    }
+
+    /// `store` answered with a throttle reply: its answer stays unknown.
+    pub fn throttled(&mut self, store: usize) {
+        if let Some(t) = self.throttled.get_mut(store) {
+            *t = true;
+        }
+    }
+
+    /// Stores that answered definitely (created, or "already exists").
+    pub fn answered(&self) -> usize {
+        self.created + self.lost
+    }
+
+    /// What the answers so far decide for an object of `kind`.
+    pub fn decision(&self, kind: CreateKind) -> CreateDecision {
+        let n = self.answers.len();
+        match kind {
+            CreateKind::Data => match write_verdict(&self.answers) {
+                WriteVerdict::Durable => CreateDecision::Created,
+                WriteVerdict::Never { .. } => CreateDecision::Lost,
+                WriteVerdict::Undecided => CreateDecision::Undecided,
+            },
+            CreateKind::Opening => {
+                if opening_won(self.created, n) {
+                    CreateDecision::Created
+                } else if n.saturating_sub(self.lost) < quorum(n) {
+                    CreateDecision::Lost
+                } else {
+                    CreateDecision::Undecided
+                }
+            }
+            CreateKind::Claim => {
+                // A late create made another value decided: the open starts over.
+                if decided_value(&self.copies).is_some_and(|v| !v.claim) {
+                    CreateDecision::Lost
+                } else if hole_settled(&self.copies) {
+                    CreateDecision::Created
+                } else {
+                    CreateDecision::Undecided
+                }
+            }
+        }
+    }
+
+    /// For a create that every store asked has answered without a decision: the
+    /// stores that answered with a throttle reply when those replies alone withheld
+    /// the quorum, else 0. They withheld it when, had each of them created the object
+    /// instead, the create would have been decided as created: no store that failed
+    /// in another way (an error, a timeout, skipped while down) and no copy of
+    /// another value stands between the create and its quorum. Such a create is
+    /// retried as a throttle reply is over one store (DESIGN.md "Throttled stores").
+    pub fn withheld_by_throttle(&self, kind: CreateKind) -> usize {
+        let throttled = self.throttled.iter().filter(|t| **t).count();
+        if throttled == 0 {
+            return 0;
+        }
+        let mut had_created = self.clone();
+        for (store, refused) in self.throttled.iter().enumerate() {
+            if *refused && self.answers.get(store) == Some(&CopyAnswer::Unknown) {
+                had_created.created(store);
+            }
+        }
+        if had_created.decision(kind) == CreateDecision::Created {
+            throttled
+        } else {
+            0
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,6 +597,27 @@ mod tests {
         h.answered(t(2001), Some(t(5)));
         assert!(!h.is_down());
         assert!(h.admit(t(2002)));
+    }
+
+    #[test]
+    fn a_store_that_throttles_creates_is_not_taken_for_down() {
+        let t = Duration::from_millis;
+        let mut h = StoreHealth::default();
+        for _ in 0..2 * DOWN_AFTER_FAILURES {
+            assert!(h.admit_create(t(0), 1));
+            h.create_throttled();
+        }
+        assert!(!h.is_down(), "answering, only refusing for the rate");
+        assert_eq!(h.read_patience(t(20)), t(20), "no latency from a refusal");
+        // A store down whose probe meets a throttle reply is up again.
+        for _ in 0..DOWN_AFTER_FAILURES {
+            h.answered(t(0), None);
+        }
+        assert!(h.is_down());
+        assert!(h.admit_create(t(1000), 1), "the probe");
+        h.create_throttled();
+        assert!(!h.is_down());
+        assert!(h.admit_create(t(1001), 1));
     }
 
     #[test]
@@ -666,5 +845,107 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A tally of `n` stores for our value `ours`: `created`, `holds` (store, value),
+    /// `throttled` stores.
+    fn tally(
+        n: usize,
+        ours: ValueId,
+        created: &[usize],
+        holds: &[(usize, ValueId)],
+        throttled: &[usize],
+    ) -> CreateTally {
+        let mut t = CreateTally::new(n, Some(ours));
+        for &i in created {
+            t.created(i);
+        }
+        for &(i, v) in holds {
+            t.holds(i, v);
+        }
+        for &i in throttled {
+            t.throttled(i);
+        }
+        t
+    }
+
+    #[test]
+    fn a_tally_decides_as_the_rules_of_each_kind_say() {
+        let (ours, other, claim) = (value(5, false), value(4, false), value(5, true));
+        // Data: Q ours (created or found) is durable; N - Q + 1 others never.
+        let t = tally(3, ours, &[0], &[(1, ours)], &[]);
+        assert_eq!(t.decision(CreateKind::Data), CreateDecision::Created);
+        assert_eq!(t.answered(), 2);
+        let t = tally(3, ours, &[0], &[(1, other), (2, other)], &[]);
+        assert_eq!(t.decision(CreateKind::Data), CreateDecision::Lost);
+        let t = tally(3, ours, &[0], &[(1, other)], &[]);
+        assert_eq!(t.decision(CreateKind::Data), CreateDecision::Undecided);
+        // Opening: only creates count; our own bytes found do not.
+        let t = tally(3, ours, &[0], &[(1, ours)], &[]);
+        assert_eq!(t.decision(CreateKind::Opening), CreateDecision::Undecided);
+        let t = tally(3, ours, &[0], &[(1, ours), (2, ours)], &[]);
+        assert_eq!(t.decision(CreateKind::Opening), CreateDecision::Lost);
+        let t = tally(3, ours, &[0, 2], &[], &[]);
+        assert_eq!(t.decision(CreateKind::Opening), CreateDecision::Created);
+        // Claim: settled once N - Q + 1 copies are known and none other can be decided.
+        let t = tally(3, claim, &[0], &[], &[]);
+        assert_eq!(t.decision(CreateKind::Claim), CreateDecision::Undecided);
+        let t = tally(3, claim, &[0], &[(1, value(3, true))], &[]);
+        assert_eq!(t.decision(CreateKind::Claim), CreateDecision::Created);
+        let t = tally(3, claim, &[0], &[(1, other)], &[]);
+        assert_eq!(t.decision(CreateKind::Claim), CreateDecision::Undecided);
+        let t = tally(3, claim, &[], &[(0, other), (1, other)], &[]);
+        assert_eq!(t.decision(CreateKind::Claim), CreateDecision::Lost);
+        // Out of range is ignored.
+        let t = tally(3, ours, &[7], &[(9, ours)], &[8]);
+        assert_eq!(t, CreateTally::new(3, Some(ours)));
+    }
+
+    #[test]
+    fn only_throttle_replies_that_alone_withheld_the_quorum_count() {
+        let (ours, other, claim) = (value(5, false), value(4, false), value(5, true));
+        let data = CreateKind::Data;
+        // Two of three refused for the rate, the third created: they withheld it.
+        let t = tally(3, ours, &[0], &[], &[1, 2]);
+        assert_eq!(t.decision(data), CreateDecision::Undecided);
+        assert_eq!(t.withheld_by_throttle(data), 2);
+        // One refused, one timed out: the refusal alone stood in the way.
+        assert_eq!(
+            tally(3, ours, &[0], &[], &[1]).withheld_by_throttle(data),
+            1
+        );
+        // Our copy found counts as ours.
+        assert_eq!(
+            tally(3, ours, &[], &[(0, ours)], &[1]).withheld_by_throttle(data),
+            1
+        );
+        // No copy yet anywhere: the refusal and a failure of another kind withheld it.
+        assert_eq!(tally(3, ours, &[], &[], &[1]).withheld_by_throttle(data), 0);
+        // Another value's copy stands in the way.
+        assert_eq!(
+            tally(3, ours, &[], &[(0, other)], &[1]).withheld_by_throttle(data),
+            0
+        );
+        // Five stores: one ours, one refused, the rest failed or other: not enough.
+        let t = tally(5, ours, &[0], &[(2, other)], &[1]);
+        assert_eq!(t.withheld_by_throttle(data), 0);
+        let t = tally(5, ours, &[0, 3], &[(2, other)], &[1]);
+        assert_eq!(t.withheld_by_throttle(data), 1);
+        // No refusal, no throttle.
+        assert_eq!(tally(3, ours, &[0], &[], &[]).withheld_by_throttle(data), 0);
+        // The opening object needs creates: our bytes found plus a refusal is not Q.
+        let opening = CreateKind::Opening;
+        assert_eq!(
+            tally(3, ours, &[0], &[], &[1]).withheld_by_throttle(opening),
+            1
+        );
+        assert_eq!(
+            tally(3, ours, &[], &[(0, ours)], &[1]).withheld_by_throttle(opening),
+            0
+        );
+        // A claim: its hole would have been settled by the refused stores' copies.
+        let c = CreateKind::Claim;
+        assert_eq!(tally(3, claim, &[0], &[], &[1]).withheld_by_throttle(c), 1);
+        assert_eq!(tally(3, claim, &[], &[], &[1]).withheld_by_throttle(c), 0);
     }
 }

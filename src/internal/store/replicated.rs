@@ -8,12 +8,19 @@
 //!
 //! - A create goes to every store at once. Each store's answer is classified by the
 //!   outcome table (an "already exists" is resolved against that store's copy, read
-//!   whole and checked), and the answers combine by the kind of object:
-//!   data objects are durable at Q copies that are ours ([`write_verdict`]); a claim
-//!   succeeds once its hole is settled ([`hole_settled`]); the opening object only once
-//!   it was *created* in Q stores ([`opening_won`]). The slower stores' creates finish in
-//!   the background (each bounded by its store's request timeout and by closing); their
-//!   answers change nothing but the store's health.
+//!   whole and checked), and the answers combine by the kind of object
+//!   ([`CreateTally`]): data objects are durable at Q copies that are ours
+//!   ([`write_verdict`](crate::internal::store::quorum::write_verdict)); a claim
+//!   succeeds once its hole is settled
+//!   ([`hole_settled`](crate::internal::store::quorum::hole_settled)); the opening object
+//!   only once it was *created* in Q stores
+//!   ([`opening_won`](crate::internal::store::quorum::opening_won)). The slower stores'
+//!   creates finish in the background (each bounded by its store's request timeout and
+//!   by closing); their answers change nothing but the store's health.
+//! - A store's throttle reply leaves its answer unknown and does not count towards
+//!   taking it for down. A create that reached no verdict is a throttle reply when
+//!   those replies alone withheld the quorum
+//!   ([`CreateTally::withheld_by_throttle`], [`Error::NoQuorum`]'s `throttled`).
 //! - A value that can never be decided answers "already exists" with the bytes of the
 //!   highest other epoch found, which the outcome table turns into fenced, a stale tail
 //!   or poisoned. No quorum either way is an unknown outcome, retried above with the
@@ -45,12 +52,11 @@ use tokio::time::Instant;
 use crate::config::HedgeAfter;
 use crate::error::{Durability, Error, Result};
 use crate::internal::store::quorum::{
-    decided_value, hole_settled, opening_won, quorum, unlisted_after, write_verdict, CopyAnswer,
-    StoreHealth, ValueId, WriteVerdict,
+    quorum, unlisted_after, CreateDecision, CreateTally, StoreHealth, ValueId,
 };
 use crate::internal::store::transport::{
-    CreateAttempt, CreateKind, ListVisitor, Request, RequestStats, Transport, Verify,
-    DEFAULT_REQUEST_TIMEOUT,
+    is_throttle_error, CreateAttempt, CreateKind, ListVisitor, Request, RequestStats, Transport,
+    Verify, DEFAULT_REQUEST_TIMEOUT,
 };
 
 /// The stores' health, shared by every view of one replicated transport.
@@ -90,6 +96,10 @@ impl Health {
 
     fn create_answered(&self, store: usize, latency: Option<Duration>) {
         self.with(store, |h, now| h.create_answered(now, latency));
+    }
+
+    fn create_throttled(&self, store: usize) {
+        self.with(store, |h, _| h.create_throttled());
     }
 
     fn outpaced(&self, store: usize, waited: Duration) {
@@ -194,7 +204,20 @@ enum Answer {
     Holds(ValueId, Bytes),
     Unsupported,
     Refused(Error),
+    /// Unknown, and the store refused the request for its rate ([`is_throttle_error`]).
+    Throttled(Error),
     Unknown(Error),
+}
+
+impl Answer {
+    /// An unknown answer, told apart when it is a throttle reply.
+    fn unknown(e: Error) -> Self {
+        if is_throttle_error(&e) {
+            Answer::Throttled(e)
+        } else {
+            Answer::Unknown(e)
+        }
+    }
 }
 
 impl ReplicatedTransport {
@@ -236,12 +259,27 @@ impl ReplicatedTransport {
     }
 
     fn no_quorum(&self, op: &'static str, key: &Path, answered: usize, last: String) -> Error {
+        self.no_quorum_throttled(op, key, answered, 0, last)
+    }
+
+    /// [`no_quorum`](Self::no_quorum) of a create that the throttle replies of
+    /// `throttled` stores alone kept from its quorum
+    /// ([`CreateTally::withheld_by_throttle`]).
+    fn no_quorum_throttled(
+        &self,
+        op: &'static str,
+        key: &Path,
+        answered: usize,
+        throttled: usize,
+        last: String,
+    ) -> Error {
         Error::NoQuorum {
             op,
             key: key.to_string(),
             answered,
             stores: self.stores.len(),
             quorum: self.quorum(),
+            throttled,
             last,
         }
     }
@@ -272,15 +310,19 @@ impl ReplicatedTransport {
                 CreateAttempt::AlreadyExists { found } => {
                     match read_copy(&store, &key, found).await {
                         Ok((value, bytes)) => Answer::Holds(value, bytes),
-                        Err(e) => Answer::Unknown(e),
+                        Err(e) => Answer::unknown(e),
                     }
                 }
                 CreateAttempt::Unsupported => Answer::Unsupported,
                 CreateAttempt::Refused(e) => Answer::Refused(e),
-                CreateAttempt::Unknown(e) => Answer::Unknown(e),
+                CreateAttempt::Unknown(e) => Answer::unknown(e),
             };
-            let definite = !matches!(answer, Answer::Unknown(_));
-            health.create_answered(i, definite.then(|| started.elapsed()));
+            match answer {
+                // Up, and asking for fewer requests: not taken for down.
+                Answer::Throttled(_) => health.create_throttled(i),
+                Answer::Unknown(_) => health.create_answered(i, None),
+                _ => health.create_answered(i, Some(started.elapsed())),
+            }
             (i, answer)
         }
         .boxed()
@@ -288,7 +330,6 @@ impl ReplicatedTransport {
 
     async fn create_all(&self, key: &Path, body: &[Bytes], kind: CreateKind) -> CreateAttempt {
         let n = self.stores.len();
-        let q = self.quorum();
         let ours = ValueId::of_chunks(body);
         let mut pending: FuturesUnordered<_> = FuturesUnordered::new();
         let mut last = String::from("no store answered");
@@ -299,74 +340,49 @@ impl ReplicatedTransport {
                 last = format!("store {i} is down or lagging (skipped)");
             }
         }
-        let mut answers = vec![CopyAnswer::Unknown; n];
-        let mut copies: Vec<Option<ValueId>> = vec![None; n];
-        let mut created = 0;
-        // Stores where the opening object can no longer be created.
-        let mut lost = 0;
+        let mut tally = CreateTally::new(n, ours);
         // The copy of another value with the highest epoch: the outcome table's row.
         let mut highest: Option<(u64, Bytes)> = None;
-        let mut answered = 0;
         let verdict = loop {
             let Some((i, answer)) = pending.next().await else {
-                break CreateAttempt::Unknown(self.no_quorum("create", key, answered, last));
+                // Every store asked answered, and no decision: unknown, and a throttle
+                // reply when those alone withheld the quorum.
+                let throttled = tally.withheld_by_throttle(kind);
+                let answered = tally.answered();
+                break CreateAttempt::Unknown(
+                    self.no_quorum_throttled("create", key, answered, throttled, last),
+                );
             };
-            let (Some(slot), Some(copy)) = (answers.get_mut(i), copies.get_mut(i)) else {
+            if i >= n {
                 continue;
-            };
+            }
             match answer {
-                Answer::Created => {
-                    answered += 1;
-                    created += 1;
-                    *slot = CopyAnswer::Ours;
-                    *copy = ours;
-                }
+                Answer::Created => tally.created(i),
                 Answer::Holds(value, bytes) => {
-                    answered += 1;
-                    lost += 1;
-                    *copy = Some(value);
-                    if Some(value) == ours {
-                        *slot = CopyAnswer::Ours;
+                    if tally.holds(i, value) {
                         self.stats
                             .creates_found_landed
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    } else {
-                        *slot = CopyAnswer::Other { epoch: value.epoch };
-                        if highest.as_ref().is_none_or(|(e, _)| value.epoch > *e) {
-                            highest = Some((value.epoch, bytes));
-                        }
+                    } else if highest.as_ref().is_none_or(|(e, _)| value.epoch > *e) {
+                        highest = Some((value.epoch, bytes));
                     }
                 }
                 Answer::Unsupported => break CreateAttempt::Unsupported,
                 Answer::Refused(e) => break CreateAttempt::Refused(e),
+                Answer::Throttled(e) => {
+                    tally.throttled(i);
+                    last = format!("store {i}: {e}");
+                }
                 Answer::Unknown(e) => last = format!("store {i}: {e}"),
             }
-            let found = || CreateAttempt::AlreadyExists {
-                found: highest.as_ref().map(|(_, b)| b.clone()),
-            };
-            match kind {
-                CreateKind::Data => match write_verdict(&answers) {
-                    WriteVerdict::Durable => break CreateAttempt::Created,
-                    WriteVerdict::Never { .. } => break found(),
-                    WriteVerdict::Undecided => {}
-                },
-                CreateKind::Opening => {
-                    if opening_won(created, n) {
-                        break CreateAttempt::Created;
-                    }
-                    if n - lost < q {
-                        break found();
+            match tally.decision(kind) {
+                CreateDecision::Created => break CreateAttempt::Created,
+                CreateDecision::Lost => {
+                    break CreateAttempt::AlreadyExists {
+                        found: highest.as_ref().map(|(_, b)| b.clone()),
                     }
                 }
-                CreateKind::Claim => {
-                    // A late create made another value decided: the open starts over.
-                    if decided_value(&copies).is_some_and(|v| !v.claim) {
-                        break found();
-                    }
-                    if hole_settled(&copies) {
-                        break CreateAttempt::Created;
-                    }
-                }
+                CreateDecision::Undecided => {}
             }
         };
         finish_in_background(pending);

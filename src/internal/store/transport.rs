@@ -474,6 +474,19 @@ pub fn is_throttle_reply(e: &object_store::Error) -> bool {
         .any(|e| throttle_text(&e.to_string()))
 }
 
+/// Whether a create attempt's error is a throttle reply: one store's
+/// ([`is_throttle_reply`]), or, over several stores, a create whose quorum only the
+/// throttle replies of some stores withheld ([`Error::NoQuorum`] with `throttled` above
+/// zero, [`CreateTally::withheld_by_throttle`](crate::internal::store::quorum::CreateTally::withheld_by_throttle)).
+/// Either is retried as a throttle reply (DESIGN.md "Throttled stores").
+pub fn is_throttle_error(e: &Error) -> bool {
+    match e {
+        Error::Store { source, .. } => is_throttle_reply(source),
+        Error::NoQuorum { throttled, .. } => *throttled > 0,
+        _ => false,
+    }
+}
+
 /// Whether one error text is a throttle reply's (see [`is_throttle_reply`]).
 fn throttle_text(text: &str) -> bool {
     const STATUS: &str = "non-2xx status code: ";
@@ -1094,5 +1107,42 @@ mod tests {
         for e in others {
             assert!(!is_throttle_reply(&e), "{e}");
         }
+    }
+
+    /// A create's error is a throttle reply when one store's is, or when over several
+    /// stores the throttle replies alone withheld the quorum; the message says so.
+    #[test]
+    fn a_quorum_withheld_by_throttle_replies_is_a_throttle_reply() {
+        assert!(is_throttle_error(&Error::store(
+            "create",
+            "wal/2",
+            generic("S3", S3_SLOW_DOWN)
+        )));
+        let other = generic(
+            "S3",
+            "Error performing PUT u in 1ms - Server returned non-2xx status code: 500 Internal Server Error: ",
+        );
+        assert!(!is_throttle_error(&Error::store("create", "wal/2", other)));
+        let no_quorum = |throttled| Error::NoQuorum {
+            op: "create",
+            key: "wal/2".into(),
+            answered: 1,
+            stores: 3,
+            quorum: 2,
+            throttled,
+            last: "store 2: refused".into(),
+        };
+        assert!(is_throttle_error(&no_quorum(2)));
+        assert!(!is_throttle_error(&no_quorum(0)));
+        assert_eq!(
+            no_quorum(2).to_string(),
+            "store create of wal/2: 1 of 3 stores answered, a quorum is 2 \
+             (2 refused it for the store's request rate); last error: store 2: refused"
+        );
+        assert_eq!(
+            no_quorum(0).to_string(),
+            "store create of wal/2: 1 of 3 stores answered, a quorum is 2; \
+             last error: store 2: refused"
+        );
     }
 }

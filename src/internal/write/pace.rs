@@ -6,7 +6,9 @@
 //! The rule is AIMD on the object rate: a throttle reply halves the rate (the interval
 //! doubles, from at least [`PACE_STEP`], up to [`MAX_PACED_INTERVAL`]); each object that
 //! lands without one adds [`RAMP_PER_OBJECT`] objects a second, until the interval is
-//! `min_object_interval` again. A throttle reply widens the interval once per
+//! `min_object_interval` again: an interval narrowed below [`PACE_STEP`], the least a
+//! throttle reply widens to, is back at `min_object_interval` (else a minimum below it,
+//! zero above all, as the sequential front end's, would only ever be approached). A throttle reply widens the interval once per
 //! *generation*: only an object started after the last widening can widen it again, so
 //! the objects in flight when the store starts pushing back count once, not once each.
 //! Likewise only an object started under the current interval narrows it.
@@ -75,15 +77,15 @@ impl Pacer {
     }
 
     /// An object started under `started_under` landed without a throttle reply: the
-    /// rate rises by [`RAMP_PER_OBJECT`], the interval down to `min_object_interval`.
-    /// Returns whether it narrowed.
+    /// rate rises by [`RAMP_PER_OBJECT`], the interval down to `min_object_interval`
+    /// (at once from below [`PACE_STEP`]). Returns whether it narrowed.
     pub fn landed(&mut self, started_under: u64) -> bool {
         if started_under < self.generation || !self.is_paced() {
             return false;
         }
         let rate = 1.0 / self.interval.as_secs_f64().max(f64::MIN_POSITIVE);
         let faster = Duration::from_secs_f64(1.0 / (rate + RAMP_PER_OBJECT));
-        self.interval = faster.max(self.min);
+        self.interval = if faster < PACE_STEP { self.min } else { faster }.max(self.min);
         true
     }
 }
@@ -152,6 +154,32 @@ mod tests {
         // At the minimum, landing changes nothing.
         assert!(!p.landed(g));
         assert_eq!(p.interval(), MIN);
+    }
+
+    #[test]
+    fn a_minimum_below_the_step_is_reached_again() {
+        for min in [Duration::ZERO, Duration::from_millis(4)] {
+            let mut p = Pacer::new(min);
+            assert!(p.throttled(p.generation()));
+            assert_eq!(p.interval(), PACE_STEP.max(2 * min));
+            // One clean object from the step: back at the minimum, not just above it.
+            assert!(p.landed(p.generation()));
+            assert_eq!(p.interval(), min, "{min:?}");
+            assert!(!p.is_paced());
+            // From the cap, through the same ramp as any minimum.
+            for _ in 0..20 {
+                p.throttled(p.generation());
+            }
+            let mut objects = 0;
+            while p.is_paced() {
+                assert!(p.interval() >= PACE_STEP, "{:?}", p.interval());
+                p.landed(p.generation());
+                objects += 1;
+                assert!(objects < 1000, "never back");
+            }
+            assert_eq!(p.interval(), min);
+            assert_eq!(objects, 50, "{min:?}");
+        }
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //! longer than `max_create_duration` is never acknowledged, so a stalled create cannot
 //! land on a reclaimed key and be acknowledged.
 //!
-//! A *throttle reply* (the store refused the attempt for its request rate,
-//! [`is_throttle_reply`]) is an unknown outcome like any other: an earlier hidden attempt
+//! A *throttle reply* (the store refused the attempt for its request rate; over several
+//! stores, a quorum that only such refusals withheld: [`is_throttle_error`]) is an
+//! unknown outcome like any other: an earlier hidden attempt
 //! of the client may still land, so it is retried with the identical bytes and resolved
 //! by the same table. Under [`persist_paced`] (both writers) it does not spend the retry
 //! budget: it is retried after the retry policy's backoff, jittered, for as long as the
@@ -28,7 +29,7 @@ use crate::config::RetryPolicy;
 use crate::error::{Durability, EpochEndReason, Error};
 use crate::format::{self, EncodedObject};
 use crate::internal::store::objects::{read_again_once, CreateAttempt, WalIo};
-use crate::internal::store::transport::is_throttle_reply;
+use crate::internal::store::transport::is_throttle_error;
 use crate::internal::write::clock::CreateClock;
 use crate::internal::write::epoch::create_too_slow;
 
@@ -250,9 +251,10 @@ async fn create_until_definite(
     }
 }
 
-/// Whether an attempt's error is a throttle reply ([`is_throttle_reply`]).
+/// Whether an attempt's error is a throttle reply: one store's, or a quorum that only
+/// throttle replies withheld ([`is_throttle_error`]).
 fn throttle_reply(e: &Error) -> bool {
-    matches!(e, Error::Store { source, .. } if is_throttle_reply(source))
+    is_throttle_error(e)
 }
 
 /// What the object `found` at our key means for `object` (DESIGN.md's outcome table):
