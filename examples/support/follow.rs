@@ -582,13 +582,8 @@ pub(super) async fn follow(
     let rss_mib = status_mib("VmRSS:");
     // What the shared source log keeps: the followed regions' segments, or every one's.
     let kept = shared.as_ref().map(|log| {
-        let catalog = log.catalog().read().unwrap_or_else(|p| p.into_inner());
-        let regions: Vec<u64> = catalog.regions().collect();
-        let segments: usize = regions
-            .iter()
-            .map(|r| catalog.segments_from(*r, 0).len())
-            .sum();
-        (regions.len(), segments)
+        let chain = log.chain_summary();
+        (chain.regions, chain.segments)
     });
     let load_s = load_end.duration_since(started).as_secs_f64();
     let local_load = Reads::of(&local_handles).since(local_before);

@@ -116,8 +116,23 @@ pub struct ChainSummary {
     pub objects: u64,
     /// Entries in them.
     pub entries: u64,
-    /// Regions with entries on the chain.
+    /// Regions with entries on the chain (of a [`SourceLog`](crate::SourceLog) opened
+    /// for a few regions: those of them with entries).
     pub regions: u64,
+    /// Segments of those regions on the chain: what the catalog holds an entry for.
+    pub segments: u64,
+}
+
+impl ChainSummary {
+    /// The summary of `catalog`'s live chain.
+    pub(crate) fn of(catalog: &Catalog) -> Self {
+        ChainSummary {
+            objects: catalog.object_count() as u64,
+            entries: catalog.objects().map(|(_, o)| o.entries).sum(),
+            regions: catalog.region_count() as u64,
+            segments: catalog.segment_count() as u64,
+        }
+    }
 }
 
 impl ObjectStoreLogStore {
@@ -242,11 +257,7 @@ impl ObjectStoreLogStore {
     /// The live chain as the catalog holds it now: its objects, entries and regions.
     pub fn chain_summary(&self) -> ChainSummary {
         let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
-        ChainSummary {
-            objects: catalog.object_count() as u64,
-            entries: catalog.objects().map(|(_, o)| o.entries).sum(),
-            regions: catalog.region_count() as u64,
-        }
+        ChainSummary::of(&catalog)
     }
 
     /// What happened to this WAL's requests since it was opened (hedges, timeouts,

@@ -162,6 +162,11 @@ impl Catalog {
             .map(|s| s.record.cipher)
     }
 
+    /// The segments held, of every region kept.
+    pub fn segment_count(&self) -> usize {
+        self.regions.values().map(|r| r.live().len()).sum()
+    }
+
     /// Whether `region`'s segments are kept ([`keep_only`](Self::keep_only)).
     pub fn keeps(&self, region: u64) -> bool {
         self.only.as_ref().is_none_or(|only| only.contains(&region))

@@ -31,6 +31,7 @@ use crate::error::{Durability, Error, Result};
 use crate::format::control::CONTROL_REGION;
 use crate::internal::chain::catalog::Catalog;
 use crate::internal::open::recover;
+use crate::internal::sequential::ChainSummary;
 use crate::internal::store::cache::WholeObjectsWanted;
 use crate::internal::store::objects::WalIo;
 use crate::internal::store::stores::WalStores;
@@ -311,8 +312,15 @@ impl SourceLog {
     }
 
     /// The catalog of the source's chain as far as this node has seen it.
+    #[doc(hidden)]
     pub fn catalog(&self) -> &Arc<RwLock<Catalog>> {
         &self.catalog
+    }
+
+    /// The source's chain as far as this node has seen it: its objects, their entries,
+    /// and the regions and segments this log keeps of them.
+    pub fn chain_summary(&self) -> ChainSummary {
+        ChainSummary::of(&self.catalog.read().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
