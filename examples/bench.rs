@@ -33,7 +33,9 @@
 //! returns), without applying them; `--throttle-gets-per-s N` does the same for GETs
 //! and LISTs. `--throttle-lift-after-s S` lifts both S seconds into the run;
 //! `--throttle-client-retries N` plays the S3 client's own retries (its default is
-//! 10) before the WAL sees the 503. The line then has `throttled_puts`,
+//! 10) before the WAL sees the 503; with `--replicas N`, `--throttle-replicas K` gives
+//! each of the first K stores (default all) a throttle of its own (the line's counts
+//! are the first store's). The line then has `throttled_puts`,
 //! `admitted_puts`, `failed_by_error` (failed appends by kind, with one message each),
 //! `create_retries` and `put_outcomes` (from the WAL's metrics), `epoch_first` and
 //! `epoch_last`, `restarts`, `max_pending_mib`, the per-second `series_*` (objects
@@ -500,9 +502,14 @@ struct Common {
     replica_put_tail: Option<(usize, Tail)>,
     /// The store takes at most N PUTs (and deletes) a second and answers the rest as S3
     /// does, `503 Slow Down`, without applying them (`testing::ThrottleStore`, beneath
-    /// the latency wrapper: a refusal takes its round trip). One store only.
+    /// the latency wrapper: a refusal takes its round trip). With `--replicas`, each of
+    /// the first `--throttle-replicas` stores has a throttle of its own.
     #[arg(long, value_parser = parse_rate)]
     throttle_puts_per_s: Option<f64>,
+    /// With `--replicas` and a throttle: how many of the stores are throttled (the
+    /// first ones; default all); the line's throttle counts are the first store's.
+    #[arg(long)]
+    throttle_replicas: Option<usize>,
     /// The same for GETs, HEADs and LISTs (default: no limit).
     #[arg(long, value_parser = parse_rate)]
     throttle_gets_per_s: Option<f64>,
@@ -786,8 +793,8 @@ impl Hooks for DiscardHooks {
 fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
     let throttled = c.throttle_puts_per_s.is_some() || c.throttle_gets_per_s.is_some();
     if c.replicas > 1 {
-        if throttled {
-            return Err("--throttle-* takes one store, not --replicas".into());
+        if throttled && c.throttle_lift_after_s.is_some() {
+            return Err("--throttle-lift-after-s takes one store, not --replicas".into());
         }
         return replica_stores(c);
     }
@@ -811,18 +818,7 @@ fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
     };
     // Counting over latency over the throttle over the store: a refused request takes
     // its round trip, and the counts include it.
-    let throttle = throttled.then(|| {
-        let mut t = Throttle::unlimited()
-            .gets_per_s(c.throttle_gets_per_s)
-            .seed(c.seed);
-        t.puts_per_s = c.throttle_puts_per_s;
-        if c.throttle_client_retries > 0 {
-            t = t.client_retries(
-                ClientRetries::object_store_default().with_max_retries(c.throttle_client_retries),
-            );
-        }
-        with_throttle(base.clone(), t)
-    });
+    let throttle = throttled.then(|| throttle_over(c, base.clone(), c.seed));
     let under: Arc<dyn ObjectStore> = match &throttle {
         Some(t) => t.clone(),
         None => base.clone(),
@@ -844,6 +840,20 @@ fn stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
     })
 }
 
+/// `--throttle-*`'s throttle over `base`.
+fn throttle_over(c: &Common, base: Arc<dyn ObjectStore>, seed: u64) -> Arc<ThrottleStore> {
+    let mut t = Throttle::unlimited()
+        .gets_per_s(c.throttle_gets_per_s)
+        .seed(seed);
+    t.puts_per_s = c.throttle_puts_per_s;
+    if c.throttle_client_retries > 0 {
+        t = t.client_retries(
+            ClientRetries::object_store_default().with_max_retries(c.throttle_client_retries),
+        );
+    }
+    with_throttle(base, t)
+}
+
 /// `--replicas N`: N memory stores, each counting, over down (`--replica-down`), over
 /// its own latency wrapper, over its own memory store.
 fn replica_stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
@@ -859,8 +869,17 @@ fn replica_stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
     let mut replicas = Vec::new();
     let mut counting = Vec::new();
     let mut latents = Vec::new();
+    let mut throttles = Vec::new();
+    let throttled = c.throttle_puts_per_s.is_some() || c.throttle_gets_per_s.is_some();
     for i in 0..n {
         let base: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let under: Arc<dyn ObjectStore> = if throttled && i < c.throttle_replicas.unwrap_or(n) {
+            let t = throttle_over(c, base.clone(), c.seed.wrapping_add(i as u64));
+            throttles.push(t.clone());
+            t
+        } else {
+            base.clone()
+        };
         let mut p = profile(c).seed(c.seed.wrapping_add(i as u64));
         if let Some(ms) = c.replica_put_latency_ms.get(i) {
             p.put = Duration::from_millis(*ms);
@@ -873,7 +892,7 @@ fn replica_stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
                 p = p.put_tail(tail.fraction, millis(tail.extra_ms));
             }
         }
-        let latent = with_latency_profile(base.clone(), p);
+        let latent = with_latency_profile(under, p);
         let down = DownHooks::wrap(latent.clone());
         down.hooks().set_down(c.replica_down == Some(i));
         let counted = CountingStore::counts_only(down);
@@ -891,7 +910,7 @@ fn replica_stores(c: &Common) -> Result<Stores, Box<dyn std::error::Error>> {
         latent: latents.into_iter().next(),
         base,
         replicas,
-        throttle: None,
+        throttle: throttles.into_iter().next(),
     })
 }
 
