@@ -378,3 +378,60 @@ async fn over_a_quorum_throttle_replies_fail_no_flush_and_pace_the_next() {
         .collect();
     assert_eq!(replayed, want);
 }
+
+/// A flush dropped while it waits for its start slot (a caller's timeout) leaves its
+/// object sealed: the next flush starts it, with no new append (before, it answered
+/// `None`: nothing admitted, and the object never went out). One dropped while its
+/// create is under way leaves an unknown outcome: the next flush ends the epoch,
+/// `MayBeDurable`.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_dropped_flush_is_finished_or_ends_the_epoch_at_the_next() {
+    let throttle = with_throttle(Arc::new(InMemory::new()), Throttle::unlimited());
+    let store = throttle.clone() as Arc<dyn ObjectStore>;
+    let mut wal = ObjectStoreLogStore::open(store.clone(), config())
+        .await
+        .expect("open");
+    wal.append_and_flush(parts(0)).await.expect("append");
+    flush_refused_once(&mut wal, std::slice::from_ref(&throttle), 1).await;
+    let interval = wal.object_interval().expect("a writer");
+    assert!(interval > Duration::ZERO, "paced");
+
+    // Dropped waiting for its slot.
+    let sequence = wal.epoch().expect("a writer").next_sequence;
+    let key = object_key(&Path::from(PREFIX), sequence);
+    wal.append(parts(2)).expect("admitted");
+    let dropped = tokio::time::timeout(interval / 2, wal.flush()).await;
+    assert!(dropped.is_err(), "dropped before its slot");
+    assert!(store.head(&key).await.is_err(), "not sent");
+    let receipt = wal
+        .flush()
+        .await
+        .expect("flushed")
+        .expect("the sealed object");
+    assert_eq!(receipt.sequence, sequence);
+    assert!(store.head(&key).await.is_ok(), "created");
+
+    // Dropped with its create under way: refused, then waiting to retry.
+    throttle.set_puts_per_s(Some(0.0));
+    wal.append(parts(3)).expect("admitted");
+    let before = throttle.counts().puts_throttled;
+    {
+        let mut flush = std::pin::pin!(wal.flush());
+        // Virtual milliseconds until its create is refused (after its slot, if any).
+        for _ in 0..1000 {
+            if throttle.counts().puts_throttled > before {
+                break;
+            }
+            let waited = tokio::time::timeout(Duration::from_millis(1), flush.as_mut()).await;
+            assert!(waited.is_err(), "the flush waits to retry");
+        }
+        assert!(throttle.counts().puts_throttled > before, "refused");
+    }
+    throttle.set_puts_per_s(None);
+    match wal.flush().await {
+        Err(e @ Error::EpochEnded { .. }) => {
+            assert_eq!(e.durability(), object_store_wal::Durability::MayBeDurable);
+        }
+        other => panic!("expected the epoch to end, got {other:?}"),
+    }
+}

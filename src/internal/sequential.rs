@@ -116,8 +116,9 @@ pub struct ChainSummary {
     pub objects: u64,
     /// Entries in them.
     pub entries: u64,
-    /// Regions with entries on the chain (of a [`SourceLog`](crate::SourceLog) opened
-    /// for a few regions: those of them with entries).
+    /// Regions with entries on the chain, the log's control region included once it
+    /// has entries (of a [`SourceLog`](crate::SourceLog) opened for a few regions:
+    /// those of them with entries).
     pub regions: u64,
     /// Segments of those regions on the chain: what the catalog holds an entry for.
     pub segments: u64,
@@ -307,6 +308,11 @@ impl ObjectStoreLogStore {
     ///
     /// A failure ends the epoch (or fences the instance): nothing more is written under
     /// it, and [`reopen`](Self::reopen) starts a new one.
+    ///
+    /// Dropped before it returns (a caller's timeout): an object sealed and not yet
+    /// started (waiting for its slot) is started by the next flush, whose receipt is
+    /// then its last object's; a create under way has an unknown outcome, so the next
+    /// flush ends the epoch (`EpochEnded`, `MayBeDurable`): reopen.
     pub async fn flush(&mut self) -> Result<Option<FlushReceipt>> {
         let clock = self.clock.clone();
         let now = || Now {
@@ -317,10 +323,16 @@ impl ObjectStoreLogStore {
         if let Some(e) = writing.ended() {
             return Err(e.with_durability(crate::error::Durability::NotWritten));
         }
-        if writing.batch_is_empty() {
+        if writing.uploading() > 0 {
+            // An earlier flush was dropped while its create was under way: nobody will
+            // learn its outcome, so the epoch ends (its appends may be durable).
+            writing.abandon_uploads(now());
+        } else if writing.batch_is_empty() && writing.pending_bytes() == 0 {
             return Ok(None);
         }
-        writing.flush(now())?;
+        if !writing.batch_is_empty() {
+            writing.flush(now())?;
+        }
         writing.poll(now());
         let mut receipt = None;
         while let Some(action) = writing.poll_action() {
