@@ -626,6 +626,61 @@ async fn a_re_read_of_the_last_1000_objects_sends_no_get() {
     stop(wal, join).await;
 }
 
+/// Appends one entry to each of regions 1 to 40 (`entry(region)`), as one object: what
+/// was acknowledged.
+async fn append_40_regions(owner: &WalHandle, entry: impl Fn(u64) -> bytes::Bytes) -> Vec<Entry> {
+    let parts: Vec<(u64, Vec<bytes::Bytes>)> = (1..=40).map(|r| (r, vec![entry(r)])).collect();
+    let receipt = owner.append_many(parts.clone()).await.expect("append");
+    acked_entries(&parts, &receipt)
+}
+
+/// A source log over `store` keeping `regions` alone, polled every 10 ms.
+async fn source_log(
+    store: Arc<dyn ObjectStore>,
+    config: &object_store_wal::Config,
+    regions: &[u64],
+) -> object_store_wal::SourceLog {
+    object_store_wal::SourceLog::open_stores_regions(
+        store,
+        config.clone(),
+        Duration::from_millis(10),
+        regions.iter().copied(),
+    )
+    .await
+    .expect("open the source log")
+}
+
+/// Takes `region`'s entries from `stream` through the last acknowledged (virtual time:
+/// the bound only catches a follow that stopped making progress) and checks them
+/// against `acked`.
+async fn follow_through(
+    stream: &mut futures::stream::BoxStream<'static, object_store_wal::Result<Entry>>,
+    region: u64,
+    acked: &[Entry],
+) {
+    let want: Vec<Entry> = acked
+        .iter()
+        .filter(|e| e.region == region)
+        .cloned()
+        .collect();
+    let last = want.last().expect("entries of the region").id;
+    let mut got: Vec<Entry> = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while got.last().is_none_or(|e| e.id < last) {
+            let item = stream.next().await.expect("the follow ended early");
+            got.push(item.expect("a followed entry"));
+        }
+    })
+    .await
+    .expect("the follow to catch up");
+    assert_eq!(got, want, "region {region}");
+}
+
+/// The sequence of a GET's key.
+fn sequence_of(key: &str) -> u64 {
+    parse_key(&Path::from(PREFIX), &Path::from(key)).expect("a WAL key")
+}
+
 /// Eight read-only followers of one prefix in one process, through one `SourceLog`
 /// opened for their regions, fetch each object the owner writes while they follow once
 /// between them (its probe reads it whole: footer and every followed segment), where
@@ -639,54 +694,24 @@ async fn read_only_followers_of_one_prefix_fetch_each_object_once() {
     let (owner, join) = spawn(&inner, &config).await;
     let followed: Vec<u64> = (0..8).map(|i| 1 + i * 5).collect();
     let mut acked: Vec<Entry> = Vec::new();
-    let append_all = async |owner: &WalHandle, round: u32| {
-        let parts: Vec<(u64, Vec<bytes::Bytes>)> = (1..=40)
-            .map(|r| (r, vec![payload(format!("r{r}-{round}"))]))
-            .collect();
-        let receipt = owner.append_many(parts.clone()).await.expect("append");
-        acked_entries(&parts, &receipt)
-    };
     for round in 0..3 {
-        acked.extend(append_all(&owner, round).await);
+        acked.extend(append_40_regions(&owner, |r| payload(format!("r{r}-{round}"))).await);
     }
-
     let counting = CountingStore::new(inner.clone());
-    let store: Arc<dyn ObjectStore> = counting.clone();
-    let log = object_store_wal::SourceLog::open_stores_regions(
-        store,
-        config.clone(),
-        Duration::from_millis(10),
-        followed.clone(),
-    )
-    .await
-    .expect("open the source log");
+    let log = source_log(counting.clone(), &config, &followed).await;
     let (recovered, _) = listing(&inner).await;
     counting.reset();
     let mut streams: Vec<_> = followed.iter().map(|r| log.follow(*r, 0)).collect();
     for round in 3..13 {
-        acked.extend(append_all(&owner, round).await);
+        acked.extend(append_40_regions(&owner, |r| payload(format!("r{r}-{round}"))).await);
     }
-    let got = tokio::time::timeout(
-        Duration::from_secs(60),
-        futures::future::join_all(streams.iter_mut().zip(&followed).map(|(stream, region)| {
-            let last = acked.iter().filter(|e| e.region == *region).last();
-            let last = last.expect("entries of the region").id;
-            async move {
-                let mut got = Vec::new();
-                while got.last().is_none_or(|e: &Entry| e.id < last) {
-                    let item = stream.next().await.expect("the follow ended early");
-                    got.push(item.expect("a followed entry"));
-                }
-                got
-            }
-        })),
+    futures::future::join_all(
+        streams
+            .iter_mut()
+            .zip(&followed)
+            .map(|(stream, region)| follow_through(stream, *region, &acked)),
     )
-    .await
-    .expect("the followers to catch up");
-    for (got, region) in got.iter().zip(&followed) {
-        let want: Vec<&Entry> = acked.iter().filter(|e| e.region == *region).collect();
-        assert_eq!(got.iter().collect::<Vec<_>>(), want, "region {region}");
-    }
+    .await;
 
     // Each object written since the open: one GET between the eight followers.
     let (keys, _) = listing(&inner).await;
@@ -698,8 +723,7 @@ async fn read_only_followers_of_one_prefix_fetch_each_object_once() {
     assert_eq!(new_keys.len(), 10);
     let mut found: BTreeMap<u64, usize> = BTreeMap::new();
     for g in counting.get_log().into_iter().filter(|g| g.found) {
-        let s = parse_key(&Path::from(PREFIX), &Path::from(g.key.as_str())).expect("a WAL key");
-        *found.entry(s).or_default() += 1;
+        *found.entry(sequence_of(&g.key)).or_default() += 1;
     }
     for key in &new_keys {
         assert_eq!(found.get(key), Some(&1), "GETs of object {key}: {found:?}");
@@ -730,79 +754,38 @@ async fn followers_of_few_regions_read_large_objects_by_their_segments() {
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let config = config_no_reclaim();
     let (owner, join) = spawn(&inner, &config).await;
-    let mut acked: Vec<Entry> = Vec::new();
-    let append_all = async |owner: &WalHandle, round: u8| {
-        let parts: Vec<(u64, Vec<bytes::Bytes>)> = (1..=40u8)
-            .map(|r| {
-                (
-                    u64::from(r),
-                    vec![bytes::Bytes::from(vec![r ^ round; 4096])],
-                )
-            })
-            .collect();
-        let receipt = owner.append_many(parts.clone()).await.expect("append");
-        acked_entries(&parts, &receipt)
-    };
-    acked.extend(append_all(&owner, 0).await);
+    let entry = |round: u8| move |r: u64| bytes::Bytes::from(vec![r as u8 ^ round; 4096]);
+    let mut acked = append_40_regions(&owner, entry(0)).await;
     let counting = CountingStore::new(inner.clone());
-    let store: Arc<dyn ObjectStore> = counting.clone();
-    let log = object_store_wal::SourceLog::open_stores_regions(
-        store,
-        config.clone(),
-        Duration::from_millis(10),
-        [1, 2],
-    )
-    .await
-    .expect("open the source log");
+    let log = source_log(counting.clone(), &config, &[1, 2]).await;
     let (recovered, _) = listing(&inner).await;
     counting.reset();
     let mut streams = [log.follow(1, 0), log.follow(2, 0)];
     for round in 1..6 {
-        acked.extend(append_all(&owner, round).await);
+        acked.extend(append_40_regions(&owner, entry(round)).await);
     }
     for (stream, region) in streams.iter_mut().zip([1, 2]) {
-        let want: Vec<Entry> = acked
-            .iter()
-            .filter(|e| e.region == region)
-            .cloned()
-            .collect();
-        let last = want.last().expect("entries").id;
-        let mut got: Vec<Entry> = Vec::new();
-        tokio::time::timeout(Duration::from_secs(60), async {
-            while got.last().is_none_or(|e| e.id < last) {
-                let item = stream.next().await.expect("the follow ended early");
-                got.push(item.expect("a followed entry"));
-            }
-        })
-        .await
-        .expect("the followers to catch up");
-        assert_eq!(got, want, "region {region}");
+        follow_through(stream, region, &acked).await;
     }
 
-    let metas: BTreeMap<u64, u64> = {
-        let mut listed = inner.list(Some(&Path::from(PREFIX)));
-        let mut metas = BTreeMap::new();
-        while let Some(meta) = listed.next().await {
-            let meta = meta.expect("list");
-            let s = parse_key(&Path::from(PREFIX), &meta.location).expect("a WAL key");
-            metas.insert(s, meta.size);
-        }
-        metas
-    };
+    let mut sizes: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut listed = inner.list(Some(&Path::from(PREFIX)));
+    while let Some(meta) = listed.next().await {
+        let meta = meta.expect("list");
+        sizes.insert(sequence_of(meta.location.as_ref()), meta.size);
+    }
     let mut read: BTreeMap<u64, u64> = BTreeMap::new();
     for g in counting.get_log().into_iter().filter(|g| g.found) {
-        let s = parse_key(&Path::from(PREFIX), &Path::from(g.key.as_str())).expect("a WAL key");
         let range = g.range.expect("no whole-object GET");
-        *read.entry(s).or_default() += range.end - range.start;
+        *read.entry(sequence_of(&g.key)).or_default() += range.end - range.start;
     }
-    let new: Vec<u64> = metas
-        .keys()
-        .copied()
-        .filter(|k| !recovered.contains(k))
+    let new: Vec<(u64, u64)> = sizes
+        .into_iter()
+        .filter(|(k, _)| !recovered.contains(k))
         .collect();
     assert_eq!(new.len(), 5);
-    for key in new {
-        let (size, bytes) = (metas[&key], read.get(&key).copied().unwrap_or(0));
+    for (key, size) in new {
+        let bytes = read.get(&key).copied().unwrap_or(0);
         assert!(size > 160_000, "object {key}: {size} bytes");
         assert!(
             bytes > 0 && bytes < size / 4,

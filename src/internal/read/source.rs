@@ -33,7 +33,7 @@ use crate::internal::chain::catalog::Catalog;
 use crate::internal::open::recover;
 use crate::internal::sequential::ChainSummary;
 use crate::internal::store::cache::WholeObjectsWanted;
-use crate::internal::store::objects::WalIo;
+use crate::internal::store::objects::{WalIo, IDLE_WHOLE_PROBE};
 use crate::internal::store::stores::WalStores;
 
 /// Bytes of a source's objects kept whole for its catch-ups
@@ -117,13 +117,15 @@ impl SourceLog {
         poll_interval: Duration,
         regions: Option<Vec<u64>>,
     ) -> Result<Self> {
-        let largest = config.whole_read_threshold.min(SOURCE_OBJECT_LARGEST);
         let kept_few = regions.is_some();
-        let budget = if kept_few {
-            FOLLOWED_OBJECT_BYTES
+        // A few regions' log reads no object whole past 64 KiB, a catch-up's probes
+        // included: its 1 MiB holds two rounds of probes of those.
+        let (budget, largest) = if kept_few {
+            (FOLLOWED_OBJECT_BYTES, IDLE_WHOLE_PROBE)
         } else {
-            SOURCE_OBJECT_BYTES
+            (SOURCE_OBJECT_BYTES, SOURCE_OBJECT_LARGEST)
         };
+        let largest = config.whole_read_threshold.min(largest);
         let io = io.with_whole_objects(budget, largest);
         // Reads at the node's `read_ahead`: catch-ups of many regions at once must not
         // crowd out the node's own work (at 8 segments at once, as a lone read-only
@@ -150,9 +152,14 @@ impl SourceLog {
         config: Config,
         poll_interval: Duration,
     ) -> Result<Self> {
-        config.validate()?;
-        let io = stores.into().into_io(&config)?;
+        let io = Self::io_of(stores, &config)?;
         Self::open(io, config, poll_interval).await
+    }
+
+    /// The store access under `config.prefix` of a valid `config`.
+    fn io_of(stores: impl Into<WalStores>, config: &Config) -> Result<WalIo> {
+        config.validate()?;
+        stores.into().into_io(config)
     }
 
     /// [`open_regions`](Self::open_regions) over `stores` (one, or a quorum) under
@@ -163,8 +170,7 @@ impl SourceLog {
         poll_interval: Duration,
         regions: impl IntoIterator<Item = u64>,
     ) -> Result<Self> {
-        config.validate()?;
-        let io = stores.into().into_io(&config)?;
+        let io = Self::io_of(stores, &config)?;
         Self::open_regions(io, config, poll_interval, regions).await
     }
 

@@ -78,13 +78,8 @@ impl PolledGrowth {
         config: &Config,
         poll_interval: Duration,
         last: Link,
+        last_length: u64,
     ) -> Self {
-        // Probes size their first read by the recovered chain's last object.
-        let last_length = catalog
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .tip()
-            .map_or(0, |(_, o)| o.length);
         PolledGrowth {
             io,
             catalog,
@@ -634,15 +629,26 @@ pub(super) fn tail_catalog(
     config: &Config,
     poll_interval: Duration,
 ) -> (Arc<RwLock<Catalog>>, TailedGrowth) {
-    let last = catalog
+    // Probes size their first read by the recovered chain's last object.
+    let (last, last_length) = catalog
         .tip()
-        .map(|(sequence, o)| Link {
-            sequence,
-            epoch: o.epoch,
+        .map(|(sequence, o)| {
+            let link = Link {
+                sequence,
+                epoch: o.epoch,
+            };
+            (link, o.length)
         })
-        .unwrap_or(Link::NONE);
+        .unwrap_or((Link::NONE, 0));
     let catalog = Arc::new(RwLock::new(catalog));
-    let growth = PolledGrowth::new(io.clone(), catalog.clone(), config, poll_interval, last);
+    let growth = PolledGrowth::new(
+        io.clone(),
+        catalog.clone(),
+        config,
+        poll_interval,
+        last,
+        last_length,
+    );
     let growth = TailedGrowth::spawn(growth, tracing::Span::current());
     (catalog, growth)
 }

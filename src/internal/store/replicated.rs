@@ -310,7 +310,10 @@ impl ReplicatedTransport {
                 CreateAttempt::AlreadyExists { found } => {
                     match read_copy(&store, &key, found).await {
                         Ok((value, bytes)) => Answer::Holds(value, bytes),
-                        Err(e) => Answer::unknown(e),
+                        // The store holds a copy, maybe another value's: a throttled
+                        // read of it is no throttled create (had it been ours, the
+                        // create would not have been withheld by a refusal).
+                        Err(e) => Answer::Unknown(e),
                     }
                 }
                 CreateAttempt::Unsupported => Answer::Unsupported,

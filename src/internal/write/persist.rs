@@ -223,7 +223,7 @@ async fn create_until_definite(
         if io.is_closed() {
             return PersistOutcome::Unknown { last };
         }
-        let wait = match pacing.filter(|_| throttle_reply(&last)) {
+        let wait = match pacing.filter(|_| is_throttle_error(&last)) {
             Some(pacing) => {
                 // Still unknown (a hidden attempt may land): the same bytes again, later,
                 // without spending the budget, within `max_create_duration`.
@@ -249,12 +249,6 @@ async fn create_until_definite(
         }
         attempt += 1;
     }
-}
-
-/// Whether an attempt's error is a throttle reply: one store's, or a quorum that only
-/// throttle replies withheld ([`is_throttle_error`]).
-fn throttle_reply(e: &Error) -> bool {
-    is_throttle_error(e)
 }
 
 /// What the object `found` at our key means for `object` (DESIGN.md's outcome table):
