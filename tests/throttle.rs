@@ -47,13 +47,9 @@ fn throttled(e: &Error) -> bool {
     matches!(e, Error::Store { source, .. } if is_throttle_reply(source))
 }
 
-/// A store that refuses every PUT: `persist_paced` retries past the budget, tells each
-/// reply, and gives up (unknown) before `max_create_duration`; plain `persist` spends
-/// its three attempts.
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn throttle_replies_spend_time_not_the_retry_budget() {
-    let throttle = with_throttle(Arc::new(InMemory::new()), Throttle::puts_per_s(0.0));
-    let io = WalIo::new(throttle.clone(), PREFIX, 1 << 20).expect("io");
+/// `persist_paced` of object 2 through `io`: its outcome, the throttle replies it told
+/// of, and how long it took.
+async fn persist_told(io: &WalIo) -> (PersistOutcome, u64, Duration) {
     let clock = TokioClock::new();
     let told = AtomicU64::new(0);
     let on_throttle = || {
@@ -61,7 +57,7 @@ async fn throttle_replies_spend_time_not_the_retry_budget() {
     };
     let started = tokio::time::Instant::now();
     let outcome = persist_paced(
-        &io,
+        io,
         &object(2),
         &retry(),
         MAX_CREATE,
@@ -69,7 +65,17 @@ async fn throttle_replies_spend_time_not_the_retry_budget() {
         &on_throttle,
     )
     .await;
-    let took = started.elapsed();
+    (outcome, told.load(Ordering::Relaxed), started.elapsed())
+}
+
+/// A store that refuses every PUT: `persist_paced` retries past the budget, tells each
+/// reply, and gives up (unknown) before `max_create_duration`; plain `persist` spends
+/// its three attempts.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn throttle_replies_spend_time_not_the_retry_budget() {
+    let throttle = with_throttle(Arc::new(InMemory::new()), Throttle::puts_per_s(0.0));
+    let io = WalIo::new(throttle.clone(), PREFIX, 1 << 20).expect("io");
+    let (outcome, told, took) = persist_told(&io).await;
     match outcome {
         PersistOutcome::Unknown { last } => assert!(throttled(&last), "{last}"),
         other => panic!("expected an unknown outcome, got {other:?}"),
@@ -77,7 +83,7 @@ async fn throttle_replies_spend_time_not_the_retry_budget() {
     let refused = throttle.counts().puts_throttled;
     // 40 ms apart at most once the backoff is at its cap: many more than 3 attempts.
     assert!(refused > 3 * u64::from(retry().max_attempts), "{refused}");
-    assert_eq!(told.load(Ordering::Relaxed), refused, "each reply told");
+    assert_eq!(told, refused, "each reply told");
     assert!(
         took < MAX_CREATE,
         "no retry starts past max_create_duration"
@@ -192,29 +198,13 @@ fn config() -> Config {
 async fn a_quorum_withheld_by_throttle_replies_is_retried_as_one() {
     let (stores, throttled) = three_stores(Throttle::puts_per_s(0.0));
     let io = quorum(&stores).into_io(&config()).expect("io");
-    let clock = TokioClock::new();
-    let told = AtomicU64::new(0);
-    let on_throttle = || {
-        told.fetch_add(1, Ordering::Relaxed);
-    };
-    let started = tokio::time::Instant::now();
-    let outcome = persist_paced(
-        &io,
-        &object(2),
-        &retry(),
-        MAX_CREATE,
-        clock.as_ref(),
-        &on_throttle,
-    )
-    .await;
-    let took = started.elapsed();
+    let (outcome, told, took) = persist_told(&io).await;
     match outcome {
         PersistOutcome::Unknown {
             last: Error::NoQuorum { throttled, .. },
         } => assert_eq!(throttled, 2),
         other => panic!("expected no quorum, withheld by throttle replies: {other:?}"),
     }
-    let told = told.load(Ordering::Relaxed);
     assert!(told > 3 * u64::from(retry().max_attempts), "{told}");
     for store in &throttled {
         assert_eq!(

@@ -47,16 +47,32 @@ fn throttled_config() -> Config {
     c
 }
 
+/// Append tasks, each answering with its parts and its result.
+type Appends = JoinSet<(
+    AppendParts,
+    Result<object_store_wal::AppendReceipt, object_store_wal::Error>,
+)>;
+
+/// Every task's answer: the acknowledged entries by region, and the errors.
+async fn answers(mut tasks: Appends) -> (BTreeMap<u64, Vec<Entry>>, Vec<object_store_wal::Error>) {
+    let mut acked: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
+    let mut failed = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        let (parts, result) = done.expect("an append task");
+        match result {
+            Ok(receipt) => {
+                for e in acked_entries(&parts, &receipt) {
+                    acked.entry(e.region).or_default().push(e);
+                }
+            }
+            Err(e) => failed.push(e),
+        }
+    }
+    (acked, failed)
+}
+
 /// Spawns one append per [`GAP`] for `n` appends from `first`, each in its own task.
-async fn offer(
-    wal: &WalHandle,
-    first: u64,
-    n: u64,
-    tasks: &mut JoinSet<(
-        AppendParts,
-        Result<object_store_wal::AppendReceipt, object_store_wal::Error>,
-    )>,
-) {
+async fn offer(wal: &WalHandle, first: u64, n: u64, tasks: &mut Appends) {
     for i in first..first + n {
         let parts: AppendParts = vec![(i % REGIONS, vec![payload(format!("e{i}"))])];
         let wal = wal.clone();
@@ -88,19 +104,7 @@ async fn a_throttled_store_slows_appends_and_fails_none() {
     throttle.set_puts_per_s(None);
     offer(&wal, THROTTLED, LIFTED, &mut tasks).await;
 
-    let mut acked: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
-    let mut failed = Vec::new();
-    while let Some(done) = tasks.join_next().await {
-        let (parts, result) = done.expect("an append task");
-        match result {
-            Ok(receipt) => {
-                for e in acked_entries(&parts, &receipt) {
-                    acked.entry(e.region).or_default().push(e);
-                }
-            }
-            Err(e) => failed.push(e),
-        }
-    }
+    let (mut acked, failed) = answers(tasks).await;
     let throttled = at_lift.since(&before);
     let lifted = throttle.counts().since(&at_lift);
     let s = stats(&wal).await;
@@ -201,19 +205,7 @@ async fn over_a_quorum_two_throttling_stores_fail_no_append() {
     }
     offer(&wal, THROTTLED, LIFTED, &mut tasks).await;
 
-    let mut acked: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
-    let mut failed = Vec::new();
-    while let Some(done) = tasks.join_next().await {
-        let (parts, result) = done.expect("an append task");
-        match result {
-            Ok(receipt) => {
-                for e in acked_entries(&parts, &receipt) {
-                    acked.entry(e.region).or_default().push(e);
-                }
-            }
-            Err(e) => failed.push(e),
-        }
-    }
+    let (mut acked, failed) = answers(tasks).await;
     let s = stats(&wal).await;
     let phases: Vec<_> = throttles
         .iter()
