@@ -239,6 +239,8 @@ pub(crate) enum InternalMsg {
     },
     /// A release or an acquire, for the writer.
     Control(ControlRequest),
+    /// Time to drop the source logs no catch-up read over for a while.
+    SweepSources,
 }
 
 /// A region moving between nodes (DESIGN.md "Regions moving between nodes"), for the

@@ -10,7 +10,9 @@
 //!
 //! Bounded: at most [`MAX_SOURCES`] sources are kept, the most recently used, and as
 //! many opened at once (a catch-up of yet another is refused with
-//! [`Error::Backpressure`]); one dropped ends once its last catch-up does. A source
+//! [`Error::Backpressure`]); one dropped ends once its last catch-up does. A source no
+//! catch-up has read over for [`SOURCE_IDLE_CLOSE`] is dropped too: kept, it would
+//! poll its owner and read each new object for nothing. A source
 //! whose polling failed (a store error ends it for good) is opened again by the next
 //! catch-up from it. Each reads through the WAL's store access (its requests count in
 //! the WAL's metrics) and closes with it, so every task of a source ends when the WAL
@@ -34,6 +36,15 @@ use crate::reader::forward;
 /// few others at a time, and each keeps a catalog, a segment cache and up to
 /// `SOURCE_OBJECT_BYTES` (8 MiB) of whole objects.
 pub const MAX_SOURCES: usize = 8;
+
+/// How long a kept source may go without a catch-up over it before it is dropped: an
+/// open source polls its owner's prefix and reads each new object (a busy source, every
+/// one of them), which a node that took its regions and moved on should not pay for. A
+/// later catch-up from it opens it again (one recovery of its live chain).
+pub const SOURCE_IDLE_CLOSE: Duration = Duration::from_secs(30);
+
+/// How often the supervisor looks for idle sources while any is open.
+const SOURCE_SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// Catch-ups waiting for their source's open at most; the next is refused with
 /// [`Error::Backpressure`].
@@ -97,11 +108,15 @@ pub(crate) struct Sources {
     opening: HashMap<String, Opening>,
     /// Counts uses: a source's `last_used` orders the sources by recency.
     uses: u64,
+    /// The sweep scheduled (one at a time), aborted at the stop.
+    sweep: Option<JoinHandle<()>>,
 }
 
 struct Kept {
     log: Arc<SourceLog>,
     last_used: u64,
+    /// Since when no catch-up has read over it (seen by a sweep).
+    idle_since: Option<Instant>,
 }
 
 struct Opening {
@@ -205,7 +220,46 @@ impl Sources {
         }
         self.uses += 1;
         let last_used = self.uses;
-        self.open.insert(source, Kept { log, last_used });
+        self.open.insert(
+            source,
+            Kept {
+                log,
+                last_used,
+                idle_since: None,
+            },
+        );
+    }
+
+    /// Drops the sources no catch-up has read over for [`SOURCE_IDLE_CLOSE`] (their
+    /// polling ends with them); returns whether any source is still open (to sweep
+    /// again).
+    pub(crate) fn sweep(&mut self, now: Instant) -> bool {
+        self.sweep = None;
+        self.open.retain(|source, kept| {
+            if kept.log.readers() > 0 {
+                kept.idle_since = None;
+                return true;
+            }
+            let since = *kept.idle_since.get_or_insert(now);
+            let keep = now.saturating_duration_since(since) < SOURCE_IDLE_CLOSE;
+            if !keep {
+                tracing::debug!(source = %source, "closing an idle source log");
+            }
+            keep
+        });
+        !self.open.is_empty()
+    }
+
+    /// Schedules a sweep [`SOURCE_SWEEP_EVERY`] from now (`send` sends its message)
+    /// if a source is open and none is scheduled.
+    pub(crate) fn schedule_sweep(&mut self, send: impl FnOnce() + Send + 'static) {
+        if self.open.is_empty() || self.sweep.is_some() {
+            return;
+        }
+        self.sweep = Some(tokio::spawn(async move {
+            tokio::time::sleep(SOURCE_SWEEP_EVERY).await;
+            send();
+        }));
     }
 
     /// Ends every open in flight (its catch-ups get [`Error::Stopped`]) and drops the
@@ -218,5 +272,8 @@ impl Sources {
             }
         }
         self.open.clear();
+        if let Some(sweep) = self.sweep.take() {
+            sweep.abort();
+        }
     }
 }

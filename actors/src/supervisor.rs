@@ -484,6 +484,19 @@ impl SupervisorState {
             .catch_up(catch_up, &self.io, &self.config, myself);
     }
 
+    /// While a source log is open, a sweep for idle ones comes every few seconds (none
+    /// once stopped: the sources are gone, and the sweep's task is aborted).
+    fn schedule_source_sweep(&mut self, myself: &ActorRef<WalMsg>) {
+        if matches!(self.phase, Phase::Stopped) {
+            return;
+        }
+        let myself = myself.clone();
+        self.sources.schedule_sweep(move || {
+            // A supervisor that stopped meanwhile drops it.
+            let _ = myself.cast(InternalMsg::SweepSources.into());
+        });
+    }
+
     /// A release or an acquire goes to the writer, or waits for it while an open runs.
     fn on_control(&mut self, req: ControlRequest) {
         match &self.phase {
@@ -815,7 +828,12 @@ impl Actor for Supervisor {
                 }
                 InternalMsg::Control(req) => state.on_control(req),
                 InternalMsg::SourceOpened { source, result } => {
-                    state.sources.opened(source, result)
+                    state.sources.opened(source, result);
+                    state.schedule_source_sweep(&myself);
+                }
+                InternalMsg::SweepSources => {
+                    state.sources.sweep(Instant::now());
+                    state.schedule_source_sweep(&myself);
                 }
             },
             #[cfg(feature = "testing")]

@@ -940,3 +940,57 @@ async fn a_region_back_at_an_earlier_owner_replays_each_entry_once() {
     stop(a, join_a).await;
     stop(b, join_b).await;
 }
+
+/// A source log the target kept after its catch-ups polls the source and reads each
+/// object it writes; once no catch-up has read over it for `SOURCE_IDLE_CLOSE` the
+/// target drops it and reads nothing more of the source, however busy; a later
+/// catch-up opens it again. Virtual time: node A writes an object every 100 ms.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_source_idle_past_its_bound_is_closed_and_opened_again_on_use() {
+    let counting = CountingStore::new(Arc::new(InMemory::new()));
+    let store: Arc<dyn ObjectStore> = counting.clone();
+    let mut config_a = config_no_reclaim();
+    config_a.prefix = "node-a".into();
+    let mut config_b = config_no_reclaim();
+    config_b.prefix = "node-b".into();
+    let (a, join_a) = spawn(&store, &config_a).await;
+    let (b, join_b) = spawn(&store, &config_b).await;
+    let within = Duration::from_secs(10);
+    let mut tag = 0;
+    // Node A writes region 9 for `seconds`; node B's reads of A's prefix meanwhile.
+    let mut busy = async |seconds: u64| {
+        counting.reset();
+        for _ in 0..seconds * 10 {
+            tag += 1;
+            a.append(9, vec![payload(format!("busy-{tag}"))])
+                .await
+                .expect("append");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let gets = counting.get_log();
+        gets.iter().filter(|g| g.key.starts_with("node-a/")).count()
+    };
+    let move_region = async |region: u64| {
+        let receipt = a
+            .append(region, vec![payload(format!("r{region}"))])
+            .await
+            .expect("append");
+        let released = a.release(region).await.expect("released");
+        let got = caught_up_released(&b, "node-a", region, &released, within).await;
+        assert_eq!(
+            got,
+            vec![(receipt.parts[0].first_id, payload(format!("r{region}")))]
+        );
+    };
+
+    move_region(1).await;
+    // Kept: it reads A's new objects.
+    assert!(busy(10).await > 0, "a kept source polls");
+    // Idle past the bound (and a sweep): dropped, it reads nothing.
+    busy(object_store_wal_actors::SOURCE_IDLE_CLOSE.as_secs() + 10).await;
+    assert_eq!(busy(10).await, 0, "an idle source is closed");
+    // Used again: opened again.
+    move_region(2).await;
+    stop(b, join_b).await;
+    stop(a, join_a).await;
+}

@@ -73,6 +73,15 @@ pub struct SourceLog {
     /// catch-up does: a source's, whose regions move together, not a few regions'
     /// follower's, which would read every region's bytes of every object for its few.
     follows_read_whole: bool,
+    /// One clone per follow or catch-up over it ([`readers`](Self::readers)).
+    readers: Arc<()>,
+}
+
+/// What a follow or catch-up over a source log holds while it lives: it counts among
+/// the log's readers, and (if it reads whole objects) makes probes read them whole.
+struct ReadGuard {
+    _reader: Arc<()>,
+    _wanted: Option<WholeObjectsWanted>,
 }
 
 impl std::fmt::Debug for SourceLog {
@@ -143,6 +152,7 @@ impl SourceLog {
             catalog,
             growth,
             follows_read_whole: !kept_few,
+            readers: Arc::new(()),
         })
     }
 
@@ -183,13 +193,10 @@ impl SourceLog {
             return stream::iter([Err(e)]).boxed();
         }
         let (io, catalog) = (self.io.clone(), self.catalog.clone());
-        let wanted = self
-            .follows_read_whole
-            .then(|| self.want_whole_objects())
-            .flatten();
+        let guard = self.read_guard(self.follows_read_whole);
         follow_region(io, catalog, region, from, &self.config, self.growth.clone())
             .map(move |entry| {
-                let _wanted = &wanted;
+                let _guard = &guard;
                 entry
             })
             .boxed()
@@ -253,7 +260,7 @@ impl SourceLog {
             recorded_at,
             checked_control: None,
             refreshed: false,
-            _wanted: self.want_whole_objects(),
+            _guard: self.read_guard(true),
         };
         let (io, catalog) = (self.io.clone(), self.catalog.clone());
         let follow = follow_region(io, catalog, region, from, &self.config, growth);
@@ -305,9 +312,19 @@ impl SourceLog {
         }
     }
 
-    /// Marks a read under way: while the guard lives, probes read objects whole.
-    fn want_whole_objects(&self) -> Option<WholeObjectsWanted> {
-        self.io.whole_objects().map(|w| w.want())
+    /// Marks a read under way: while the guard lives, it counts among the readers and,
+    /// with `whole`, probes read objects whole.
+    fn read_guard(&self, whole: bool) -> ReadGuard {
+        ReadGuard {
+            _reader: self.readers.clone(),
+            _wanted: self.io.whole_objects().filter(|_| whole).map(|w| w.want()),
+        }
+    }
+
+    /// Follows and catch-ups over it still running (streams not yet dropped): a log
+    /// with none only polls, and its keeper may drop it.
+    pub fn readers(&self) -> usize {
+        Arc::strong_count(&self.readers).saturating_sub(1)
     }
 
     /// Whether its polling ended for good on a failed poll (a follow or catch-up over
@@ -344,8 +361,9 @@ struct CatchUpGrowth {
     /// The sequence of the last control segment looked at.
     checked_control: Option<u64>,
     refreshed: bool,
-    /// While it reads, the source's probes read objects whole.
-    _wanted: Option<WholeObjectsWanted>,
+    /// While it reads, it counts among the source's readers, and the source's probes
+    /// read objects whole.
+    _guard: ReadGuard,
 }
 
 impl CatchUpGrowth {
