@@ -144,6 +144,8 @@ impl Sources {
         if let Some(kept) = self.open.get_mut(&catch_up.source) {
             if !kept.log.has_failed() {
                 kept.last_used = self.uses;
+                // Idle from its readers' end: a sweep may never see a short catch-up.
+                kept.idle_since = None;
                 return catch_up.start(&kept.log);
             }
             // Its polling failed for good (a store error): opened again below.

@@ -13,6 +13,7 @@ mod support {
     pub mod harness;
 }
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -957,7 +958,7 @@ async fn a_source_idle_past_its_bound_is_closed_and_opened_again_on_use() {
     let (b, join_b) = spawn(&store, &config_b).await;
     let within = Duration::from_secs(10);
     let mut tag = 0;
-    // Node A writes region 9 for `seconds`; node B's reads of A's prefix meanwhile.
+    // Node A writes region 9 for `seconds`; node B's GETs of A's prefix meanwhile.
     let mut busy = async |seconds: u64| {
         counting.reset();
         for _ in 0..seconds * 10 {
@@ -970,6 +971,7 @@ async fn a_source_idle_past_its_bound_is_closed_and_opened_again_on_use() {
         let gets = counting.get_log();
         gets.iter().filter(|g| g.key.starts_with("node-a/")).count()
     };
+    let lists = || counting.counts().lists.load(Ordering::Relaxed);
     let move_region = async |region: u64| {
         let receipt = a
             .append(region, vec![payload(format!("r{region}"))])
@@ -983,14 +985,21 @@ async fn a_source_idle_past_its_bound_is_closed_and_opened_again_on_use() {
         );
     };
 
+    let idle_close = object_store_wal_actors::SOURCE_IDLE_CLOSE.as_secs();
     move_region(1).await;
-    // Kept: it reads A's new objects.
-    assert!(busy(10).await > 0, "a kept source polls");
+    // Kept, and used every 10 s for longer than the bound: it reads A's new objects and
+    // is never opened again (an open lists the prefix; nothing else here lists).
+    for region in 10..10 + idle_close / 10 + 2 {
+        assert!(busy(10).await > 0, "a kept source polls");
+        move_region(region).await;
+        assert_eq!(lists(), 0, "kept open while used");
+    }
     // Idle past the bound (and a sweep): dropped, it reads nothing.
-    busy(object_store_wal_actors::SOURCE_IDLE_CLOSE.as_secs() + 10).await;
+    busy(idle_close + 10).await;
     assert_eq!(busy(10).await, 0, "an idle source is closed");
     // Used again: opened again.
     move_region(2).await;
+    assert_eq!(lists(), 1, "opened again");
     stop(b, join_b).await;
     stop(a, join_a).await;
 }
