@@ -307,6 +307,13 @@ async fn bad_releases_are_refused_and_change_nothing() {
         .expect("another region");
 }
 
+/// The configuration of node `name` (its prefix), reclaiming nothing.
+fn node(name: &str) -> Config {
+    let mut config = config_no_reclaim();
+    config.prefix = name.into();
+    config
+}
+
 /// Source node A's log, and node B's read-only view of it ([`SourceLog`]).
 async fn source_of(store: &Arc<dyn ObjectStore>, config: &Config) -> SourceLog {
     let io = WalIo::for_config(store.clone(), config).expect("io");
@@ -330,8 +337,7 @@ async fn caught(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_catch_up_ends_exactly_at_the_released_id() {
     let (_faults, store) = memory();
-    let mut config_a = config_no_reclaim();
-    config_a.prefix = "node-a".into();
+    let config_a = node("node-a");
     let (a, join) = spawn(&store, &config_a).await;
     let mut ids = Vec::new();
     for i in 0..3 {
@@ -408,8 +414,7 @@ async fn a_catch_up_ends_exactly_at_the_released_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_catch_up_honours_its_deadline() {
     let (_faults, store) = memory();
-    let mut config_a = config_no_reclaim();
-    config_a.prefix = "node-a".into();
+    let config_a = node("node-a");
     let (a, join) = spawn(&store, &config_a).await;
     let receipt = bounded("an append", a.append(1, vec![payload("x")]))
         .await
@@ -689,10 +694,8 @@ async fn history_of(wal: &WalHandle, region: u64, from: u64, within: Duration) -
 async fn a_target_catches_up_through_its_wal_over_one_open_of_the_source() {
     let counting = CountingStore::new(Arc::new(InMemory::new()));
     let store: Arc<dyn ObjectStore> = counting.clone();
-    let mut config_a = config_no_reclaim();
-    config_a.prefix = "node-a".into();
-    let mut config_b = config_no_reclaim();
-    config_b.prefix = "node-b".into();
+    let config_a = node("node-a");
+    let config_b = node("node-b");
     let (a, join_a) = spawn(&store, &config_a).await;
     let (b, join_b) = spawn(&store, &config_b).await;
     let mut ids: Vec<Vec<u64>> = vec![Vec::new(); 3];
@@ -842,8 +845,7 @@ fn assert_each_object_fetched_once(counting: &CountingStore, prefix: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_log_says_when_its_polling_failed() {
     let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let mut config_a = config_no_reclaim();
-    config_a.prefix = "node-a".into();
+    let config_a = node("node-a");
     let (a, join_a) = spawn(&memory, &config_a).await;
     let receipt = bounded("an append", a.append(1, vec![payload("x")]))
         .await
@@ -950,10 +952,8 @@ async fn a_region_back_at_an_earlier_owner_replays_each_entry_once() {
 async fn a_source_idle_past_its_bound_is_closed_and_opened_again_on_use() {
     let counting = CountingStore::new(Arc::new(InMemory::new()));
     let store: Arc<dyn ObjectStore> = counting.clone();
-    let mut config_a = config_no_reclaim();
-    config_a.prefix = "node-a".into();
-    let mut config_b = config_no_reclaim();
-    config_b.prefix = "node-b".into();
+    let config_a = node("node-a");
+    let config_b = node("node-b");
     let (a, join_a) = spawn(&store, &config_a).await;
     let (b, join_b) = spawn(&store, &config_b).await;
     let within = Duration::from_secs(10);

@@ -71,6 +71,19 @@ async fn answers(mut tasks: Appends) -> (BTreeMap<u64, Vec<Entry>>, Vec<object_s
     (acked, failed)
 }
 
+/// Every acknowledged entry, by region, is what `wal` reads back, in id order.
+async fn assert_replayed(wal: &WalHandle, mut acked: BTreeMap<u64, Vec<Entry>>) {
+    for region in 0..REGIONS {
+        let mut want = acked.remove(&region).unwrap_or_default();
+        want.sort_by_key(|e| e.id);
+        assert_eq!(
+            ids(&read(wal, region, 0).await),
+            ids(&want),
+            "region {region}"
+        );
+    }
+}
+
 /// Spawns one append per [`GAP`] for `n` appends from `first`, each in its own task.
 async fn offer(wal: &WalHandle, first: u64, n: u64, tasks: &mut Appends) {
     for i in first..first + n {
@@ -104,7 +117,7 @@ async fn a_throttled_store_slows_appends_and_fails_none() {
     throttle.set_puts_per_s(None);
     offer(&wal, THROTTLED, LIFTED, &mut tasks).await;
 
-    let (mut acked, failed) = answers(tasks).await;
+    let (acked, failed) = answers(tasks).await;
     let throttled = at_lift.since(&before);
     let lifted = throttle.counts().since(&at_lift);
     let s = stats(&wal).await;
@@ -133,15 +146,7 @@ async fn a_throttled_store_slows_appends_and_fails_none() {
 
     // Every acknowledged entry is replayed, in order, after a reopen.
     let (wal, join) = spawn(&memory, &config).await;
-    for region in 0..REGIONS {
-        let mut want = acked.remove(&region).unwrap_or_default();
-        want.sort_by_key(|e| e.id);
-        assert_eq!(
-            ids(&read(&wal, region, 0).await),
-            ids(&want),
-            "region {region}"
-        );
-    }
+    assert_replayed(&wal, acked).await;
     stop(wal, join).await;
 }
 
@@ -205,7 +210,7 @@ async fn over_a_quorum_two_throttling_stores_fail_no_append() {
     }
     offer(&wal, THROTTLED, LIFTED, &mut tasks).await;
 
-    let (mut acked, failed) = answers(tasks).await;
+    let (acked, failed) = answers(tasks).await;
     let s = stats(&wal).await;
     let phases: Vec<_> = throttles
         .iter()
@@ -244,14 +249,6 @@ async fn over_a_quorum_two_throttling_stores_fail_no_append() {
     .await
     .expect("spawn");
     wal.ready().await.expect("recovered");
-    for region in 0..REGIONS {
-        let mut want = acked.remove(&region).unwrap_or_default();
-        want.sort_by_key(|e| e.id);
-        assert_eq!(
-            ids(&read(&wal, region, 0).await),
-            ids(&want),
-            "region {region}"
-        );
-    }
+    assert_replayed(&wal, acked).await;
     stop(wal, join).await;
 }
