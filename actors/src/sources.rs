@@ -233,9 +233,8 @@ impl Sources {
     }
 
     /// Drops the sources no catch-up has read over for [`SOURCE_IDLE_CLOSE`] (their
-    /// polling ends with them); returns whether any source is still open (to sweep
-    /// again).
-    pub(crate) fn sweep(&mut self, now: Instant) -> bool {
+    /// polling ends with them).
+    pub(crate) fn sweep(&mut self, now: Instant) {
         self.sweep = None;
         self.open.retain(|source, kept| {
             if kept.log.readers() > 0 {
@@ -249,7 +248,6 @@ impl Sources {
             }
             keep
         });
-        !self.open.is_empty()
     }
 
     /// Schedules a sweep [`SOURCE_SWEEP_EVERY`] from now (`send` sends its message)

@@ -307,6 +307,19 @@ async fn bad_releases_are_refused_and_change_nothing() {
         .expect("another region");
 }
 
+/// Nodes A and B (prefixes `node-a` and `node-b`) over one counting store.
+async fn nodes_a_and_b() -> (
+    Arc<CountingStore>,
+    (WalHandle, tokio::task::JoinHandle<()>),
+    (WalHandle, tokio::task::JoinHandle<()>),
+) {
+    let counting = CountingStore::new(Arc::new(InMemory::new()));
+    let store: Arc<dyn ObjectStore> = counting.clone();
+    let a = spawn(&store, &node("node-a")).await;
+    let b = spawn(&store, &node("node-b")).await;
+    (counting, a, b)
+}
+
 /// The configuration of node `name` (its prefix), reclaiming nothing.
 fn node(name: &str) -> Config {
     let mut config = config_no_reclaim();
@@ -692,12 +705,7 @@ async fn history_of(wal: &WalHandle, region: u64, from: u64, within: Duration) -
 /// not hold fails `NotOnChain`; once B stopped, a catch-up is refused `Stopped`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_catches_up_through_its_wal_over_one_open_of_the_source() {
-    let counting = CountingStore::new(Arc::new(InMemory::new()));
-    let store: Arc<dyn ObjectStore> = counting.clone();
-    let config_a = node("node-a");
-    let config_b = node("node-b");
-    let (a, join_a) = spawn(&store, &config_a).await;
-    let (b, join_b) = spawn(&store, &config_b).await;
+    let (counting, (a, join_a), (b, join_b)) = nodes_a_and_b().await;
     let mut ids: Vec<Vec<u64>> = vec![Vec::new(); 3];
     for i in 0..3 {
         let parts = (1..=3)
@@ -950,12 +958,7 @@ async fn a_region_back_at_an_earlier_owner_replays_each_entry_once() {
 /// catch-up opens it again. Virtual time: node A writes an object every 100 ms.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_source_idle_past_its_bound_is_closed_and_opened_again_on_use() {
-    let counting = CountingStore::new(Arc::new(InMemory::new()));
-    let store: Arc<dyn ObjectStore> = counting.clone();
-    let config_a = node("node-a");
-    let config_b = node("node-b");
-    let (a, join_a) = spawn(&store, &config_a).await;
-    let (b, join_b) = spawn(&store, &config_b).await;
+    let (counting, (a, join_a), (b, join_b)) = nodes_a_and_b().await;
     let within = Duration::from_secs(10);
     let mut tag = 0;
     // Node A writes region 9 for `seconds`; node B's GETs of A's prefix meanwhile.

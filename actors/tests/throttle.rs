@@ -23,7 +23,7 @@ use object_store::ObjectStore;
 use object_store_wal::internal::store::transport::is_throttle_reply;
 use object_store_wal::testing::{with_latency, with_throttle, Throttle, ThrottleReply};
 use object_store_wal::{AppendParts, Config, Entry, RetryPolicy, WalStores};
-use object_store_wal_actors::WalHandle;
+use object_store_wal_actors::{WalHandle, WalStats};
 use support::harness::*;
 use support::ledger::acked_entries;
 use tokio::task::JoinSet;
@@ -69,6 +69,17 @@ async fn answers(mut tasks: Appends) -> (BTreeMap<u64, Vec<Entry>>, Vec<object_s
         }
     }
     (acked, failed)
+}
+
+/// No append failed, and no epoch ended since `opened`.
+fn assert_none_failed(failed: &[object_store_wal::Error], now: &WalStats, opened: &WalStats) {
+    assert!(
+        failed.is_empty(),
+        "{} appends failed: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert_eq!(now.epoch, opened.epoch, "no epoch ended");
 }
 
 /// Every acknowledged entry, by region, is what `wal` reads back, in id order.
@@ -123,13 +134,7 @@ async fn a_throttled_store_slows_appends_and_fails_none() {
     let s = stats(&wal).await;
     eprintln!("throttled phase: {throttled:?}\nlifted phase: {lifted:?}\nstats: {s:?}");
 
-    assert!(
-        failed.is_empty(),
-        "{} appends failed: {:?}",
-        failed.len(),
-        failed.first()
-    );
-    assert_eq!(s.epoch, opened.epoch, "no epoch ended");
+    assert_none_failed(&failed, &s, &opened);
     assert!(throttled.puts_throttled > 0, "the store pushed back");
     assert_eq!(lifted.puts_throttled, 0);
     // Lifted, the writer is back at its interval within a fraction of the phase: its
@@ -218,13 +223,7 @@ async fn over_a_quorum_two_throttling_stores_fail_no_append() {
         .map(|(i, t)| (at_lift[i].since(&before[i]), t.counts().since(&at_lift[i])))
         .collect();
     eprintln!("throttled stores (throttled phase, lifted phase): {phases:?}\nstats: {s:?}");
-    assert!(
-        failed.is_empty(),
-        "{} appends failed: {:?}",
-        failed.len(),
-        failed.first()
-    );
-    assert_eq!(s.epoch, opened.epoch, "no epoch ended");
+    assert_none_failed(&failed, &s, &opened);
     for (throttled, lifted) in &phases {
         assert!(throttled.puts_throttled > 0, "the store pushed back");
         assert_eq!(lifted.puts_throttled, 0);
