@@ -37,7 +37,9 @@
 //! - the **coordinator**: `release(R)` on S at any point; answered once its ticket is
 //!   acknowledged; if S's epoch ends first it asks again on the new epoch and takes
 //!   either `RegionReleased { last_id }` (the snapshot is on the recovered chain) or a
-//!   fresh release as the answer. If S's log holds nothing of R (no entry on its chain,
+//!   fresh release as the answer. While it waits it may also ask once more (a retry
+//!   after its call timed out, as examples/cluster.rs does), and takes whichever answer
+//!   comes first. If S's log holds nothing of R (no entry on its chain,
 //!   in flight or in the open batch) it refuses the release `UnknownRegion`, recording
 //!   nothing; the coordinator then moves R anyway (DESIGN.md: "moves it while its node
 //!   refuses the region's appends itself"; leaving R at S is the state before the
@@ -142,6 +144,14 @@
 //!   the crash reach ids of S's piece (property 2) or of S's appends that failed
 //!   `MayBeDurable` (property 5).
 //!
+//! - (g) A release asked again while its snapshot is in flight is refused
+//!   `RegionReleased` at once from the holdings in flight (the crate before the mend of
+//!   the retried release; the model refuses it through `Holdings::refuse` instead of
+//!   calling `release`), instead of waiting for the same object. The unmutated model
+//!   found it on the crate as it was: S's release object meets an unknown outcome and
+//!   never lands, S's next epoch recovers a chain where R is not released and
+//!   acknowledges R's next append, which T's piece never holds (property 1, 14 steps).
+//!
 //! | mutation | model | violates (shortest trace) |
 //! |---|---|---|
 //! | (a) | design | property 1 (12 steps), property 3 (12 steps) |
@@ -150,12 +160,13 @@
 //! | (d) | zombie | property 1 (9 steps), property 6 (9 steps) |
 //! | (e) | design | property 5 (11 steps) |
 //! | (f) | busy target | property 6 (14 steps) |
+//! | (g) | design | property 4 (3 steps), property 3 (4 steps), property 1 (14 steps) |
 //!
-//! `migration_design_is_safe` (about 31,000 states) is the control for (a), (b), (c)
-//! and (e); `migration_design_with_zombie_is_safe` runs the zombie model unmutated (no
+//! `migration_design_is_safe` (about 100,000 states) is the control for (a), (b), (c),
+//! (e) and (g); `migration_design_with_zombie_is_safe` runs the zombie model unmutated (no
 //! violation: Z's creates after the newer instance listed collide with its claims or
-//! opening object, and Z acknowledges nothing after it; about 12,000 states), the
-//! control for (d); `migration_design_with_busy_target_is_safe` (about 52,000 states)
+//! opening object, and Z acknowledges nothing after it; about 32,000 states), the
+//! control for (d); `migration_design_with_busy_target_is_safe` (about 150,000 states)
 //! the control for (f): there the acquire that needs no raise waits, T crashes while
 //! it waits, and T's next epoch raises. `migration_design_is_safe_wider` (ignored;
 //! `--ignored`) runs four wider scopes (4 appends; 2 epoch ends per node; the zombie
@@ -247,6 +258,10 @@ enum Mutation {
     /// once, as before the review's mend, instead of once the first object above the
     /// acquired id is acknowledged.
     NoRaiseAtOnce,
+    /// (g) A release asked again while its snapshot is in flight is refused
+    /// `RegionReleased` at once from the holdings in flight (as before the mend),
+    /// instead of waiting for the same object.
+    RetriedReleaseAnsweredEarly,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -267,6 +282,9 @@ struct Model {
     /// on T's prefix from the store alone, while the old one (`Z`) lives on with its
     /// protocol, its creates in the air, its appends and its acquire's ticket.
     zombie: bool,
+    /// The coordinator may ask S for the release once more while it waits for the
+    /// answer (a retry after its call timed out).
+    retry_release: bool,
     mutation: Option<Mutation>,
 }
 
@@ -278,6 +296,7 @@ impl Model {
             ends: [1, 1],
             t_crash: true,
             zombie: false,
+            retry_release: true,
             mutation: None,
         }
     }
@@ -450,6 +469,8 @@ struct State {
     /// The id T was asked to acquire above (0 until asked).
     acquired: u64,
     release: Ctl,
+    /// The coordinator asked for the release again while it waited.
+    release_retried: bool,
     acquire: Ctl,
     /// What the catch-up delivered: (id, tag).
     catch_up: Option<Vec<(u64, u8)>>,
@@ -632,6 +653,7 @@ impl Explorer {
                 above: 0,
                 acquired: 0,
                 release: Ctl::NotAsked,
+                release_retried: false,
                 acquire: Ctl::NotAsked,
                 catch_up: None,
                 flags: 0,
@@ -852,6 +874,14 @@ impl Explorer {
                     Res::StaleTail(found_epoch) => PersistOutcome::StaleTail { found_epoch },
                 };
                 p.handle_outcome(seq, outcome, now);
+            }
+            Input::Release
+                if self.model.mutated(Mutation::RetriedReleaseAnsweredEarly)
+                    && p.holdings().released(R).is_some() =>
+            {
+                // Mutation (g): refused from the holdings in flight, as before the mend.
+                let refused = p.holdings().refuse(R, || p.id_bound());
+                fed.control = Some(refused.map(|()| unreachable!("released")));
             }
             Input::Release => {
                 fed.control = Some(p.release(R, now).map(|(released, ticket)| {
@@ -1205,7 +1235,9 @@ impl Explorer {
                 acts.push(Act::Reopen(node as u8));
             }
         }
-        if matches!(s.release, Ctl::NotAsked | Ctl::AskAgain) && s.nodes[S].up {
+        let retry =
+            self.model.retry_release && !s.release_retried && matches!(s.release, Ctl::Waiting(_));
+        if (matches!(s.release, Ctl::NotAsked | Ctl::AskAgain) || retry) && s.nodes[S].up {
             acts.push(Act::Release);
         }
         if matches!(s.release, Ctl::Answered(_))
@@ -1349,10 +1381,22 @@ impl Explorer {
             }
             Act::Reopen(node) => self.reopen(&mut n, usize::from(node), log),
             Act::Release => {
-                note(log, "the coordinator asks S to release R".to_string());
+                let retry = matches!(n.release, Ctl::Waiting(_));
+                if retry {
+                    // Its call timed out; the first answer is still to come.
+                    note(log, "the coordinator asks S to release R again".to_string());
+                    n.release_retried = true;
+                } else {
+                    note(log, "the coordinator asks S to release R".to_string());
+                }
                 let fed = self.input(&mut n, S, Input::Release, log);
                 match fed.control.expect("a release") {
                     Ok((last, ticket)) => {
+                        if retry {
+                            assert_eq!(n.nodes[S].ticket, Some(ticket), "the same record");
+                            assert_eq!(n.release, Ctl::Waiting(last), "the same last id");
+                            self.saw("a retried release waits for the same record");
+                        }
                         note(log, format!(" [last id {}]", opt_id_str(last)));
                         n.release = Ctl::Waiting(last);
                         n.above = fed.above;
@@ -1362,7 +1406,12 @@ impl Explorer {
                     }
                     Err(Error::RegionReleased { released, .. }) => {
                         note(log, " [RegionReleased]".to_string());
-                        self.saw("a release asked again is answered RegionReleased");
+                        if retry {
+                            self.saw("mutation (g) answers a retried release early");
+                            n.nodes[S].ticket = None;
+                        } else {
+                            self.saw("a release asked again is answered RegionReleased");
+                        }
                         n.above = released.acquire_above;
                         self.answer_release(&mut n, released.last_id, false, log);
                     }
@@ -1909,6 +1958,7 @@ const COVERAGE: &[&str] = &[
     "a reopen reads the release back",
     "the release is asked again",
     "a release asked again is answered RegionReleased",
+    "a retried release waits for the same record",
     "the acquire is asked again",
     "the acquire is answered on its ticket",
     "S refuses an append RegionReleased",
@@ -2102,4 +2152,22 @@ fn mutation_sequence_jump_is_caught() {
     );
     assert!(r.seen.contains("mutation (d) jumps over keys"));
     assert!(r.seen.contains("Z acknowledges an append"));
+}
+
+#[test]
+fn mutation_retried_release_answered_early_is_caught() {
+    let r = assert_catches(
+        "mutation (g): a retried release is answered from the holdings in flight",
+        Model::design().with(Mutation::RetriedReleaseAnsweredEarly),
+        Kind::AnswerNotRecorded,
+        "again",
+    );
+    assert!(r
+        .seen
+        .contains("mutation (g) answers a retried release early"));
+    assert!(
+        r.violations.contains_key(&Kind::Lost),
+        "the early answer loses acknowledged entries: {:?}",
+        r.violations.keys().collect::<Vec<_>>()
+    );
 }

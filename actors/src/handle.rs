@@ -568,8 +568,10 @@ impl WalHandle {
     /// every id this log handed out, landed or not. The release holds across restarts
     /// until [`acquire`](Self::acquire) takes the region back.
     ///
-    /// Refused, changing nothing: a second release, with [`Error::RegionReleased`]
-    /// (which carries the same answer); a region this log holds nothing of, with
+    /// A release asked again while the first is still on its way (after a
+    /// [`Error::CallTimeout`], say) waits for the same record and answers the same
+    /// last id. Refused, changing nothing: a release already recorded, with
+    /// [`Error::RegionReleased`] (which carries the same answer); a region this log holds nothing of, with
     /// [`Error::UnknownRegion`] (this log then does not refuse its appends); the
     /// control region, with [`Error::ReservedRegion`]. An error with
     /// [`Durability::MayBeDurable`] means the release may be recorded: ask again, and a

@@ -255,7 +255,8 @@ impl WriterState {
     /// Fails the releases and acquires still waiting with `error` (the epoch ended or
     /// the writer stopped): their object may have landed; asked again, an acquire
     /// raises again, and a release is answered [`Error::RegionReleased`] with its last
-    /// id if its snapshot is on the chain the new epoch recovered.
+    /// id if its snapshot is on the chain the new epoch recovered. (Within one epoch a
+    /// release asked again waits here on the same ticket: `WriteProtocol::release`.)
     fn fail_controls(&mut self, error: &Error) {
         for (_, waiter) in std::mem::take(&mut self.controls) {
             waiter.answer(Err(error.clone()));

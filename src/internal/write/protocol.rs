@@ -628,12 +628,24 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     /// region's last id in this log (`None`: it holds none, only earlier pieces) with
     /// the id the next owner acquires above ([`Released`]; [`id_bound`](Self::id_bound)),
     /// and what the release waits for: once that object is acknowledged, so is every
-    /// earlier one, and the last id is the region's largest on the chain. Refused,
-    /// changing nothing, for the control region, a region released already, and a
-    /// region this log holds nothing of ([`Error::UnknownRegion`]).
+    /// earlier one, and the last id is the region's largest on the chain. A release
+    /// asked again while the object recording it is in flight (a caller retrying after
+    /// a timeout) waits for that same object, with the same last id: answered before,
+    /// it would outrun its record, which an unknown outcome can still lose. Refused,
+    /// changing nothing, for the control region, a region whose release is recorded
+    /// on the chain already, and a region this log holds nothing of
+    /// ([`Error::UnknownRegion`]).
     pub fn release(&mut self, region: u64, now: Now) -> Result<(Released, ControlTicket)> {
         self.ensure_writing()?;
         node_region(region)?;
+        if let Some((last_id, ticket)) = self.release_in_flight(region) {
+            let released = Released {
+                last_id,
+                acquire_above: self.id_bound().max(last_id.unwrap_or(0)),
+                sequence: Some(ticket.sequence),
+            };
+            return Ok((released, ticket));
+        }
         self.holdings.refuse(region, || self.id_bound())?;
         let last_id = self.last_id_of(region);
         if last_id.is_none() && self.holdings.pieces_of(region).is_empty() {
@@ -652,6 +664,27 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             sequence: Some(ticket.sequence),
         };
         Ok((released, ticket))
+    }
+
+    /// The release of `region` not yet recorded on the chain, if one is in flight: its
+    /// last id and the first snapshot in flight from which every later one records it
+    /// (an earlier one may record an earlier release, since taken back).
+    fn release_in_flight(&self, region: u64) -> Option<(Option<u64>, ControlTicket)> {
+        let last_id = self.holdings.released(region)?;
+        let mut first = None;
+        for (sequence, holdings) in self.snapshots_in_flight.iter().rev() {
+            if holdings.released(region) != Some(last_id) {
+                break;
+            }
+            first = Some(*sequence);
+        }
+        let sequence = first?;
+        let all_in_flight = self.snapshots_in_flight.keys().next() == Some(&sequence);
+        if all_in_flight && self.acknowledged_holdings.released(region) == Some(last_id) {
+            // Recorded already; the snapshots in flight only copy it forward.
+            return None;
+        }
+        Some((last_id, ControlTicket { sequence }))
     }
 
     /// An id above every id this epoch handed out, and every id its instance handed out
@@ -1805,14 +1838,6 @@ mod tests {
             admit(&mut h, 2, 1).unwrap_err().to_string(),
             refused.to_string()
         );
-        assert_eq!(
-            h.protocol
-                .release(1, now)
-                .map(|(l, _)| l)
-                .unwrap_err()
-                .to_string(),
-            refused.to_string()
-        );
         assert!(matches!(
             h.protocol.release(CONTROL_REGION, now),
             Err(Error::ReservedRegion { .. })
@@ -1850,6 +1875,59 @@ mod tests {
                 if acquire_above == entry_id(4, (1 << 20) - 1)
         ));
         admit(&mut h, 4, 9).expect("its appends are not refused");
+    }
+
+    /// A release asked again while its snapshot is in flight (a coordinator retrying
+    /// after a timeout) waits for the same object and answers the same last id; once
+    /// that object is acknowledged, a repeat is refused `RegionReleased` at once. Before
+    /// the mend the repeat was refused at once from the holdings in flight: if that
+    /// object then met an unknown outcome, the next epoch recovered a chain where the
+    /// region was not released and admitted its appends, which no new owner replays.
+    #[test]
+    fn a_retried_release_waits_for_the_same_record() {
+        let mut h = Harness::new();
+        let last = admit(&mut h, 0, 1).expect("admitted");
+        let now = h.now();
+        let (released, ticket) = h.protocol.release(1, now).expect("released");
+        h.protocol.poll(now);
+        assert_eq!(creates(&mut h).len(), 1, "the release's object starts");
+        // Another snapshot after it (a flushed piece) records the release too.
+        admit(&mut h, 1, 2).expect("another region is admitted");
+
+        let (again, again_ticket) = h.protocol.release(1, now).expect("waits, not refused");
+        assert_eq!(again_ticket, ticket, "the same record");
+        assert_eq!(again.last_id, Some(last));
+        assert!(again.acquire_above >= released.acquire_above);
+        assert_eq!(again.sequence, Some(ticket.sequence));
+        assert!(!h.protocol.ticket_acknowledged(&again_ticket));
+
+        durable(&mut h, ticket.sequence);
+        assert!(h.protocol.ticket_acknowledged(&again_ticket));
+        assert!(matches!(
+            h.protocol.release(1, now),
+            Err(Error::RegionReleased { region: 1, released: Released { last_id, sequence: None, .. } })
+                if last_id == Some(last)
+        ));
+    }
+
+    /// A release taken back by an acquire in flight and released again waits for the
+    /// second release's snapshot, not the first's (which records it too).
+    #[test]
+    fn a_release_repeated_after_a_take_back_waits_for_its_own_record() {
+        let mut h = Harness::new();
+        let last = admit(&mut h, 0, 1).expect("admitted");
+        let now = h.now();
+        let (_, first) = h.protocol.release(1, now).expect("released");
+        h.protocol.poll(now);
+        durable(&mut h, first.sequence);
+        h.protocol
+            .acquire(1, last, now)
+            .expect("taken back in flight");
+        h.protocol.poll(now);
+        let (_, second) = h.protocol.release(1, now).expect("released again");
+        assert!(second.sequence > first.sequence);
+        let (_, again) = h.protocol.release(1, now).expect("waits");
+        assert_eq!(again, second);
     }
 
     /// Pacing under a throttling store (DESIGN.md "Throttled stores"), on the harness's
