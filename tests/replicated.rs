@@ -24,7 +24,7 @@ use futures::TryStreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use object_store_wal::format::{self, encode_object, EncodedObject, Header, Link};
+use object_store_wal::format::{self, encode_object, entry_sequence, EncodedObject, Header, Link};
 use object_store_wal::internal::read::Entry;
 use object_store_wal::internal::store::keys::object_key;
 use object_store_wal::internal::store::objects::{CreateAttempt, CreateKind, WalIo};
@@ -566,4 +566,47 @@ async fn an_open_claims_a_split_key_and_opens_above_it() {
     let replayed = replay_all(&wal).await;
     assert_eq!(replayed.len(), 1);
     assert_eq!(replayed[0].payload, Bytes::from("entry 0"));
+}
+
+/// A raise object (DESIGN.md "Regions moving between nodes": an acquire raises the id
+/// offset) that reached one store of three carried ids handed out at admission: the
+/// next epoch's ids count from above its id base, as one store counts an orphan, though
+/// no quorum decides it. Before, only decided values counted, and the new epoch gave
+/// those ids again (sequence 4 + offset 0 is below the raise's 3 + 1,000).
+#[tokio::test]
+async fn a_new_epoch_counts_ids_above_a_copy_no_quorum_holds() {
+    let memory: Vec<Arc<InMemory>> = (0..3).map(|_| Arc::new(InMemory::new())).collect();
+    let opening = Header {
+        link: Link {
+            sequence: 0,
+            epoch: 0,
+        },
+        ..header(1, 2, false)
+    };
+    let opening = encode_object(&opening, std::iter::empty()).expect("encodes");
+    for m in &memory {
+        put(m, &opening).await;
+    }
+    let raise = Header {
+        id_offset: 1_000,
+        ..header(2, 2, false)
+    };
+    let raise = encode_object(&raise, std::iter::empty()).expect("encodes");
+    put(&memory[2], &raise).await;
+    let stores = memory
+        .iter()
+        .map(|m| m.clone() as Arc<dyn ObjectStore>)
+        .collect::<Vec<_>>();
+    let mut wal = ObjectStoreLogStore::open(WalStores::quorum(stores).expect("three"), config())
+        .await
+        .expect("opens");
+    let report = wal.report();
+    assert_eq!(report.max_id_base, 1_002, "the lone copy's id base counts");
+    let receipt = wal.append_and_flush(parts(0)).await.expect("append");
+    let id = receipt.parts[0].first_id;
+    assert!(
+        entry_sequence(id) > 1_002,
+        "id {id} (base {}) is not above the lone copy's ids",
+        entry_sequence(id)
+    );
 }

@@ -133,13 +133,9 @@ pub async fn open_instance_above(
             // is the largest present.
             let largest = above.max(recovery.report.max_sequence);
             // The new epoch's ids count from above every id base present, orphans and
-            // claims included, and every one this instance handed out.
-            let id_base = recovery
-                .report
-                .objects
-                .iter()
-                .map(|o| o.header.id_base())
-                .fold(above_id_base, u64::max);
+            // claims included (over several stores, every copy read, decided or not),
+            // and every one this instance handed out.
+            let id_base = recovery.report.max_id_base.max(above_id_base);
             let plan = plan_opening_above(
                 &present,
                 recovery.report.chain_end.as_ref(),

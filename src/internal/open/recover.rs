@@ -122,6 +122,11 @@ pub struct RecoveryReport {
     pub chain_end: Option<Header>,
     /// The largest sequence present (orphans and claims included), 0 when empty.
     pub max_sequence: u64,
+    /// The largest id base (sequence plus id offset) of any object read, orphans and
+    /// claims included, and over several stores of any copy read, decided or not (a
+    /// copy on fewer than a quorum may carry ids handed out at admission); 0 when
+    /// empty. A new epoch hands out ids above it.
+    pub max_id_base: u64,
     /// Objects not on the chain: never replayed, never reused.
     pub orphans: usize,
     /// Damaged segments found in objects read whole (objects read with ranged GETs have
@@ -314,7 +319,7 @@ pub async fn recover_cached(
         io,
         &by_sequence,
         failed,
-        max_sequence,
+        (max_sequence, 0),
         listing.foreign,
         mode,
     ) {
@@ -333,11 +338,13 @@ pub async fn recover_cached(
 
 /// Chooses the chain among the objects read (`by_sequence`) and indexes it; fails with
 /// the highest object that could not be read (`failed`) at or above the chain's floor.
+/// `(max_sequence, copies_id_base)`: the largest sequence listed, and the largest id
+/// base of the copies read that are not in `by_sequence` (over several stores).
 fn assemble(
     io: &WalIo,
     by_sequence: &BTreeMap<u64, SummaryRead>,
     mut failed: BTreeMap<u64, Error>,
-    max_sequence: u64,
+    (max_sequence, copies_id_base): (u64, u64),
     foreign: Vec<String>,
     mode: RecoveryMode,
 ) -> Result<Recovered> {
@@ -427,10 +434,15 @@ fn assemble(
             })
         })
         .collect();
+    let max_id_base = by_sequence
+        .values()
+        .map(|o| o.summary.header.id_base())
+        .fold(copies_id_base, u64::max);
     let report = RecoveryReport {
         orphans: objects.iter().filter(|o| !o.on_chain).count(),
         chain_end,
         max_sequence,
+        max_id_base,
         foreign,
         objects,
         damaged_segments,
@@ -762,7 +774,20 @@ pub async fn recover_replicas(
         );
     }
     failed.retain(|sequence, _| !by_sequence.contains_key(sequence));
-    let recovered = assemble(io, &by_sequence, failed, max_sequence, foreign, mode);
+    // Every copy read counts, decided or not, as one store counts an orphan.
+    let copies_id_base = per_store
+        .iter()
+        .flat_map(|s| s.values())
+        .map(|r| r.summary.header.id_base())
+        .fold(0, u64::max);
+    let recovered = assemble(
+        io,
+        &by_sequence,
+        failed,
+        (max_sequence, copies_id_base),
+        foreign,
+        mode,
+    );
     // What each store showed, for an open that starts over.
     for (slot, summaries) in cache.iter_mut().zip(per_store) {
         *slot = summaries;
