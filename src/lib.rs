@@ -181,7 +181,9 @@ pub use error::{
 };
 pub use format::{entry_id, FormatError, Header, Link};
 pub use internal::chain::holdings::{Piece, RegionHolding};
-pub use internal::open::{DamagedSegment, GivenUp, ObjectInfo, RecoveryReport, UnreadObject};
+pub use internal::open::{
+    DamagedSegment, GivenUp, GivenUpHoldings, ObjectInfo, RecoveryReport, UnreadObject,
+};
 pub use internal::read::Entry;
 /// Another node's log opened read-only, the source of regions this node takes over
 /// (catch-up). Hidden until region moves are public.

@@ -5,7 +5,7 @@ use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
 use object_store_wal::internal::open::open_instance_above;
-use object_store_wal::internal::read::read_holdings;
+use object_store_wal::internal::read::read_open_holdings;
 use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::{Config, CreateClock, Error};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -73,8 +73,9 @@ impl Actor for RecoveryActor {
                 // Then the chain's last control snapshot: which regions this log
                 // released (the writer refuses their appends).
                 let opening = async {
-                    let opened = opening.await?;
-                    let holdings = read_holdings(&args.io, &opened.recovery.catalog).await?;
+                    let mut opened = opening.await?;
+                    let mode = args.config.recovery_mode;
+                    let holdings = read_open_holdings(&args.io, mode, &mut opened.recovery).await?;
                     Ok((opened, holdings))
                 };
                 let result = match AssertUnwindSafe(opening).catch_unwind().await {

@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::internal::chain::catalog::{Catalog, Retention};
 use crate::internal::open::{open_instance, recover_in, Opened, RecoveryReport};
 use crate::internal::read::{
-    follow_read_only, read_holdings, read_region, replay_regions, Entry, ReplayLimits,
+    follow_read_only, read_open_holdings, read_region, replay_regions, Entry, ReplayLimits,
 };
 use crate::internal::store::objects::WalIo;
 use crate::internal::store::stores::WalStores;
@@ -150,10 +150,10 @@ impl ObjectStoreLogStore {
     #[doc(hidden)]
     pub async fn open_io(io: WalIo, config: Config) -> Result<Self> {
         config.validate()?;
-        let opened = open_instance(&io, &config).await?;
+        let mut opened = open_instance(&io, &config).await?;
         // Regions this log released stay refused (DESIGN.md "Regions moving between
         // nodes"); this front end neither releases nor acquires.
-        let holdings = read_holdings(&io, &opened.recovery.catalog).await?;
+        let holdings = read_open_holdings(&io, config.recovery_mode, &mut opened.recovery).await?;
         let Opened {
             recovery,
             epoch,
@@ -211,8 +211,9 @@ impl ObjectStoreLogStore {
         if self.writing.is_none() {
             return Err(Error::ReadOnly);
         }
-        let opened = open_instance(&self.io, &self.config).await?;
-        let holdings = read_holdings(&self.io, &opened.recovery.catalog).await?;
+        let mut opened = open_instance(&self.io, &self.config).await?;
+        let mode = self.config.recovery_mode;
+        let holdings = read_open_holdings(&self.io, mode, &mut opened.recovery).await?;
         // Watermarks reported before stay true in the new epoch.
         lock(&self.retention).reopen(&opened.recovery.catalog, opened.epoch.floor);
         let chain = SharedChain {

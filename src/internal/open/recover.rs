@@ -26,8 +26,10 @@ use tracing::{debug, info, warn};
 
 use crate::config::RecoveryMode;
 use crate::error::{Error, Result};
+use crate::format::control::CONTROL_REGION;
 use crate::format::{entry_id, FormatError, Header, MAX_SEGMENT_ENTRIES, MAX_SEQUENCE};
-use crate::internal::chain::catalog::{choose_chain, Catalog};
+use crate::internal::chain::catalog::{choose_chain, Catalog, SegmentLocation};
+use crate::internal::chain::holdings::Piece;
 use crate::internal::store::objects::{CreateAttempt, ListedObject, Listing, SummaryRead, WalIo};
 use crate::internal::store::quorum::{key_state, quorum, KeyState, Listed, ValueId};
 use crate::internal::store::replicated::{gather, Gathered};
@@ -143,6 +145,36 @@ pub struct RecoveryReport {
     /// because their links run through an object in
     /// [`given_up_damaged`](Self::given_up_damaged), with the entries they held.
     pub given_up: Vec<GivenUp>,
+    /// Under [`RecoveryMode::PointInTime`] only: objects on the chain whose control
+    /// segment (the record of releases and earlier pieces) could not be read; the open
+    /// went on with the last one before them that could be, or with none.
+    pub damaged_control: Vec<u64>,
+    /// Under [`RecoveryMode::PointInTime`] only: what the record of who holds what in
+    /// the objects given up says that the chain's record does not (a release or an
+    /// acquire given up changes which regions this log admits).
+    pub given_up_holdings: Option<GivenUpHoldings>,
+}
+
+/// What point-in-time recovery gave up of the record of who holds what (DESIGN.md
+/// "The record of who holds what"): the newest control snapshot among the objects
+/// given up ([`RecoveryReport::given_up`]), against the one the open went on with.
+/// Unreadable objects given up ([`RecoveryReport::given_up_damaged`]) may have recorded
+/// more; nothing can tell what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GivenUpHoldings {
+    /// The object given up whose snapshot is compared.
+    pub sequence: u64,
+    /// Its control segment could not be read: what it recorded is unknown.
+    pub unreadable: bool,
+    /// Regions it records released (with their last id) and the chain does not: this
+    /// log admits their appends again, though another node may own them now.
+    pub released: Vec<(u64, Option<u64>)>,
+    /// Regions the chain records released and it does not (an acquire given up): this
+    /// log refuses their appends again.
+    pub taken_back: Vec<u64>,
+    /// Earlier pieces it records and the chain does not, by region: a replay of the
+    /// region through this log no longer reads them.
+    pub pieces: Vec<(u64, Piece)>,
 }
 
 /// A readable object that point-in-time recovery left off the chain because its links
@@ -250,6 +282,9 @@ pub struct Recovered {
     pub catalog: Catalog,
     /// What was found.
     pub report: RecoveryReport,
+    /// Under point-in-time recovery: where the newest control segment among the
+    /// objects given up is, with that object's length.
+    pub given_up_control: Option<(SegmentLocation, u64)>,
 }
 
 /// Steps 1 and 2 of the open: list, read every object's header, footer and trailer
@@ -362,9 +397,29 @@ fn assemble(
     let mut needed = failed.split_off(&floor);
     let mut given_up_damaged = Vec::new();
     let mut given_up = Vec::new();
+    let mut given_up_control = None;
     if mode == RecoveryMode::PointInTime && !needed.is_empty() {
         // Going on without them: report exactly what that gives up.
         given_up = given_up_through(by_sequence, &needed, &chain);
+        given_up_control = given_up
+            .iter()
+            .rev()
+            .filter_map(|g| by_sequence.get(&g.header.sequence))
+            .find_map(|read| {
+                let summary = &read.summary;
+                let record = summary
+                    .footer
+                    .records
+                    .iter()
+                    .rev()
+                    .find(|r| r.region == CONTROL_REGION)?;
+                let location = SegmentLocation {
+                    sequence: summary.header.sequence,
+                    epoch: summary.header.epoch,
+                    record: *record,
+                };
+                Some((location, summary.length))
+            });
         for (sequence, error) in std::mem::take(&mut needed) {
             warn!(key = %io.key(sequence), error = %error,
                 "point-in-time recovery goes on without an object it cannot read");
@@ -449,8 +504,14 @@ fn assemble(
         unread_below_floor,
         given_up_damaged,
         given_up,
+        damaged_control: Vec::new(),
+        given_up_holdings: None,
     };
-    Ok(Recovered { catalog, report })
+    Ok(Recovered {
+        catalog,
+        report,
+        given_up_control,
+    })
 }
 
 /// The readable objects off `chain` whose links run, through readable objects, to one

@@ -14,12 +14,13 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream, StreamExt};
 use tracing::{debug, warn};
 
-use crate::config::CorruptSegmentPolicy;
+use crate::config::{CorruptSegmentPolicy, RecoveryMode};
 use crate::error::{Error, Result};
 use crate::format::control::CONTROL_REGION;
 use crate::format::{self};
 use crate::internal::chain::catalog::{Catalog, SegmentLocation};
-use crate::internal::chain::holdings::Holdings;
+use crate::internal::chain::holdings::{Holdings, Piece};
+use crate::internal::open::{GivenUpHoldings, Recovered};
 use crate::internal::store::cache::{Payloads, SegmentId};
 use crate::internal::store::objects::{read_again_once, WalIo};
 
@@ -225,6 +226,106 @@ pub async fn read_holdings(io: &WalIo, catalog: &Catalog) -> Result<Holdings> {
     let last = catalog.segments_from(CONTROL_REGION, 0).last().copied();
     let object_len = last.and_then(|l| catalog.object_len(l.sequence));
     read_holdings_at(io, last, object_len).await
+}
+
+/// What a writer's open reads of the record of who holds what, and reports into
+/// `recovered`'s report. Under the default recovery mode it is [`read_holdings`]: a
+/// damaged snapshot fails the open. Under [`RecoveryMode::PointInTime`], which is there
+/// to get past damage, a control segment on the chain that cannot be read is passed
+/// over for the one before it (or none), each named in
+/// [`RecoveryReport::damaged_control`](crate::RecoveryReport::damaged_control); and the
+/// newest snapshot among the objects given up is compared with the one gone on with
+/// ([`GivenUpHoldings`]). Both come with a warning: a release given up makes this log
+/// admit a region another node may own.
+pub async fn read_open_holdings(
+    io: &WalIo,
+    mode: RecoveryMode,
+    recovered: &mut Recovered,
+) -> Result<Holdings> {
+    if mode != RecoveryMode::PointInTime {
+        return read_holdings(io, &recovered.catalog).await;
+    }
+    let controls: Vec<(SegmentLocation, Option<u64>)> = recovered
+        .catalog
+        .segments_from(CONTROL_REGION, 0)
+        .iter()
+        .rev()
+        .map(|l| (*l, recovered.catalog.object_len(l.sequence)))
+        .collect();
+    let mut holdings = Holdings::new();
+    for (location, object_len) in controls {
+        match read_holdings_at(io, Some(location), object_len).await {
+            Ok(read) => {
+                holdings = read;
+                break;
+            }
+            Err(e @ Error::CorruptSegment { .. }) => {
+                warn!(key = %io.key(location.sequence), error = %e,
+                    "point-in-time recovery passes over a control snapshot it cannot read: \
+                     releases and pieces it recorded are not in force");
+                recovered.report.damaged_control.push(location.sequence);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some((location, object_len)) = recovered.given_up_control {
+        let given_up = match read_holdings_at(io, Some(location), Some(object_len)).await {
+            Ok(lost) => compare_holdings(location.sequence, &lost, &holdings),
+            Err(Error::CorruptSegment { .. }) => GivenUpHoldings {
+                sequence: location.sequence,
+                unreadable: true,
+                released: Vec::new(),
+                taken_back: Vec::new(),
+                pieces: Vec::new(),
+            },
+            Err(e) => return Err(e),
+        };
+        let changed = given_up.unreadable
+            || !given_up.released.is_empty()
+            || !given_up.taken_back.is_empty()
+            || !given_up.pieces.is_empty();
+        if changed {
+            warn!(key = %io.key(location.sequence), released = ?given_up.released,
+                taken_back = ?given_up.taken_back, pieces = given_up.pieces.len(),
+                unreadable = given_up.unreadable,
+                "point-in-time recovery gives up releases or acquires: check which node \
+                 owns these regions before routing appends here");
+        }
+        recovered.report.given_up_holdings = Some(given_up);
+    }
+    Ok(holdings)
+}
+
+/// What `lost` (the snapshot of the object at `sequence`, given up) records that
+/// `kept` does not.
+fn compare_holdings(sequence: u64, lost: &Holdings, kept: &Holdings) -> GivenUpHoldings {
+    let released = lost
+        .released_regions()
+        .filter(|(region, last)| kept.released(*region) != Some(*last))
+        .collect();
+    let taken_back = kept
+        .released_regions()
+        .filter(|(region, _)| lost.released(*region).is_none())
+        .map(|(region, _)| region)
+        .collect();
+    let kept_pieces: Vec<(u64, Piece)> = kept
+        .regions_with_pieces()
+        .into_iter()
+        .flat_map(|r| kept.pieces_of(r).into_iter().map(move |p| (r, p)))
+        .collect();
+    let pieces = lost
+        .regions_with_pieces()
+        .into_iter()
+        .flat_map(|r| lost.pieces_of(r).into_iter().map(move |p| (r, p)))
+        .filter(|p| !kept_pieces.contains(p))
+        .collect();
+    GivenUpHoldings {
+        sequence,
+        unreadable: false,
+        released,
+        taken_back,
+        pieces,
+    }
 }
 
 /// [`read_holdings`] from the control segment at `location` (the last one on the
