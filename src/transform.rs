@@ -172,8 +172,14 @@ impl Cipher {
     /// The cipher new segments get: this one, or for [`Cipher::Auto`] the faster one
     /// on this CPU.
     pub fn resolve(self) -> Cipher {
+        self.resolve_on(aes_gcm_accelerated())
+    }
+
+    /// [`resolve`](Self::resolve) on a CPU that runs AES-GCM in hardware (`accelerated`)
+    /// or not.
+    fn resolve_on(self, accelerated: bool) -> Cipher {
         match self {
-            Cipher::Auto if aes_gcm_accelerated() => Cipher::Xaes256Gcm,
+            Cipher::Auto if accelerated => Cipher::Xaes256Gcm,
             Cipher::Auto => Cipher::XChaCha20Poly1305,
             chosen => chosen,
         }
@@ -185,11 +191,17 @@ impl Cipher {
     /// not yet upgraded) cannot open cipher 2; it picks the faster cipher for new WALs.
     /// A cipher chosen by name is that cipher.
     pub fn for_wal(self, newest_on_chain: Option<u8>) -> Cipher {
+        self.for_wal_on(newest_on_chain, aes_gcm_accelerated())
+    }
+
+    /// [`for_wal`](Self::for_wal) on a CPU that runs AES-GCM in hardware (`accelerated`)
+    /// or not: the choice for either CPU, testable on both.
+    fn for_wal_on(self, newest_on_chain: Option<u8>, accelerated: bool) -> Cipher {
         match (self, newest_on_chain) {
             (Cipher::Auto, Some(crate::format::CIPHER_XCHACHA20_POLY1305)) => {
                 Cipher::XChaCha20Poly1305
             }
-            (chosen, _) => chosen.resolve(),
+            (chosen, _) => chosen.resolve_on(accelerated),
         }
     }
 
@@ -556,17 +568,6 @@ mod tests {
             assert!(bad.parse::<Cipher>().is_err(), "{bad}");
         }
         assert_eq!(Cipher::default(), Cipher::Auto);
-        // Auto keeps an existing WAL's cipher 1; a named cipher is that cipher.
-        let one = Some(crate::format::CIPHER_XCHACHA20_POLY1305);
-        let two = Some(crate::format::CIPHER_XAES_256_GCM);
-        assert_eq!(Cipher::Auto.for_wal(one), Cipher::XChaCha20Poly1305);
-        assert_eq!(Cipher::Auto.for_wal(two), Cipher::Auto.resolve());
-        assert_eq!(Cipher::Auto.for_wal(None), Cipher::Auto.resolve());
-        assert_eq!(Cipher::Xaes256Gcm.for_wal(one), Cipher::Xaes256Gcm);
-        assert_eq!(
-            Cipher::XChaCha20Poly1305.for_wal(two),
-            Cipher::XChaCha20Poly1305
-        );
         let auto = Cipher::Auto.resolve();
         assert_eq!(auto == Cipher::Xaes256Gcm, aes_gcm_accelerated());
         assert_eq!(Cipher::Xaes256Gcm.id(), crate::format::CIPHER_XAES_256_GCM);
@@ -574,6 +575,35 @@ mod tests {
             Cipher::XChaCha20Poly1305.id(),
             crate::format::CIPHER_XCHACHA20_POLY1305
         );
+    }
+
+    /// Auto keeps an existing WAL's cipher 1 and takes cipher 2 elsewhere where the CPU
+    /// has AES instructions, cipher 1 everywhere where it has none; a named cipher is that
+    /// cipher. Both CPUs' choices, whatever this one has; `for_wal` asks this one.
+    #[test]
+    fn a_wal_s_cipher_on_either_cpu() {
+        use Cipher::{Auto, XChaCha20Poly1305 as One, Xaes256Gcm as Two};
+        let one = Some(crate::format::CIPHER_XCHACHA20_POLY1305);
+        let two = Some(crate::format::CIPHER_XAES_256_GCM);
+        for (cipher, newest, with_aes, without_aes) in [
+            (Auto, one, One, One),
+            (Auto, two, Two, One),
+            (Auto, None, Two, One),
+            (Two, one, Two, Two),
+            (Two, None, Two, Two),
+            (One, two, One, One),
+            (One, None, One, One),
+        ] {
+            let case = format!("{cipher} over {newest:?}");
+            assert_eq!(cipher.for_wal_on(newest, true), with_aes, "{case}, AES");
+            assert_eq!(
+                cipher.for_wal_on(newest, false),
+                without_aes,
+                "{case}, no AES"
+            );
+            let here = cipher.for_wal_on(newest, aes_gcm_accelerated());
+            assert_eq!(cipher.for_wal(newest), here, "{case}, this CPU");
+        }
     }
 
     #[test]

@@ -202,6 +202,9 @@ async fn late_landing_then_retry(advance: Duration) -> PersistOutcome {
     let io = WalIo::new(faults.clone(), PREFIX, 1 << 20).expect("io");
     let clock = ManualClock::new();
     faults.fail_create_of(&key(7), [CreateFault::LandLate(u32::MAX)]);
+    // Counts the first attempt through, held by nothing.
+    let first = faults.hold_next_creates_of(&key(7), 1);
+    first.release();
     let obj = object(7);
     let task = {
         let (io, obj, clock) = (io.clone(), obj.clone(), clock.clone());
@@ -209,14 +212,10 @@ async fn late_landing_then_retry(advance: Duration) -> PersistOutcome {
             persist_within(&io, &obj, &config().retry, MAX_CREATE, clock.as_ref()).await
         })
     };
-    // The first attempt was answered with an error; the retry waits for its backoff (1 s
-    // of paused time, which does not pass while this test polls).
-    bounded("the first attempt", async {
-        while faults.late_pending() == 0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    // The first attempt was answered with an error, its object to land late; the retry
+    // waits for its backoff, caught by the hold placed before this task waits again.
+    bounded("the first attempt", first.wait_finished(1)).await;
+    assert_eq!(faults.late_pending(), 1);
     let hold = faults.hold_creates_of(&key(7));
     bounded("the retry", hold.wait_arrived(1)).await;
     assert!(bytes_at(&inner, 7).await.is_none(), "not landed yet");

@@ -29,7 +29,9 @@ use object_store_wal::internal::write::pace::PACE_STEP;
 use object_store_wal::internal::write::persist::{
     persist, persist_paced, persist_within, PersistOutcome,
 };
-use object_store_wal::testing::{with_latency, with_throttle, Throttle, ThrottleStore, TokioClock};
+use object_store_wal::testing::{
+    with_latency, with_throttle, CreateFault, FaultStore, Throttle, ThrottleStore, TokioClock,
+};
 use object_store_wal::{
     AppendParts, Config, Error, HedgeAfter, ObjectStoreLogStore, RetryPolicy, WalStores,
 };
@@ -124,6 +126,32 @@ async fn a_throttled_create_lands_once_the_store_takes_it() {
     }
     let key = object_key(&Path::from(PREFIX), 2);
     assert!(throttle.head(&key).await.is_ok(), "the object is there");
+}
+
+/// A create that landed though its answer was lost (applied, then an error), its retries
+/// refused by a store with one PUT every two seconds: the retry the store takes finds
+/// our own bytes, so the create is durable and counted found landed, once.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_lost_answer_retried_through_throttle_replies_is_found_landed_once() {
+    let faults = FaultStore::new(Arc::new(InMemory::new()));
+    let key = object_key(&Path::from(PREFIX), 2);
+    faults.fail_create_of(&key, [CreateFault::ApplyThenError]);
+    // The one token goes to the first attempt, which lands.
+    let throttle = with_throttle(faults, Throttle::puts_per_s(0.5).burst(1.0));
+    let io = WalIo::new(throttle.clone(), PREFIX, 1 << 20).expect("io");
+    let (outcome, told, _) = persist_told(&io).await;
+    match outcome {
+        PersistOutcome::Durable { attempts } => {
+            assert!(attempts > retry().max_attempts, "{attempts}")
+        }
+        other => panic!("expected durable, got {other:?}"),
+    }
+    assert!(told > 0, "the retries met throttle replies");
+    assert_eq!(
+        io.request_stats().counts().creates_found_landed,
+        1,
+        "found landed once, not once per throttle reply"
+    );
 }
 
 /// While the last create answered was a throttle reply, creates are not hedged; once
@@ -407,14 +435,11 @@ async fn a_dropped_flush_is_finished_or_ends_the_epoch_at_the_next() {
     let before = throttle.counts().puts_throttled;
     {
         let mut flush = std::pin::pin!(wal.flush());
-        // Virtual milliseconds until its create is refused (after its slot, if any).
-        for _ in 0..1000 {
-            if throttle.counts().puts_throttled > before {
-                break;
-            }
-            let waited = tokio::time::timeout(Duration::from_millis(1), flush.as_mut()).await;
-            assert!(waited.is_err(), "the flush waits to retry");
-        }
+        // Its slot is at most the wider interval away (the last create started under
+        // it, now); refused there at once, its retry waits a backoff past this.
+        let waited =
+            tokio::time::timeout(interval + Duration::from_millis(1), flush.as_mut()).await;
+        assert!(waited.is_err(), "the flush waits to retry");
         assert!(throttle.counts().puts_throttled > before, "refused");
     }
     throttle.set_puts_per_s(None);

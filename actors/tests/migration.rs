@@ -864,13 +864,14 @@ async fn a_source_log_says_when_its_polling_failed() {
     config.request_timeout = Duration::from_millis(100);
     let source = source_of(&through_down, &config).await;
     assert!(!source.has_failed());
+    // A follow of a region the source never wrote waits only on its polling, and ends
+    // with the polling's failure: the event to wait on.
+    let mut follow = source.follow(2, 0);
     down.hooks().set_down(true);
-    bounded("the polling to fail", async {
-        while !source.has_failed() {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    let ended = bounded("the polling to fail", follow.next()).await;
+    assert!(matches!(ended, Some(Err(_))), "{ended:?}");
+    assert!(source.has_failed());
+    drop(follow);
     down.hooks().set_down(false);
     let later = bounded("an append", a.append(1, vec![payload("y")]))
         .await

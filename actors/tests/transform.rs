@@ -15,7 +15,9 @@ use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::ObjectStore;
 use object_store_wal::format::{decode_object_summary, FormatError};
-use object_store_wal::transform::{Cipher, Compression, SegmentKey, StaticKeys};
+use object_store_wal::transform::{
+    aes_gcm_accelerated, Cipher, Compression, SegmentKey, StaticKeys,
+};
 use object_store_wal::{Config, Entry, Error};
 use support::harness::*;
 
@@ -140,9 +142,17 @@ async fn every_acknowledged_entry_comes_back_through_the_actors() {
 
 /// A node upgraded to `cipher = auto` keeps writing an existing WAL's cipher 1 (a node
 /// not yet upgraded reads only cipher 1), through the runtime's writer too; a WAL it
-/// starts anew gets the faster cipher on this CPU.
+/// starts anew gets cipher 2. Only a CPU with AES instructions tells the two apart (the
+/// core's `transform` tests check the choice for both CPUs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_keeps_an_existing_wals_cipher_1() {
+    if !aes_gcm_accelerated() {
+        eprintln!(
+            "skipped: without AES instructions `auto` writes cipher 1 to every WAL, so \
+             keeping an existing WAL's cipher 1 cannot show"
+        );
+        return;
+    }
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     for (round, cipher) in [Cipher::XChaCha20Poly1305, Cipher::Auto]
         .into_iter()
@@ -161,7 +171,7 @@ async fn auto_keeps_an_existing_wals_cipher_1() {
 
     for (store, want) in [
         (&store, Cipher::XChaCha20Poly1305.id()),
-        (&fresh, Cipher::Auto.resolve().id()),
+        (&fresh, Cipher::Xaes256Gcm.id()),
     ] {
         let (sequences, _) = listing(store).await;
         let mut ciphers = Vec::new();

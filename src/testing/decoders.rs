@@ -1,7 +1,8 @@
 //! The decoder exercise the fuzz target and the corpus test share
-//! ([`exercise_decoders`]), and the CRC repairs that let damaged bytes reach the
-//! structural rules behind the CRCs ([`repair_crcs`] and one function per CRC, which
-//! the format tests use to patch a field and recompute what would catch it first).
+//! ([`exercise_decoders`]: the object format's decoders and the control snapshot's),
+//! and the CRC repairs that let damaged bytes reach the structural rules behind the
+//! CRCs ([`repair_crcs`] and one function per CRC, which the format tests use to patch
+//! a field and recompute what would catch it first).
 //!
 //! Every repair reads only what `data` holds: bytes too short for a CRC, or a trailer
 //! or record that places its part outside `data`, leave it unchanged (`None`).
@@ -10,19 +11,47 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
+use crate::format::control::{decode_ownership, encode_ownership, CONTROL_REGION};
 use crate::format::{self, FOOTER_FIXED_LEN, FOOTER_RECORD_LEN, HEADER_LEN, TRAILER_LEN};
 use crate::transform::{Opening, SegmentKey, StaticKeys};
 
 /// Runs every decoder of the object format on `data`, as the fuzz target does and the
-/// corpus test replays: whole-object decoding, summary, header, trailer and each segment.
-/// Panics if an accepted object does not encode back to exactly the same bytes (a
-/// decoder that accepts what the encoder would not write); never panics otherwise.
+/// corpus test replays: whole-object decoding, summary, header, trailer and each segment;
+/// and the control snapshot's decoder on `data` itself and on each entry of a control
+/// region segment. Panics if an accepted object or snapshot does not encode back to
+/// exactly the same bytes (a decoder that accepts what the encoder would not write);
+/// never panics otherwise.
 pub fn exercise_decoders(data: &[u8]) {
     decode_everything(data);
     // Random bytes rarely pass a CRC: decode a copy with its CRCs repaired too, so the
     // structural rules behind them are exercised.
     if let Some(repaired) = repair_crcs(data) {
         decode_everything(&repaired);
+    }
+    decode_snapshot(data);
+}
+
+/// Decodes `payload` as a control snapshot, and a copy with its CRC (the last 4 bytes,
+/// as an object's) repaired.
+fn decode_snapshot(payload: &[u8]) {
+    snapshot_round_trip(payload);
+    let mut repaired = payload.to_vec();
+    if repair_object_crc(&mut repaired).is_some() {
+        snapshot_round_trip(&repaired);
+    }
+}
+
+/// A snapshot the decoder accepts encodes back to the same bytes.
+fn snapshot_round_trip(payload: &[u8]) {
+    if let Ok(holdings) = decode_ownership(payload) {
+        match encode_ownership(&holdings) {
+            Ok(again) => assert_eq!(
+                &again[..],
+                payload,
+                "an accepted control snapshot must encode back to the same bytes"
+            ),
+            Err(e) => panic!("an accepted control snapshot does not encode: {e}"),
+        }
     }
 }
 
@@ -141,13 +170,16 @@ fn decode_everything(data: &[u8]) {
         let bytes = Bytes::copy_from_slice(data);
         for record in &summary.footer.records {
             if let Some(range) = placed(record.offset, record.length, bytes.len()) {
-                let _ = format::decode_segment_with(
+                let entries = format::decode_segment_with(
                     bytes.slice(range),
                     record,
                     summary.header.sequence,
                     summary.header.epoch,
                     &opening,
                 );
+                if let (Ok(entries), CONTROL_REGION) = (entries, record.region) {
+                    entries.iter().for_each(|e| decode_snapshot(e));
+                }
             }
         }
     }
