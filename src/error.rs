@@ -161,8 +161,8 @@ pub enum Error {
         /// The id every later one would have to be above.
         above: u64,
     },
-    /// An acquire of a region whose ids in this log already reach above the last id the
-    /// earlier owner gave: this log's own piece would come before the earlier one.
+    /// An acquire of a region this log released at an id above the last id the earlier
+    /// owner gave: this log's own piece would come before the earlier one.
     #[error("region {region}: this log holds id {own}, above the acquired last id {last_id}")]
     AcquireBelowOwnIds {
         /// The region.

@@ -509,9 +509,12 @@ impl WalHandle {
     /// may be one already in flight). Pass the source's [`Released::acquire_above`]
     /// (or, for a region whose entries there were all flushed, at least the region's
     /// flushed id). A region this log had released is taken back (its appends are
-    /// admitted again). Refused, changing nothing, if this log already handed out an
-    /// id of the region above `last_id` ([`Error::AcquireBelowOwnIds`]) and for the
-    /// control region ([`Error::ReservedRegion`]).
+    /// admitted again). Refused, changing nothing, if this log released the region at
+    /// an id above `last_id` ([`Error::AcquireBelowOwnIds`]: its own piece would come
+    /// first) and for the control region ([`Error::ReservedRegion`]). Ids of the region
+    /// above `last_id` in a log that holds it are taken for this acquire's own effect
+    /// (asked again after its raise object landed): that a region is this node's to
+    /// acquire is the coordinator's to check.
     ///
     /// An error with [`Durability::MayBeDurable`] means the raise may be durable: ask
     /// again (an acquire is idempotent).

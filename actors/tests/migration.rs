@@ -98,8 +98,10 @@ async fn an_acquire_raises_ids_above_the_last_id_durably() {
     stop(wal, join).await;
 }
 
-/// Bad acquires get typed errors and change nothing: below an id this log already holds
-/// of the region, and of the control region.
+/// Bad acquires get typed errors and change nothing: of a region this log released at
+/// an id above the acquired one (its own piece would come first), and of the control
+/// region. An acquire of a region this log holds with ids above the acquired one is an
+/// acquire asked again once its effect landed: answered, raising nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_acquires_are_refused_and_change_nothing() {
     let (_faults, store) = memory();
@@ -108,18 +110,28 @@ async fn bad_acquires_are_refused_and_change_nothing() {
         .await
         .expect("append");
     let own_id = own.parts[0].first_id;
-    match bounded("an acquire", wal.acquire(1, own_id - 1)).await {
+    bounded("an append", wal.append(2, vec![Bytes::from_static(b"c")]))
+        .await
+        .expect("append");
+    let released = bounded("a release", wal.release(2))
+        .await
+        .expect("released");
+    let last = released.last_id.expect("region 2 holds an entry");
+    match bounded("an acquire", wal.acquire(2, last - 1)).await {
         Err(Error::AcquireBelowOwnIds {
-            region: 1,
+            region: 2,
             last_id,
             own,
-        }) => assert_eq!((last_id, own), (own_id - 1, own_id)),
+        }) => assert_eq!((last_id, own), (last - 1, last)),
         other => panic!("{other:?}"),
     }
     match bounded("an acquire", wal.acquire(u64::MAX, 0)).await {
         Err(e @ Error::ReservedRegion { region: u64::MAX }) => assert!(!e.is_retryable()),
         other => panic!("{other:?}"),
     }
+    bounded("an acquire", wal.acquire(1, own_id - 1))
+        .await
+        .expect("region 1's ids above the acquired one are its own: asked again");
     // Nothing was raised: the next object counts from its own sequence.
     let next = bounded("an append", wal.append(1, vec![Bytes::from_static(b"b")]))
         .await

@@ -699,8 +699,12 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     /// log's ids above it ([`raise_ids_above`](Self::raise_ids_above)) and, if this log
     /// had released the region, takes it back with a new snapshot. Returns what the
     /// acquire waits for. Refused, changing nothing, for the control region and when
-    /// this log already handed out an id of the region above `last_id` (its own piece
-    /// would come before the earlier owner's).
+    /// this log released the region at an id above `last_id` (its own piece would come
+    /// before the earlier owner's). A region this log holds (not released) with ids
+    /// above `last_id` is not refused: those ids are the acquire's own effect, asked
+    /// again after it failed `MayBeDurable` with its raise object landed (appends of
+    /// the region may ride in it), and the answer waits for them to be durable as the
+    /// first answer would have.
     pub fn acquire(&mut self, region: u64, last_id: u64, now: Now) -> Result<ControlTicket> {
         self.acquire_with(region, last_id, &[], now)
     }
@@ -719,7 +723,9 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     ) -> Result<ControlTicket> {
         self.ensure_writing()?;
         node_region(region)?;
-        if let Some(own) = self.last_id_of(region).filter(|own| *own > last_id) {
+        let released_here = self.holdings.released(region).is_some();
+        let own = self.last_id_of(region).filter(|own| *own > last_id);
+        if let Some(own) = own.filter(|_| released_here) {
             return Err(Error::AcquireBelowOwnIds {
                 region,
                 last_id,
@@ -1930,6 +1936,31 @@ mod tests {
         assert_eq!(again, second);
     }
 
+    /// An acquire asked again after the first failed `MayBeDurable` and its raise
+    /// object landed, with appends of the region riding in it, is answered as the
+    /// first would have been (an acquire is idempotent): the region's ids above the
+    /// acquired last id are the acquire's own effect. Before, it was refused
+    /// `AcquireBelowOwnIds`. While those ids are in flight it waits for them.
+    #[test]
+    fn an_acquire_asked_again_after_its_appends_landed_is_answered() {
+        let mut h = Harness::new();
+        let elsewhere = entry_id(40, 3);
+        let now = h.now();
+        let first = h.protocol.acquire(5, elsewhere, now).expect("acquired");
+        let id = admit(&mut h, 0, 5).expect("admitted above the raise");
+        assert!(id > elsewhere);
+        h.protocol.poll(now);
+        assert!(!creates(&mut h).is_empty());
+
+        // Asked again (the caller's call timed out): it waits for the same ids.
+        let again = h.protocol.acquire(5, elsewhere, now).expect("not refused");
+        assert!(!h.protocol.ticket_acknowledged(&again));
+        durable(&mut h, first.sequence);
+        assert!(h.protocol.ticket_acknowledged(&again));
+        let later = h.protocol.acquire(5, elsewhere, now).expect("not refused");
+        assert!(h.protocol.ticket_acknowledged(&later), "durable: at once");
+    }
+
     /// Pacing under a throttling store (DESIGN.md "Throttled stores"), on the harness's
     /// clock: a throttle reply widens the interval and moves the next slot; while the
     /// throttled create is retried nothing else starts and the open batch is not sealed
@@ -2036,21 +2067,21 @@ mod tests {
         assert_eq!(next[0].sequence(), 4);
     }
 
-    /// An acquire is refused while this log handed out an id of the region above the
-    /// acquired last id, in flight or in the open batch as well as on the chain; an
-    /// acquire of a region this log released takes it back with a new snapshot, and
-    /// waits for it as well as for the raise.
+    /// An acquire is refused while this log released the region at an id above the
+    /// acquired last id (its ids handed out in flight or in the open batch as well as
+    /// on the chain count); an acquire of a region this log released takes it back with
+    /// a new snapshot, and waits for it as well as for the raise.
     #[test]
     fn an_acquire_takes_a_released_region_back_above_its_last_id() {
         let mut h = Harness::new();
         let own = admit(&mut h, 0, 5).expect("admitted");
         let now = h.now();
+        let (released, _) = h.protocol.release(5, now).expect("released");
+        assert_eq!(released.last_id, Some(own));
         assert!(matches!(
             h.protocol.acquire(5, own - 1, now),
             Err(Error::AcquireBelowOwnIds { region: 5, .. })
         ));
-        let (released, _) = h.protocol.release(5, now).expect("released");
-        assert_eq!(released.last_id, Some(own));
         h.protocol.poll(now);
         creates(&mut h);
         durable(&mut h, 2);
