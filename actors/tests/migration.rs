@@ -1019,3 +1019,60 @@ async fn a_source_idle_past_its_bound_is_closed_and_opened_again_on_use() {
     stop(b, join_b).await;
     stop(a, join_a).await;
 }
+
+/// A to B to A to B: a catch-up through A's second release over a source log of A that
+/// was opened after the first release and has not polled since (its catalog's last
+/// snapshot records the region released at the first last id, below the one asked
+/// for). The catch-up probes A's chain before it judges by a snapshot, so it delivers
+/// A's entries through the second release instead of failing `NotOnChain` by the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catch_up_over_a_lagging_source_judges_by_the_newest_release() {
+    let (counting, (a, join_a), (b, join_b)) = nodes_a_and_b().await;
+    let within = Duration::from_secs(10);
+    let first = bounded("an append", a.append(1, vec![payload(0)]))
+        .await
+        .expect("append")
+        .parts[0]
+        .first_id;
+    let from_a = bounded("the release", a.release(1))
+        .await
+        .expect("released");
+    assert_eq!(from_a.last_id, Some(first));
+    // B's view of A, opened now and polling once an hour: it lags what follows.
+    let io = WalIo::for_config(counting.clone(), &node("node-a")).expect("io");
+    let hour = Duration::from_secs(3600);
+    let lagging = bounded("the source", SourceLog::open(io, node("node-a"), hour))
+        .await
+        .expect("the source recovered");
+
+    bounded("the acquire", b.acquire(1, from_a.acquire_above))
+        .await
+        .expect("acquired");
+    bounded("an append", b.append(1, vec![payload(1)]))
+        .await
+        .expect("append");
+    let from_b = bounded("the release", b.release(1))
+        .await
+        .expect("released");
+    bounded("the acquire", a.acquire(1, from_b.acquire_above))
+        .await
+        .expect("taken back");
+    let second = bounded("an append", a.append(1, vec![payload(2)]))
+        .await
+        .expect("append")
+        .parts[0]
+        .first_id;
+    let again = bounded("the release", a.release(1))
+        .await
+        .expect("released again");
+    assert_eq!(again.last_id, Some(second));
+
+    let got = caught(lagging.catch_up(1, 0, second, within)).await;
+    let ids: Vec<u64> = got
+        .into_iter()
+        .map(|e| e.expect("no NotOnChain by the first release").id)
+        .collect();
+    assert_eq!(ids, vec![first, second]);
+    stop(a, join_a).await;
+    stop(b, join_b).await;
+}
