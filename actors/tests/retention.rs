@@ -501,7 +501,13 @@ proptest! {
     /// watermarks.
     #[test]
     fn reclaiming_never_loses_an_entry_above_its_watermark(
-        ops in proptest::collection::vec(op(), 1..60)
+        // Within the restart policy's budget (8 restarts a minute, and virtual time
+        // hardly moves): a ninth writer panic ends the WAL for good, as it should, which
+        // is not what this property is about.
+        ops in proptest::collection::vec(op(), 1..60).prop_filter(
+            "at most 8 writer panics",
+            |ops| ops.iter().filter(|op| matches!(op, Op::PanicWriter)).count() <= 8,
+        )
     ) {
         paused_runtime().block_on(async move {
             let mut run = Run::new().await;
