@@ -148,7 +148,18 @@ impl DerivedKey {
     }
 }
 
+/// A derived AES-256-GCM key on the read path: the key it came from, the nonce prefix
+/// it was derived with, and the key.
+type OpenKey = ([u8; 32], [u8; XAES_KEY_NONCE_LEN], Gcm);
+
 thread_local! {
+    /// The XAES-256-GCM key derived last while segments are opened on this thread, by
+    /// the key and the nonce's first 12 bytes: the segments of one object share those
+    /// ([`crate::transform::ObjectNonces`]), so a reader opening several segments of an
+    /// object (a whole-object read, a replay of many regions) pays one derivation, as
+    /// the writer does. Keyed by the key's bytes too, since one thread opens segments
+    /// of many logs.
+    static OPEN_KEY: RefCell<Option<OpenKey>> = const { RefCell::new(None) };
     /// One zstd compression context per thread and level: a context costs more to build
     /// than a small segment costs to compress.
     static ZSTD_COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
@@ -351,7 +362,18 @@ pub fn open_segment(
             let ad = associated_data(sequence, epoch, region, record.first_entry_id);
             let plain = if cipher_id == CIPHER_XAES_256_GCM {
                 let (n1, n2) = xaes_split(&nonce);
-                xaes_derive(&key.bytes, &n1).and_then(|gcm| gcm.open(n2, &ad, sealed))
+                OPEN_KEY.with(|cache| {
+                    let mut cache = cache.borrow_mut();
+                    let cached = match cache
+                        .take()
+                        .filter(|(k, at, _)| *k == key.bytes && *at == n1)
+                    {
+                        Some(cached) => cached,
+                        None => (key.bytes, n1, xaes_derive(&key.bytes, &n1)?),
+                    };
+                    let (_, _, gcm) = cache.insert(cached);
+                    gcm.open(n2, &ad, sealed)
+                })
             } else {
                 let payload = Payload {
                     msg: sealed,
