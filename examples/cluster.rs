@@ -52,6 +52,9 @@
 //! cargo run --release --example cluster -- --epoch-faults 3   # the resolve path
 //! ```
 
+// The result line's `json!` has more keys than the default limit expands.
+#![recursion_limit = "256"]
+
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -70,7 +73,7 @@ use object_store_wal::testing::{
     with_latency_profile, CountingStore, FaultRates, FaultStore, Hooks, LatencyProfile, SplitMix64,
     Wrapper,
 };
-use object_store_wal::{Config, Durability, Error, ObjectStoreLogStore};
+use object_store_wal::{Config, Durability, Error, FirstRetryWait, ObjectStoreLogStore};
 use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
 use tokio::sync::{watch, Semaphore};
 
@@ -114,13 +117,15 @@ struct Args {
     /// unapplied, landing late).
     #[arg(long, default_value_t = 0.001)]
     fault_rate: f64,
-    /// The wait before a failed create's first retry, ms (the library's default is 50;
-    /// each retry doubles it). A faulted create costs this plus a PUT (and a GET to
-    /// verify its own bytes when it had landed), and about one window in a hundred
-    /// waits for one at the default fault rate (BENCHMARKS.md: with 50 the window's
-    /// p99 is that tail's, 72 to 126 ms across runs).
-    #[arg(long, default_value_t = 10)]
-    retry_initial_backoff_ms: u64,
+    /// Overrides the library's wait before a failed create's first retry, ms: fixed at
+    /// this (each retry doubles it). Without it the library's default is in force, an
+    /// adaptive first wait (about the store's recent median create latency, at most
+    /// 50 ms). A faulted create costs this wait plus a PUT (and a GET to verify its own
+    /// bytes when it had landed), and about one window in a hundred waits for one at the
+    /// default fault rate (BENCHMARKS.md: fixed at 50 the window's p99 is that tail's,
+    /// 72 to 126 ms across runs).
+    #[arg(long)]
+    retry_initial_backoff_ms: Option<u64>,
     /// Times a run one node's connection to the store stalls (nodes in turn, spread
     /// evenly over the run), long enough that its epoch ends: the appends in flight
     /// fail `MayBeDurable` and are resolved (`resolved_found`, `resolved_resent`).
@@ -229,9 +234,12 @@ fn prefix(node: usize) -> String {
 fn config(prefix: &str, args: &Args) -> Config {
     let mut c = Config::new(prefix).with_create_if_missing(true);
     c.min_object_interval = Duration::from_millis(args.min_object_interval_ms);
-    c.retry = c
-        .retry
-        .with_initial_backoff(Duration::from_millis(args.retry_initial_backoff_ms));
+    if let Some(ms) = args.retry_initial_backoff_ms {
+        c.retry = c
+            .retry
+            .with_initial_backoff(Duration::from_millis(ms))
+            .with_first_wait(FirstRetryWait::Fixed);
+    }
     c.max_create_duration = Duration::from_millis(args.max_create_ms);
     c
 }
@@ -915,10 +923,16 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             h.value_at_quantile(q) as f64 / 1000.0
         }
     };
+    // The first retry's wait in force: the library's adaptive default, or the override.
+    let retry_first_wait = match args.retry_initial_backoff_ms {
+        Some(ms) => serde_json::json!(ms),
+        None => serde_json::json!("adaptive"),
+    };
     let result = serde_json::json!({
         "nodes": args.nodes,
         "regions": args.regions,
         "offered_per_s": args.rate,
+        "retry_first_wait": retry_first_wait,
         "seconds": (seconds * 10.0).round() / 10.0,
         "acked": acked,
         "acked_per_s": (acked as f64 / seconds).round(),

@@ -175,7 +175,10 @@ mod section;
 pub mod testing;
 pub mod transform;
 
-pub use config::{Config, CorruptSegmentPolicy, HedgeAfter, RecoveryMode, RetryPolicy};
+pub use config::{
+    Config, CorruptSegmentPolicy, FirstRetryWait, HedgeAfter, RecoveryMode, RetryPolicy,
+    ADAPTIVE_FIRST_WAIT_MIN,
+};
 pub use error::{
     BackpressureLimit, Durability, EpochEndReason, Error, ErrorKind, Released, Result,
 };

@@ -12,7 +12,9 @@ use object_store::ObjectStore;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use crate::config::{Config, CorruptSegmentPolicy, HedgeAfter, RecoveryMode, RetryPolicy};
+use crate::config::{
+    Config, CorruptSegmentPolicy, FirstRetryWait, HedgeAfter, RecoveryMode, RetryPolicy,
+};
 use crate::error::{Error, Result};
 use crate::internal::store::stores::WalStores;
 use crate::transform::{Cipher, Compression, Keys, StaticKeys};
@@ -220,8 +222,9 @@ impl<'de> Deserialize<'de> for WalSection {
     }
 }
 
-/// A table `{ max_attempts = 8, initial_backoff = "50ms", max_backoff = "2s" }`, each key
-/// defaulting to [`RetryPolicy::default`]'s. Checked with the rest by
+/// A table `{ max_attempts = 8, initial_backoff = "50ms", max_backoff = "2s",
+/// first_wait = "adaptive" }` (or `"fixed"`), each key defaulting to
+/// [`RetryPolicy::default`]'s. Checked with the rest by
 /// [`Config::validate`].
 impl<'de> Deserialize<'de> for RetryPolicy {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -233,14 +236,27 @@ impl<'de> Deserialize<'de> for RetryPolicy {
             initial_backoff: Option<Duration>,
             #[serde(default, with = "humantime_serde")]
             max_backoff: Option<Duration>,
+            first_wait: Option<String>,
         }
         let r = Retry::deserialize(d)?;
         let d = RetryPolicy::default();
-        Ok(RetryPolicy {
-            max_attempts: r.max_attempts.unwrap_or(d.max_attempts),
-            initial_backoff: r.initial_backoff.unwrap_or(d.initial_backoff),
-            max_backoff: r.max_backoff.unwrap_or(d.max_backoff),
-        })
+        let first_wait = match r.first_wait.as_deref() {
+            None => d.first_wait,
+            Some("adaptive") => FirstRetryWait::Adaptive,
+            Some("fixed") => FirstRetryWait::Fixed,
+            Some(other) => {
+                return Err(serde::de::Error::invalid_value(
+                    serde::de::Unexpected::Str(other),
+                    &"\"adaptive\" or \"fixed\"",
+                ))
+            }
+        };
+        Ok(RetryPolicy::new(
+            r.max_attempts.unwrap_or(d.max_attempts),
+            r.initial_backoff.unwrap_or(d.initial_backoff),
+            r.max_backoff.unwrap_or(d.max_backoff),
+        )
+        .with_first_wait(first_wait))
     }
 }
 

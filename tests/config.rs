@@ -11,8 +11,8 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use object_store_wal::transform::{Cipher, Compression};
 use object_store_wal::{
-    split_store_url, store_and_prefix_from_url, Config, CorruptSegmentPolicy, Error, HedgeAfter,
-    ObjectStoreLogStore, RetryPolicy,
+    split_store_url, store_and_prefix_from_url, Config, CorruptSegmentPolicy, Error,
+    FirstRetryWait, HedgeAfter, ObjectStoreLogStore, RetryPolicy,
 };
 
 /// A config unlike the defaults in every field, built field by field.
@@ -291,6 +291,15 @@ mod file {
         let c = wal("listen = \"x\"\n[wal]\nprefix = \"wal\"\n[wal.retry]\nmax_attempts = 3\n")
             .expect("valid");
         assert_eq!(c.retry, RetryPolicy::default().with_max_attempts(3));
+        assert_eq!(c.retry.first_wait, FirstRetryWait::Adaptive);
+        let c =
+            wal("listen = \"x\"\n[wal]\nprefix = \"wal\"\n[wal.retry]\nfirst_wait = \"fixed\"\n")
+                .expect("valid");
+        assert_eq!(c.retry.first_wait, FirstRetryWait::Fixed);
+        let e =
+            wal("listen = \"x\"\n[wal]\nprefix = \"wal\"\n[wal.retry]\nfirst_wait = \"soon\"\n")
+                .expect_err("retry.first_wait");
+        assert!(e.to_string().contains("soon"), "{e}");
     }
 
     #[test]
@@ -525,4 +534,34 @@ mod file {
         );
         assert_eq!(node.wal.config.max_batch_bytes, 8 << 20);
     }
+}
+
+/// The wait before a failed create's retries (issue 43's adaptive first retry): the
+/// store's recent median create latency within 1 ms and `initial_backoff`, doubling
+/// after; `initial_backoff` while no median is known and when fixed.
+#[test]
+fn a_create_first_retry_follows_the_store_median_within_bounds() {
+    let ms = Duration::from_millis;
+    let retry = RetryPolicy::new(8, ms(50), ms(2000));
+    assert_eq!(retry.first_wait, FirstRetryWait::Adaptive);
+    assert_eq!(retry.create_backoff(1, Some(ms(20))), ms(20));
+    assert_eq!(retry.create_backoff(2, Some(ms(20))), ms(40));
+    assert_eq!(
+        retry.create_backoff(9, Some(ms(20))),
+        ms(2000),
+        "max_backoff"
+    );
+    assert_eq!(
+        retry.create_backoff(1, Some(ms(300))),
+        ms(50),
+        "initial_backoff"
+    );
+    assert_eq!(
+        retry.create_backoff(1, Some(Duration::from_micros(80))),
+        object_store_wal::ADAPTIVE_FIRST_WAIT_MIN
+    );
+    assert_eq!(retry.create_backoff(1, None), ms(50), "no median yet");
+    let fixed = retry.with_first_wait(FirstRetryWait::Fixed);
+    assert_eq!(fixed.create_backoff(1, Some(ms(20))), ms(50));
+    assert_eq!(fixed.create_backoff(2, Some(ms(20))), fixed.backoff(2));
 }

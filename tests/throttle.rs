@@ -174,7 +174,7 @@ async fn creates_are_not_hedged_while_the_store_throttles() {
     // Not known to throttle yet: the slow create gets its twin; both are refused.
     assert!(matches!(
         io.create_hedged(&object(2)).await,
-        CreateAttempt::Unknown(_)
+        CreateAttempt::Throttled(_)
     ));
     assert_eq!(hedged(), 1);
     assert_eq!(throttle.counts().puts_throttled, 2);

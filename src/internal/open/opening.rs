@@ -167,7 +167,7 @@ pub async fn open_instance_above(
                     CreateAttempt::AlreadyExists { .. } => {
                         return Ok(Err("a claim found its sequence taken".to_string()))
                     }
-                    CreateAttempt::Unknown(e) => {
+                    CreateAttempt::Unknown(e) | CreateAttempt::Throttled(e) => {
                         return Ok(Err(format!("a claim's outcome is unknown: {e}")))
                     }
                 }
@@ -207,7 +207,7 @@ pub async fn open_instance_above(
                 CreateAttempt::AlreadyExists { .. } => {
                     return Ok(Err("the opening object's sequence was taken".to_string()))
                 }
-                CreateAttempt::Unknown(e) => {
+                CreateAttempt::Unknown(e) | CreateAttempt::Throttled(e) => {
                     return Ok(Err(format!("the opening object's outcome is unknown: {e}")))
                 }
             }

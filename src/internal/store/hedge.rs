@@ -47,6 +47,8 @@ pub struct HedgeDelay {
     current: Option<Duration>,
     /// The recent 99th percentile, once [`MIN_SAMPLES`] latencies are known.
     p99: Option<Duration>,
+    /// The recent median, once [`MIN_SAMPLES`] latencies are known.
+    p50: Option<Duration>,
 }
 
 impl HedgeDelay {
@@ -63,6 +65,7 @@ impl HedgeDelay {
             recorded: 0,
             current,
             p99: None,
+            p50: None,
         }
     }
 
@@ -87,6 +90,13 @@ impl HedgeDelay {
         if self.window.len() >= MIN_SAMPLES {
             self.recompute();
         }
+    }
+
+    /// The recent median latency, once [`MIN_SAMPLES`] latencies are known: what a
+    /// failed create's first retry waits under
+    /// [`FirstRetryWait::Adaptive`](crate::FirstRetryWait::Adaptive).
+    pub fn median(&self) -> Option<Duration> {
+        self.p50
     }
 
     /// How long one attempt of a small request may take before it counts as unanswered:
@@ -125,6 +135,7 @@ impl HedgeDelay {
             self.current = Some(floor.max(p.saturating_mul(5) / 4));
         }
         self.p99 = Some(at(&mut sorted, 99));
+        self.p50 = Some(at(&mut sorted, 50));
     }
 }
 
@@ -153,6 +164,25 @@ mod tests {
             d.record(Duration::from_micros(100));
         }
         assert_eq!(d.delay(), Some(Duration::from_millis(10)));
+    }
+
+    /// The median a failed create's first retry waits: unknown until [`MIN_SAMPLES`]
+    /// latencies, then the body of the distribution, not its tail; kept whatever the
+    /// hedging policy.
+    #[test]
+    fn the_median_follows_the_body_of_the_latencies() {
+        for policy in [HedgeAfter::Off, HedgeAfter::Fixed(Duration::from_millis(7))] {
+            let mut d = HedgeDelay::new(policy);
+            for _ in 0..MIN_SAMPLES - 1 {
+                d.record(Duration::from_millis(20));
+            }
+            assert_eq!(d.median(), None);
+            for i in 0..WINDOW {
+                let ms = if i % 10 == 0 { 900 } else { 20 };
+                d.record(Duration::from_millis(ms));
+            }
+            assert_eq!(d.median(), Some(Duration::from_millis(20)));
+        }
     }
 
     #[test]

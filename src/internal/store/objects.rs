@@ -327,6 +327,11 @@ impl WalIo {
         self.transport.stats()
     }
 
+    /// The recent median create latency, once known ([`Transport::create_median`]).
+    pub fn create_median(&self) -> Option<Duration> {
+        self.transport.create_median()
+    }
+
     /// Closes this view's transport, and so every clone of it, for good (see
     /// [`Transport::close`]).
     pub fn close(&self) {

@@ -55,8 +55,8 @@ use crate::internal::store::quorum::{
     quorum, unlisted_after, CreateDecision, CreateTally, StoreHealth, ValueId,
 };
 use crate::internal::store::transport::{
-    is_throttle_error, CreateAttempt, CreateKind, ListVisitor, Request, RequestStats, Transport,
-    Verify, DEFAULT_REQUEST_TIMEOUT,
+    CreateAttempt, CreateKind, ListVisitor, Request, RequestStats, Transport, Verify,
+    DEFAULT_REQUEST_TIMEOUT,
 };
 
 /// The stores' health, shared by every view of one replicated transport.
@@ -204,20 +204,10 @@ enum Answer {
     Holds(ValueId, Bytes),
     Unsupported,
     Refused(Error),
-    /// Unknown, and the store refused the request for its rate ([`is_throttle_error`]).
+    /// Unknown, and the store refused the request for its rate
+    /// ([`CreateAttempt::Throttled`]).
     Throttled(Error),
     Unknown(Error),
-}
-
-impl Answer {
-    /// An unknown answer, told apart when it is a throttle reply.
-    fn unknown(e: Error) -> Self {
-        if is_throttle_error(&e) {
-            Answer::Throttled(e)
-        } else {
-            Answer::Unknown(e)
-        }
-    }
 }
 
 impl ReplicatedTransport {
@@ -318,7 +308,8 @@ impl ReplicatedTransport {
                 }
                 CreateAttempt::Unsupported => Answer::Unsupported,
                 CreateAttempt::Refused(e) => Answer::Refused(e),
-                CreateAttempt::Unknown(e) => Answer::unknown(e),
+                CreateAttempt::Unknown(e) => Answer::Unknown(e),
+                CreateAttempt::Throttled(e) => Answer::Throttled(e),
             };
             match answer {
                 // Up, and asking for fewer requests: not taken for down.
@@ -352,9 +343,12 @@ impl ReplicatedTransport {
                 // reply when those alone withheld the quorum.
                 let throttled = tally.withheld_by_throttle(kind);
                 let answered = tally.answered();
-                break CreateAttempt::Unknown(
-                    self.no_quorum_throttled("create", key, answered, throttled, last),
-                );
+                let no_quorum = self.no_quorum_throttled("create", key, answered, throttled, last);
+                break if throttled > 0 {
+                    CreateAttempt::Throttled(no_quorum)
+                } else {
+                    CreateAttempt::Unknown(no_quorum)
+                };
             };
             if i >= n {
                 continue;
@@ -725,6 +719,19 @@ impl Transport for ReplicatedTransport {
 
     fn stats(&self) -> &RequestStats {
         &self.stats
+    }
+
+    fn create_median(&self) -> Option<Duration> {
+        // A quorum's create answers with its Q-th fastest store.
+        let mut medians: Vec<Duration> = self
+            .stores
+            .iter()
+            .filter_map(|s| s.create_median())
+            .collect();
+        medians.sort_unstable();
+        medians
+            .get(quorum(self.stores.len()).saturating_sub(1))
+            .copied()
     }
 
     fn describe(&self) -> String {

@@ -91,6 +91,24 @@ pub enum CreateAttempt {
     Refused(Error),
     /// No definite answer (timeout, 5xx, connection): the object may appear later.
     Unknown(Error),
+    /// No definite answer, and the store refused the create for its request rate (a
+    /// throttle reply, [`is_throttle_reply`]; over several stores, a create whose quorum
+    /// only throttle replies withheld): an unknown outcome that is retried paced
+    /// (DESIGN.md "Throttled stores"). The verdict is carried, not read from the text
+    /// again.
+    Throttled(Error),
+}
+
+impl CreateAttempt {
+    /// An unknown outcome, [`Throttled`](Self::Throttled) when `e` is a throttle
+    /// reply ([`is_throttle_error`]).
+    pub fn unknown(e: Error) -> Self {
+        if is_throttle_error(&e) {
+            CreateAttempt::Throttled(e)
+        } else {
+            CreateAttempt::Unknown(e)
+        }
+    }
 }
 
 /// What a create writes, which decides whether it is hedged and, over several stores, how
@@ -196,6 +214,13 @@ pub trait Transport: fmt::Debug + Send + Sync {
 
     /// Waits until [`close`](Self::close) is called.
     fn closed(&self) -> Request<'_, ()>;
+
+    /// The recent median latency of the creates that answered, once enough are known
+    /// (over several stores, that of the store a quorum waits for): what a failed
+    /// create's first retry waits under [`FirstRetryWait::Adaptive`](crate::FirstRetryWait).
+    fn create_median(&self) -> Option<Duration> {
+        None
+    }
 
     /// What happened to the requests so far.
     fn stats(&self) -> &RequestStats;
@@ -451,9 +476,10 @@ fn create_outcome(answer: &CreateAttempt) -> Outcome {
     match answer {
         CreateAttempt::Created => Outcome::Ok,
         CreateAttempt::AlreadyExists { .. } => Outcome::Conflict,
-        CreateAttempt::Unsupported | CreateAttempt::Refused(_) | CreateAttempt::Unknown(_) => {
-            Outcome::Error
-        }
+        CreateAttempt::Unsupported
+        | CreateAttempt::Refused(_)
+        | CreateAttempt::Unknown(_)
+        | CreateAttempt::Throttled(_) => Outcome::Error,
     }
 }
 
@@ -713,7 +739,7 @@ impl StoreTransport {
                     Err(e) if is_throttle_reply(&e) => {
                         requests.throttled.store(true, Ordering::Relaxed);
                         metrics.throttle_replies.increment(1);
-                        CreateAttempt::Unknown(Error::store("create", key, e))
+                        CreateAttempt::Throttled(Error::store("create", key, e))
                     }
                     Err(object_store::Error::AlreadyExists { .. })
                     | Err(object_store::Error::Precondition { .. }) => {
@@ -861,7 +887,9 @@ impl Transport for StoreTransport {
         let hedge = kind == CreateKind::Data;
         let len: u64 = body.iter().map(|c| c.len() as u64).sum();
         let small = len <= HEDGE_MAX_BYTES;
-        let definite = |a: &CreateAttempt| !matches!(a, CreateAttempt::Unknown(_));
+        let definite = |a: &CreateAttempt| {
+            !matches!(a, CreateAttempt::Unknown(_) | CreateAttempt::Throttled(_))
+        };
         // A small data create's attempt follows the store's latency (given up, it is an
         // unknown outcome that `persist` retries with the same bytes); a large one's time
         // is mostly transfer, and a claim's or an opening object's unknown outcome costs
@@ -1024,6 +1052,14 @@ impl Transport for StoreTransport {
 
     fn stats(&self) -> &RequestStats {
         &self.requests.stats
+    }
+
+    fn create_median(&self) -> Option<Duration> {
+        self.requests
+            .creates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .median()
     }
 
     fn describe(&self) -> String {

@@ -11,7 +11,7 @@
 //! land on a reclaimed key and be acknowledged.
 //!
 //! A *throttle reply* (the store refused the attempt for its request rate; over several
-//! stores, a quorum that only such refusals withheld: [`is_throttle_error`]) is an
+//! stores, a quorum that only such refusals withheld: [`CreateAttempt::Throttled`]) is an
 //! unknown outcome like any other: an earlier hidden attempt
 //! of the client may still land, so it is retried with the identical bytes and resolved
 //! by the same table. Under [`persist_paced`] (both writers) it does not spend the retry
@@ -25,11 +25,10 @@ use bytes::Bytes;
 
 use tracing::{debug, warn};
 
-use crate::config::RetryPolicy;
+use crate::config::{FirstRetryWait, RetryPolicy};
 use crate::error::{Durability, EpochEndReason, Error};
 use crate::format::{self, EncodedObject};
 use crate::internal::store::objects::{read_again_once, CreateAttempt, WalIo};
-use crate::internal::store::transport::is_throttle_error;
 use crate::internal::write::clock::CreateClock;
 use crate::internal::write::epoch::create_too_slow;
 
@@ -150,6 +149,9 @@ impl Pacing<'_> {
     }
 }
 
+/// Added to a fault's retry number to draw its jitter apart from a throttle reply's.
+const FAULT_JITTER: u32 = 1 << 16;
+
 /// Between half of `full` and all of it, drawn from `sequence` and `n`: creates
 /// throttled together do not all come back at once.
 fn jittered(full: Duration, sequence: u64, n: u32) -> Duration {
@@ -188,12 +190,19 @@ async fn create_until_definite(
     let mut spent = 0;
     let mut throttle_replies = 0;
     loop {
+        // The transport's verdict: a throttle reply is carried, not read from the text.
+        let mut throttled = false;
         let last = match io.create_hedged(object).await {
             CreateAttempt::Created => return PersistOutcome::Durable { attempts: attempt },
             CreateAttempt::Unsupported => return PersistOutcome::Unsupported(io.unsupported()),
             CreateAttempt::Refused(e) => return PersistOutcome::Refused(e),
             CreateAttempt::Unknown(e) => {
                 debug!(sequence, attempt, error = %e, "create outcome unknown, retrying identical bytes");
+                e
+            }
+            CreateAttempt::Throttled(e) => {
+                debug!(sequence, attempt, error = %e, "create throttled, retrying identical bytes");
+                throttled = true;
                 e
             }
             CreateAttempt::AlreadyExists { found } => {
@@ -223,7 +232,7 @@ async fn create_until_definite(
         if io.is_closed() {
             return PersistOutcome::Unknown { last };
         }
-        let wait = match pacing.filter(|_| is_throttle_error(&last)) {
+        let wait = match pacing.filter(|_| throttled) {
             Some(pacing) => {
                 // Still unknown (a hidden attempt may land): the same bytes again, later,
                 // without spending the budget, within `max_create_duration`.
@@ -239,7 +248,16 @@ async fn create_until_definite(
                 if spent >= retry.max_attempts {
                     return PersistOutcome::Unknown { last };
                 }
-                retry.backoff(spent)
+                match retry.first_wait {
+                    // About the store's median, jittered: creates that failed together
+                    // do not all come back at once.
+                    FirstRetryWait::Adaptive => jittered(
+                        retry.create_backoff(spent, io.create_median()),
+                        sequence,
+                        spent.saturating_add(FAULT_JITTER),
+                    ),
+                    _ => retry.backoff(spent),
+                }
             }
         };
         io.metrics().create_retries.increment(1);
