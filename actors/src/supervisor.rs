@@ -484,8 +484,9 @@ impl SupervisorState {
             .catch_up(catch_up, &self.io, &self.config, myself);
     }
 
-    /// While a source log is open, a sweep for idle ones comes every few seconds (none
-    /// once stopped: the sources are gone, and the sweep's task is aborted).
+    /// While a source log is open, a sweep for idle ones comes every few seconds
+    /// (`sources::sweep_every`; none once stopped: the sources are gone, and the
+    /// sweep's task is aborted).
     fn schedule_source_sweep(&mut self, myself: &ActorRef<WalMsg>) {
         if matches!(self.phase, Phase::Stopped) {
             return;
@@ -718,6 +719,7 @@ impl Actor for Supervisor {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let counters = Arc::new(Counters::new(args.io.metrics()));
+        let sources = Sources::new(args.config.source_idle_close);
         let mut state = SupervisorState {
             io: args.io,
             config: args.config,
@@ -739,7 +741,7 @@ impl Actor for Supervisor {
             commits: tokio::sync::watch::Sender::new(0),
             reclaimer: None,
             progress: args.progress,
-            sources: Sources::default(),
+            sources,
         };
         state.start_recovery(&myself).await?;
         Ok(state)

@@ -953,24 +953,52 @@ async fn a_region_back_at_an_earlier_owner_replays_each_entry_once() {
     stop(b, join_b).await;
 }
 
-/// A source log the target kept after its catch-ups polls the source and reads each
-/// object it writes; once no catch-up has read over it for `SOURCE_IDLE_CLOSE` the
-/// target drops it and reads nothing more of the source, however busy; a later
-/// catch-up opens it again. Virtual time: node A writes an object every 100 ms.
+/// A node that moves regions in rounds 40 s apart, above the 30 s default, keeps its
+/// source between rounds with `source_idle_close` at 60 s, and still drops it once idle
+/// past that (issue 43).
 #[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn a_source_idle_past_its_bound_is_closed_and_opened_again_on_use() {
-    let (counting, (a, join_a), (b, join_b)) = nodes_a_and_b().await;
+async fn a_source_is_kept_across_rounds_within_its_configured_idle_close() {
+    let idle_close = Duration::from_secs(60);
+    assert!(Config::new("x").source_idle_close < Duration::from_secs(40));
+    a_source_is_kept_while_used_and_closed_once_idle(idle_close, Duration::from_secs(40)).await;
+}
+
+/// A short `source_idle_close` (4 s, swept for every 2 s) keeps a source used every 3 s,
+/// and closes it within twice the bound once idle.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_short_source_idle_close_is_honoured() {
+    a_source_is_kept_while_used_and_closed_once_idle(
+        Duration::from_secs(4),
+        Duration::from_secs(3),
+    )
+    .await;
+}
+
+/// A source log the target kept after its catch-ups polls the source and reads each
+/// object it writes; used every `round_every` (below `idle_close`) it is kept, for longer
+/// than `idle_close` in all, and never opened again; once no catch-up has read over it
+/// for `idle_close` (and at most two sweeps, `min(5 s, idle_close / 2)` apart, more) the
+/// target drops it and reads nothing more of the source, however busy; a later catch-up
+/// opens it again. Virtual time: node A writes an object every second.
+async fn a_source_is_kept_while_used_and_closed_once_idle(
+    idle_close: Duration,
+    round_every: Duration,
+) {
+    let counting = CountingStore::new(Arc::new(InMemory::new()));
+    let store: Arc<dyn ObjectStore> = counting.clone();
+    let (a, join_a) = spawn(&store, &node("node-a")).await;
+    let (b, join_b) = spawn(&store, &node("node-b").with_source_idle_close(idle_close)).await;
     let within = Duration::from_secs(10);
     let mut tag = 0;
     // Node A writes region 9 for `seconds`; node B's GETs of A's prefix meanwhile.
     let mut busy = async |seconds: u64| {
         counting.reset();
-        for _ in 0..seconds * 10 {
+        for _ in 0..seconds {
             tag += 1;
             a.append(9, vec![payload(format!("busy-{tag}"))])
                 .await
                 .expect("append");
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
         let gets = counting.get_log();
         gets.iter().filter(|g| g.key.starts_with("node-a/")).count()
@@ -989,18 +1017,24 @@ async fn a_source_idle_past_its_bound_is_closed_and_opened_again_on_use() {
         );
     };
 
-    let idle_close = object_store_wal_actors::SOURCE_IDLE_CLOSE.as_secs();
     move_region(1).await;
-    // Kept, and used every 10 s for longer than the bound: it reads A's new objects and
-    // is never opened again (an open lists the prefix; nothing else here lists).
-    for region in 10..10 + idle_close / 10 + 2 {
-        assert!(busy(10).await > 0, "a kept source polls");
+    // Kept, and used every `round_every` for longer than the bound: it reads A's new
+    // objects and is never opened again (an open lists the prefix; nothing else here
+    // lists).
+    let rounds = idle_close.as_secs() / round_every.as_secs() + 2;
+    for region in 10..10 + rounds {
+        assert!(busy(round_every.as_secs()).await > 0, "a kept source polls");
         move_region(region).await;
         assert_eq!(lists(), 0, "kept open while used");
     }
-    // Idle past the bound (and a sweep): dropped, it reads nothing.
-    busy(idle_close + 10).await;
-    assert_eq!(busy(10).await, 0, "an idle source is closed");
+    // Idle past the bound and two sweeps: dropped, it reads nothing.
+    let sweep = Duration::from_secs(5).min(idle_close / 2);
+    busy((idle_close + 2 * sweep).as_secs() + 1).await;
+    assert_eq!(
+        busy(round_every.as_secs()).await,
+        0,
+        "an idle source is closed"
+    );
     // Used again: opened again.
     move_region(2).await;
     assert_eq!(lists(), 1, "opened again");
