@@ -134,6 +134,15 @@ pub enum WalMsg {
         /// Gets the list, in region order.
         reply: RpcReplyPort<Result<Vec<RegionHolding>>>,
     },
+    /// What the live log holds of one region: its entry of [`WalMsg::Holdings`]'s list,
+    /// or `None` where that lists nothing of it, at the cost of one region however many
+    /// the log holds. See `WalHandle::holding`.
+    Holding {
+        /// The region.
+        region: u64,
+        /// Gets its holding.
+        reply: RpcReplyPort<Result<Option<RegionHolding>>>,
+    },
     /// Read a region's piece from the log of its earlier owner (DESIGN.md "Regions
     /// moving between nodes", catch-up): its entries with ids from `from` through
     /// `through`, each once and in order, ending after `through`. The source prefix is
@@ -282,6 +291,13 @@ pub(crate) enum ControlRequest {
         /// Every region on the chain or released, in region order.
         reply: RpcReplyPort<Result<Vec<RegionHolding>>>,
     },
+    /// What the live log holds of one region (its entry of the list `Holdings` gives).
+    Holding {
+        /// The region.
+        region: u64,
+        /// Its holding, `None` where the list has no entry for it.
+        reply: RpcReplyPort<Result<Option<RegionHolding>>>,
+    },
 }
 
 impl ControlRequest {
@@ -296,6 +312,9 @@ impl ControlRequest {
                 let _ = reply.send(Err(error));
             }
             ControlRequest::Holdings { reply } => {
+                let _ = reply.send(Err(error));
+            }
+            ControlRequest::Holding { reply, .. } => {
                 let _ = reply.send(Err(error));
             }
             ControlRequest::Flushed { .. } => {}

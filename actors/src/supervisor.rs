@@ -220,6 +220,9 @@ fn refuse(msg: WalMsg, error: &Error) {
         WalMsg::Holdings { reply } => {
             let _ = reply.send(Err(e));
         }
+        WalMsg::Holding { reply, .. } => {
+            let _ = reply.send(Err(e));
+        }
         WalMsg::Runtime(RuntimeMsg(InternalMsg::Control(req))) => req.refuse(e),
         _ => {}
     }
@@ -498,7 +501,8 @@ impl SupervisorState {
         });
     }
 
-    /// A release or an acquire goes to the writer, or waits for it while an open runs.
+    /// A release, an acquire or a question of holdings goes to the writer, or waits for
+    /// it while an open runs (answered then from the recovered chain).
     fn on_control(&mut self, req: ControlRequest) {
         match &self.phase {
             Phase::Running { writer, .. } => {
@@ -798,6 +802,9 @@ impl Actor for Supervisor {
                 reply,
             }),
             WalMsg::Holdings { reply } => state.on_control(ControlRequest::Holdings { reply }),
+            WalMsg::Holding { region, reply } => {
+                state.on_control(ControlRequest::Holding { region, reply })
+            }
             WalMsg::CatchUp {
                 source,
                 region,

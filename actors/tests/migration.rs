@@ -27,7 +27,8 @@ use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::testing::{CountingStore, CreateFault, DownHooks, DownStore, FaultStore};
 use object_store_wal::SourceLog;
 use object_store_wal::{
-    Config, Durability, Entry, Error, HedgeAfter, ObjectStoreLogStore, Piece, WalStores,
+    Config, Durability, Entry, Error, HedgeAfter, ObjectStoreLogStore, Piece, RegionHolding,
+    WalStores,
 };
 use object_store_wal_actors::{spawn_wal, WalHandle};
 
@@ -559,6 +560,141 @@ async fn the_log_lists_its_regions_with_their_pieces_and_releases() {
     assert_eq!(held.len(), 2);
     assert!(held.iter().all(|h| h.released.is_none()), "{held:?}");
     stop(wal, join).await;
+}
+
+/// One region's holding (`WalHandle::holding`, what `read_history` asks) is that
+/// region's entry of the whole listing (`holdings`), and `None` where the listing has
+/// none (a region never written, the control region, whose snapshots are on the
+/// chain): for regions on the chain, released, acquired with earlier pieces (one of
+/// them with no entry here), taken back, and after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_regions_holding_is_its_entry_of_the_listing() {
+    let (_faults, store) = memory();
+    let (a, join_a) = spawn(&store, &node("node-a")).await;
+    let (b, join_b) = spawn(&store, &node("node-b")).await;
+    let asked = [1, 2, 3, 4, u64::MAX];
+    let written = bounded(
+        "an append",
+        a.append_many(vec![(1, vec![payload("a")]), (2, vec![payload("b")])]),
+    )
+    .await
+    .expect("append");
+    holding_is_the_listings_entry(&a, &asked, &[1, 2]).await;
+
+    let released = bounded("the release", a.release(1))
+        .await
+        .expect("released");
+    let held = holding_is_the_listings_entry(&a, &asked, &[1, 2]).await;
+    assert!(held[0].released.is_some(), "{held:?}");
+
+    // B takes region 1 with A's piece, and region 3 with a piece of a third log (B
+    // writes none of region 3: only its piece lists it).
+    let piece_a = Piece {
+        prefix: "node-a".into(),
+        first_id: written.parts[0].first_id,
+        last_id: released.last_id.expect("a last id"),
+    };
+    bounded(
+        "the acquire",
+        b.acquire_with_pieces(1, released.acquire_above, vec![piece_a.clone()]),
+    )
+    .await
+    .expect("acquired");
+    let piece_c = Piece {
+        prefix: "node-c".into(),
+        first_id: entry_id(7, 0),
+        last_id: entry_id(9, 2),
+    };
+    bounded(
+        "the acquire",
+        b.acquire_with_pieces(3, piece_c.last_id, vec![piece_c.clone()]),
+    )
+    .await
+    .expect("acquired");
+    let held = holding_is_the_listings_entry(&b, &asked, &[1, 3]).await;
+    assert_eq!(
+        (held[0].ids, &held[0].pieces),
+        (None, &vec![piece_a.clone()])
+    );
+    assert_eq!(
+        (held[1].ids, &held[1].pieces),
+        (None, &vec![piece_c.clone()])
+    );
+    bounded("an append", b.append(1, vec![payload("c")]))
+        .await
+        .expect("append");
+    holding_is_the_listings_entry(&b, &asked, &[1, 3]).await;
+
+    // B releases region 1 back to A: B lists its release, A no longer lists its own.
+    let back = bounded("the release", b.release(1))
+        .await
+        .expect("released");
+    let piece_b = Piece {
+        prefix: "node-b".into(),
+        first_id: back.last_id.expect("a last id"),
+        last_id: back.last_id.expect("a last id"),
+    };
+    bounded(
+        "the acquire",
+        a.acquire_with_pieces(1, back.acquire_above, vec![piece_a, piece_b]),
+    )
+    .await
+    .expect("taken back");
+    let held = holding_is_the_listings_entry(&a, &asked, &[1, 2]).await;
+    assert!(held[0].released.is_none(), "{held:?}");
+    assert_eq!(held[0].pieces.len(), 2);
+
+    // B releases region 3, holding only its piece, then flushes past the piece: only
+    // the release lists it (forgotten with B's next object, of region 2).
+    let gone = bounded("the release", b.release(3))
+        .await
+        .expect("released");
+    assert_eq!(gone.last_id, None);
+    bounded("the flush", b.obsolete(3, piece_c.last_id))
+        .await
+        .expect("obsolete");
+    bounded("an append", b.append(2, vec![payload("d")]))
+        .await
+        .expect("append");
+    let held = holding_is_the_listings_entry(&b, &asked, &[1, 2, 3]).await;
+    assert_eq!(held[2].ids, None);
+    assert_eq!(held[2].pieces, vec![]);
+    assert_eq!(held[2].released.map(|r| r.last_id), Some(None));
+
+    stop(b, join_b).await;
+    // Asked before the first open is done: it waits for the recovered chain.
+    let (b, join_b) = spawn_wal(store.clone(), node("node-b"), restart_policy())
+        .await
+        .expect("spawn");
+    let early = bounded("a holding", b.holding(3)).await.expect("answered");
+    let held = holding_is_the_listings_entry(&b, &asked, &[1, 2, 3]).await;
+    assert!(held[0].released.is_some(), "{held:?}");
+    assert_eq!(early.as_ref(), held.get(2));
+    stop(b, join_b).await;
+    stop(a, join_a).await;
+}
+
+/// `wal.holding(region)` for each of `asked` is `region`'s entry of `wal.holdings()`
+/// (`None` where it has none), and the listing's regions are `listed`. Returns the
+/// listing.
+async fn holding_is_the_listings_entry(
+    wal: &WalHandle,
+    asked: &[u64],
+    listed: &[u64],
+) -> Vec<RegionHolding> {
+    let all = bounded("the listing", wal.holdings())
+        .await
+        .expect("listed");
+    let regions: Vec<u64> = all.iter().map(|h| h.region).collect();
+    assert_eq!(regions, listed);
+    for &region in asked {
+        let one = bounded("a holding", wal.holding(region))
+            .await
+            .expect("answered");
+        let entry = all.iter().find(|h| h.region == region).cloned();
+        assert_eq!(one, entry, "region {region}");
+    }
+    all
 }
 
 /// The target records the region's earlier pieces when it acquires it: listed across
