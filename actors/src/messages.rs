@@ -8,12 +8,23 @@
 use object_store_wal::internal::chain::holdings::{Holdings, Piece};
 use object_store_wal::internal::open::Opened;
 use object_store_wal::internal::write::persist::PersistOutcome;
-use object_store_wal::{AppendParts, AppendReceipt, Error, RegionHolding, Released, Result};
+use object_store_wal::{
+    AppendParts, AppendReceipt, Durability, Error, RegionHolding, Released, Result,
+};
 use ractor::RpcReplyPort;
 
 use crate::stats::WalStats;
 
 pub use crate::entries::EntryReceiver;
+
+/// The answer to a request the WAL will not serve because it stopped (or is stopping):
+/// nothing of it was written. Here beside the messages, for the supervisor and the
+/// parts it owns (the source logs) refuse requests alike.
+pub(crate) fn stopped() -> Error {
+    Error::Stopped {
+        durability: Durability::NotWritten,
+    }
+}
 
 /// Requests (appends, reads, watermarks, positions) that wait for an open at most; also
 /// the most appends the writer keeps waiting for room under `max_pending_bytes`. The

@@ -34,7 +34,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{info_span, warn};
 
-use crate::messages::{EntryReceiver, InternalMsg, WalMsg};
+use crate::messages::{stopped, EntryReceiver, InternalMsg, WalMsg};
 use crate::reader::forward;
 
 /// Source logs kept open at most (the most recently used): a node takes regions from a
@@ -290,7 +290,7 @@ impl Sources {
         for (_, opening) in self.opening.drain() {
             opening.task.abort();
             for catch_up in opening.waiting {
-                let _ = catch_up.reply.send(Err(crate::supervisor::stopped()));
+                let _ = catch_up.reply.send(Err(stopped()));
             }
         }
         self.open.clear();

@@ -40,8 +40,8 @@ use tracing::{error, info, info_span, warn};
 
 use crate::admission::Progress;
 use crate::messages::{
-    AppendRequest, ControlRequest, EntryReceiver, InternalMsg, ReaderMsg, RuntimeMsg, WalMsg,
-    WriterMsg, MAX_QUEUED_REQUESTS,
+    stopped, AppendRequest, ControlRequest, EntryReceiver, InternalMsg, ReaderMsg, RuntimeMsg,
+    WalMsg, WriterMsg, MAX_QUEUED_REQUESTS,
 };
 use crate::reader::{forward, ReaderActor, ReaderArgs};
 use crate::reclaimer::{ReclaimerActor, ReclaimerArgs, ReclaimerMsg};
@@ -174,12 +174,6 @@ impl Drop for SupervisorState {
     fn drop(&mut self) {
         self.io.close();
         self.stop_children();
-    }
-}
-
-pub(crate) fn stopped() -> Error {
-    Error::Stopped {
-        durability: Durability::NotWritten,
     }
 }
 
