@@ -93,6 +93,12 @@ pub enum RecoveryMode {
 pub(crate) const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 /// `Config::segment_cache_region_bytes` by default.
 pub(crate) const DEFAULT_CACHE_REGION_BYTES: u64 = 4 * 1024 * 1024;
+/// `Config::source_idle_close` by default: long enough for the catch-ups of one move and
+/// for a coordinator that moves regions every few seconds, short enough that a node
+/// that took its regions and moved on soon stops polling their source.
+const DEFAULT_SOURCE_IDLE_CLOSE: Duration = Duration::from_secs(30);
+/// The shortest `Config::source_idle_close`: the runtime sweeps at half of it.
+const MIN_SOURCE_IDLE_CLOSE: Duration = Duration::from_secs(1);
 
 /// The largest duration any field takes: a year (a retention-minded node may keep
 /// objects for weeks through `reclaim_grace`).
@@ -329,6 +335,18 @@ pub struct Config {
     /// or followed recently, each holding its region's tail; past this the least
     /// recently used is retired (its follows go on). 64 by default; 1 to 4096.
     pub max_readers: usize,
+    /// How long the runtime (the actors crate) keeps a source log open that no catch-up
+    /// has read over (DESIGN.md "Regions moving between nodes", catch-up). A kept source
+    /// polls its owner's prefix and reads each new object, which a node that took its
+    /// regions and moved on should not pay for; a source dropped is opened again by the
+    /// next catch-up from it (one recovery of its live chain), so a node that rebalances
+    /// in rounds further apart than this reopens its sources each round: set it above
+    /// the time between rounds. A source is dropped between this long after its last
+    /// catch-up ended and two sweeps later; the runtime sweeps every
+    /// `min(5 s, source_idle_close / 2)` while a source is open. 30 s by default; 1 s
+    /// (below, a sweep would come more than twice a second, and a source could close
+    /// between the catch-ups of one move) to a year.
+    pub source_idle_close: Duration,
 }
 
 /// When a request that has not answered is hedged: sent again, identical, with the first
@@ -416,6 +434,7 @@ impl Config {
             segment_cache_bytes: DEFAULT_CACHE_BYTES,
             segment_cache_region_bytes: DEFAULT_CACHE_REGION_BYTES,
             max_readers: 64,
+            source_idle_close: DEFAULT_SOURCE_IDLE_CLOSE,
         }
     }
 
@@ -462,6 +481,9 @@ impl Config {
         with_segment_cache_region_bytes(segment_cache_region_bytes: u64);
         /// With at most `max_readers` region readers in the runtime.
         with_max_readers(max_readers: usize);
+        /// With `source_idle_close`: how long the runtime keeps a source log no
+        /// catch-up reads over.
+        with_source_idle_close(source_idle_close: Duration);
         /// With `create_if_missing`: whether an open as the writer may start a new WAL.
         with_create_if_missing(create_if_missing: bool);
         /// With what recovery does with an unreadable object the chain may need.
@@ -521,6 +543,12 @@ impl Config {
         if self.max_readers == 0 {
             return bad("max_readers", "must be at least 1");
         }
+        if self.source_idle_close < MIN_SOURCE_IDLE_CLOSE {
+            return bad(
+                "source_idle_close",
+                "must be at least 1 s (the runtime sweeps for idle sources at half of it)",
+            );
+        }
         if self.segment_cache_region_bytes > self.segment_cache_bytes {
             return bad(
                 "segment_cache_region_bytes",
@@ -576,6 +604,7 @@ impl Config {
             ("max_create_duration", self.max_create_duration),
             ("reclaim_grace", self.reclaim_grace),
             ("request_timeout", self.request_timeout),
+            ("source_idle_close", self.source_idle_close),
         ];
         for (field, value) in durations {
             if value > MAX_DURATION {

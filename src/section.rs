@@ -56,6 +56,8 @@ struct Fields {
     segment_cache_bytes: Option<ByteSize>,
     segment_cache_region_bytes: Option<ByteSize>,
     max_readers: Option<usize>,
+    #[serde(default, with = "humantime_serde")]
+    source_idle_close: Option<Duration>,
 }
 
 impl Fields {
@@ -105,6 +107,7 @@ impl Fields {
                 d.segment_cache_region_bytes,
             ),
             max_readers: self.max_readers.unwrap_or(d.max_readers),
+            source_idle_close: self.source_idle_close.unwrap_or(d.source_idle_close),
             prefix: d.prefix,
         };
         config.validate()?;

@@ -42,6 +42,12 @@ fn invalid_configs() -> Vec<(&'static str, Config)> {
     });
     push("replay_concurrency", &|c| c.replay_concurrency = 0);
     push("max_readers", &|c| c.max_readers = 0);
+    push("source_idle_close", &|c| {
+        c.source_idle_close = Duration::ZERO
+    });
+    push("source_idle_close", &|c| {
+        c.source_idle_close = Duration::from_millis(999)
+    });
     push("segment_cache_region_bytes", &|c| {
         c.segment_cache_region_bytes = c.segment_cache_bytes + 1
     });
@@ -53,6 +59,7 @@ fn invalid_configs() -> Vec<(&'static str, Config)> {
     let huge = Duration::from_secs(u64::MAX / 4);
     push("min_object_interval", &|c| c.min_object_interval = huge);
     push("request_timeout", &|c| c.request_timeout = huge);
+    push("source_idle_close", &|c| c.source_idle_close = huge);
     push("max_create_duration", &|c| {
         c.max_create_duration = huge;
         c.reclaim_grace = huge.saturating_mul(2);

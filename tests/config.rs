@@ -41,6 +41,7 @@ fn every_field_changed() -> Config {
     c.segment_cache_bytes = 32 << 20;
     c.segment_cache_region_bytes = 1 << 20;
     c.max_readers = 16;
+    c.source_idle_close = Duration::from_secs(120);
     c
 }
 
@@ -77,7 +78,8 @@ fn chained_setters_set_every_field() {
         .with_cipher(Cipher::XChaCha20Poly1305)
         .with_segment_cache_bytes(32 << 20)
         .with_segment_cache_region_bytes(1 << 20)
-        .with_max_readers(16);
+        .with_max_readers(16)
+        .with_source_idle_close(Duration::from_secs(120));
     assert_eq!(chained, expected);
     chained.validate().expect("a valid config");
 }
@@ -88,6 +90,31 @@ fn setters_check_nothing_and_validate_names_the_field() {
     match c.validate() {
         Err(Error::Config { field, .. }) => assert_eq!(field, "max_in_flight"),
         other => panic!("expected a Config error, got {other:?}"),
+    }
+}
+
+/// `source_idle_close` is 30 s by default and takes 1 s to a year, both ends included.
+#[test]
+fn source_idle_close_takes_a_second_to_a_year() {
+    assert_eq!(
+        Config::new("wal").source_idle_close,
+        Duration::from_secs(30)
+    );
+    let year = object_store_wal::config::MAX_DURATION;
+    for (value, valid) in [
+        (Duration::from_millis(999), false),
+        (Duration::from_secs(1), true),
+        (year, true),
+        (year + Duration::from_secs(1), false),
+    ] {
+        match Config::new("wal").with_source_idle_close(value).validate() {
+            Ok(()) => assert!(valid, "{value:?} accepted"),
+            Err(Error::Config { field, .. }) => {
+                assert!(!valid, "{value:?} refused");
+                assert_eq!(field, "source_idle_close");
+            }
+            Err(other) => panic!("{value:?}: {other:?}"),
+        }
     }
 }
 
@@ -241,6 +268,7 @@ mod file {
             segment_cache_bytes = "32MiB"
             segment_cache_region_bytes = "1 MiB"
             max_readers = 16
+            source_idle_close = "2min"
         "#;
         assert_eq!(wal(text).expect("a valid section"), every_field_changed());
     }
@@ -406,6 +434,10 @@ mod file {
                 Config::new("wal").with_reclaim_grace(Duration::from_secs(60)),
             ),
             (
+                "source_idle_close = \"500ms\"",
+                Config::new("wal").with_source_idle_close(Duration::from_millis(500)),
+            ),
+            (
                 "request_timeout = \"2years\"",
                 Config::new("wal").with_request_timeout(Duration::from_secs(2 * 31_557_600)),
             ),
@@ -533,6 +565,10 @@ mod file {
             Duration::from_millis(10)
         );
         assert_eq!(node.wal.config.max_batch_bytes, 8 << 20);
+        assert_eq!(
+            node.wal.config.source_idle_close,
+            Duration::from_secs(2 * 60)
+        );
     }
 }
 

@@ -596,9 +596,21 @@ impl WalHandle {
         self.control("holdings", Durability::NotWritten, list).await
     }
 
+    /// What the live log holds of `region`: its entry of [`holdings`](Self::holdings)
+    /// (its ids on the chain, its release, its earlier pieces, as the chain records
+    /// them), or `None` where that lists nothing of it (no entry on the chain, no
+    /// release and no earlier piece; and the control region). It costs one region
+    /// whatever the number the log holds, where `holdings` lists them all: what a
+    /// node asks of each region it replays ([`read_history`](Self::read_history)
+    /// does).
+    pub async fn holding(&self, region: u64) -> Result<Option<RegionHolding>> {
+        let ask = |reply| WalMsg::Holding { region, reply };
+        self.control("holding", Durability::NotWritten, ask).await
+    }
+
     /// The region's history from id `from` (DESIGN.md "Regions moving between
     /// nodes"): first its pieces in earlier owners' logs that this log records
-    /// ([`holdings`](Self::holdings); each read from its log as a
+    /// ([`holding`](Self::holding); each read from its log as a
     /// [`catch_up`](Self::catch_up) is, in id order, `within` bounding each), then
     /// this log's own entries, as [`read`](Self::read) gives them. What a node replays
     /// for a region it took from another node whose entries there are not flushed yet;
@@ -609,10 +621,11 @@ impl WalHandle {
         from: u64,
         within: Duration,
     ) -> Result<EntryStream> {
-        let holdings = self.holdings().await?;
-        let mut pieces: Vec<Piece> = holdings
-            .into_iter()
-            .find(|h| h.region == region)
+        // This region's holding alone: a node replaying R regions asks R small
+        // questions, not R listings of every region.
+        let mut pieces: Vec<Piece> = self
+            .holding(region)
+            .await?
             .map(|h| h.pieces)
             .unwrap_or_default();
         pieces.sort_by_key(|p| p.first_id);

@@ -87,6 +87,6 @@ pub use handle::spawn_wal_io;
 pub use handle::{spawn_wal, spawn_wal_linked, spawn_wal_with, SpawnError, WalHandle};
 pub use messages::{AppendRequest, RuntimeMsg, WalMsg, MAX_QUEUED_REQUESTS};
 pub use object_store_wal::{Durability, Error, Piece, RegionHolding, Released, WalStores};
-pub use sources::{MAX_SOURCES, SOURCE_IDLE_CLOSE};
+pub use sources::MAX_SOURCES;
 pub use stats::WalStats;
 pub use supervisor::{RestartPolicy, MAX_READERS};

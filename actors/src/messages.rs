@@ -8,12 +8,23 @@
 use object_store_wal::internal::chain::holdings::{Holdings, Piece};
 use object_store_wal::internal::open::Opened;
 use object_store_wal::internal::write::persist::PersistOutcome;
-use object_store_wal::{AppendParts, AppendReceipt, Error, RegionHolding, Released, Result};
+use object_store_wal::{
+    AppendParts, AppendReceipt, Durability, Error, RegionHolding, Released, Result,
+};
 use ractor::RpcReplyPort;
 
 use crate::stats::WalStats;
 
 pub use crate::entries::EntryReceiver;
+
+/// The answer to a request the WAL will not serve because it stopped (or is stopping):
+/// nothing of it was written. Here beside the messages, for the supervisor and the
+/// parts it owns (the source logs) refuse requests alike.
+pub(crate) fn stopped() -> Error {
+    Error::Stopped {
+        durability: Durability::NotWritten,
+    }
+}
 
 /// Requests (appends, reads, watermarks, positions) that wait for an open at most; also
 /// the most appends the writer keeps waiting for room under `max_pending_bytes`. The
@@ -133,6 +144,15 @@ pub enum WalMsg {
     Holdings {
         /// Gets the list, in region order.
         reply: RpcReplyPort<Result<Vec<RegionHolding>>>,
+    },
+    /// What the live log holds of one region: its entry of [`WalMsg::Holdings`]'s list,
+    /// or `None` where that lists nothing of it, at the cost of one region however many
+    /// the log holds. See `WalHandle::holding`.
+    Holding {
+        /// The region.
+        region: u64,
+        /// Gets its holding.
+        reply: RpcReplyPort<Result<Option<RegionHolding>>>,
     },
     /// Read a region's piece from the log of its earlier owner (DESIGN.md "Regions
     /// moving between nodes", catch-up): its entries with ids from `from` through
@@ -282,6 +302,13 @@ pub(crate) enum ControlRequest {
         /// Every region on the chain or released, in region order.
         reply: RpcReplyPort<Result<Vec<RegionHolding>>>,
     },
+    /// What the live log holds of one region (its entry of the list `Holdings` gives).
+    Holding {
+        /// The region.
+        region: u64,
+        /// Its holding, `None` where the list has no entry for it.
+        reply: RpcReplyPort<Result<Option<RegionHolding>>>,
+    },
 }
 
 impl ControlRequest {
@@ -296,6 +323,9 @@ impl ControlRequest {
                 let _ = reply.send(Err(error));
             }
             ControlRequest::Holdings { reply } => {
+                let _ = reply.send(Err(error));
+            }
+            ControlRequest::Holding { reply, .. } => {
                 let _ = reply.send(Err(error));
             }
             ControlRequest::Flushed { .. } => {}

@@ -11,8 +11,13 @@
 //! Bounded: at most [`MAX_SOURCES`] sources are kept, the most recently used, and as
 //! many opened at once (a catch-up of yet another is refused with
 //! [`Error::Backpressure`]); one dropped ends once its last catch-up does. A source no
-//! catch-up has read over for [`SOURCE_IDLE_CLOSE`] is dropped too: kept, it would
-//! poll its owner and read each new object for nothing. A source
+//! catch-up has read over for `Config::source_idle_close` (30 s by default) is dropped
+//! too: kept, it would poll its owner and read each new object for nothing. A node sets
+//! it above the time between its rounds of moves, or it reopens each source every round.
+//! The supervisor sweeps for idle sources every `min(5 s, source_idle_close / 2)` while
+//! one is open ([`sweep_every`]): a source is dropped between `source_idle_close` after
+//! its last catch-up ended and two sweeps later, so at most twice the bound below 10 s,
+//! and at most 10 s late above it; and no timer runs while none is open. A source
 //! whose polling failed (a store error ends it for good) is opened again by the next
 //! catch-up from it. Each reads through the WAL's store access (its requests count in
 //! the WAL's metrics) and closes with it, so every task of a source ends when the WAL
@@ -29,7 +34,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{info_span, warn};
 
-use crate::messages::{EntryReceiver, InternalMsg, WalMsg};
+use crate::messages::{stopped, EntryReceiver, InternalMsg, WalMsg};
 use crate::reader::forward;
 
 /// Source logs kept open at most (the most recently used): a node takes regions from a
@@ -37,14 +42,16 @@ use crate::reader::forward;
 /// `SOURCE_OBJECT_BYTES` (8 MiB) of whole objects.
 pub const MAX_SOURCES: usize = 8;
 
-/// How long a kept source may go without a catch-up over it before it is dropped: an
-/// open source polls its owner's prefix and reads each new object (a busy source, every
-/// one of them), which a node that took its regions and moved on should not pay for. A
-/// later catch-up from it opens it again (one recovery of its live chain).
-pub const SOURCE_IDLE_CLOSE: Duration = Duration::from_secs(30);
-
-/// How often the supervisor looks for idle sources while any is open.
+/// The longest interval between two sweeps for idle sources.
 const SOURCE_SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// How often the supervisor looks for idle sources while any is open, for sources
+/// dropped once idle for `idle_close`: every 5 s, or at half the bound when it is below
+/// 10 s, so that a source is never kept more than twice as long as the bound says
+/// (`Config::validate` keeps the bound at 1 s or more, so this is at least 500 ms).
+pub(crate) fn sweep_every(idle_close: Duration) -> Duration {
+    SOURCE_SWEEP_EVERY.min(idle_close / 2)
+}
 
 /// Catch-ups waiting for their source's open at most; the next is refused with
 /// [`Error::Backpressure`].
@@ -102,7 +109,6 @@ impl CatchUp {
 }
 
 /// The open source logs, the opens in flight and the catch-ups waiting for them.
-#[derive(Default)]
 pub(crate) struct Sources {
     open: HashMap<String, Kept>,
     opening: HashMap<String, Opening>,
@@ -110,6 +116,8 @@ pub(crate) struct Sources {
     uses: u64,
     /// The sweep scheduled (one at a time), aborted at the stop.
     sweep: Option<JoinHandle<()>>,
+    /// A source idle this long is dropped (`Config::source_idle_close`).
+    idle_close: Duration,
 }
 
 struct Kept {
@@ -131,6 +139,18 @@ impl Drop for Sources {
 }
 
 impl Sources {
+    /// No source yet; one no catch-up has read over for `idle_close` will be dropped
+    /// (`Config::source_idle_close`).
+    pub(crate) fn new(idle_close: Duration) -> Self {
+        Sources {
+            open: HashMap::new(),
+            opening: HashMap::new(),
+            uses: 0,
+            sweep: None,
+            idle_close,
+        }
+    }
+
     /// Serves `catch_up` over its source, opening the source first if it is not open
     /// (the answer of the open comes back to `myself` as [`InternalMsg::SourceOpened`]).
     pub(crate) fn catch_up(
@@ -232,17 +252,18 @@ impl Sources {
         );
     }
 
-    /// Drops the sources no catch-up has read over for [`SOURCE_IDLE_CLOSE`] (their
-    /// polling ends with them).
+    /// Drops the sources no catch-up has read over for `idle_close`, counted from the
+    /// first sweep that found each idle (their polling ends with them).
     pub(crate) fn sweep(&mut self, now: Instant) {
         self.sweep = None;
+        let idle_close = self.idle_close;
         self.open.retain(|source, kept| {
             if kept.log.readers() > 0 {
                 kept.idle_since = None;
                 return true;
             }
             let since = *kept.idle_since.get_or_insert(now);
-            let keep = now.saturating_duration_since(since) < SOURCE_IDLE_CLOSE;
+            let keep = now.saturating_duration_since(since) < idle_close;
             if !keep {
                 tracing::debug!(source = %source, "closing an idle source log");
             }
@@ -250,14 +271,15 @@ impl Sources {
         });
     }
 
-    /// Schedules a sweep [`SOURCE_SWEEP_EVERY`] from now (`send` sends its message)
-    /// if a source is open and none is scheduled.
+    /// Schedules a sweep [`sweep_every`] from now (`send` sends its message) if a source
+    /// is open and none is scheduled.
     pub(crate) fn schedule_sweep(&mut self, send: impl FnOnce() + Send + 'static) {
         if self.open.is_empty() || self.sweep.is_some() {
             return;
         }
+        let after = sweep_every(self.idle_close);
         self.sweep = Some(tokio::spawn(async move {
-            tokio::time::sleep(SOURCE_SWEEP_EVERY).await;
+            tokio::time::sleep(after).await;
             send();
         }));
     }
@@ -268,12 +290,39 @@ impl Sources {
         for (_, opening) in self.opening.drain() {
             opening.task.abort();
             for catch_up in opening.waiting {
-                let _ = catch_up.reply.send(Err(crate::supervisor::stopped()));
+                let _ = catch_up.reply.send(Err(stopped()));
             }
         }
         self.open.clear();
         if let Some(sweep) = self.sweep.take() {
             sweep.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the configuration's docs promise: a source idle for the bound is dropped at
+    /// most two sweeps later, which is at most twice the bound below 10 s and at most
+    /// 10 s late above it; and sweeps never come more than twice a second.
+    #[test]
+    fn sweeps_come_often_enough_for_the_bound_and_no_more() {
+        let second = Duration::from_secs(1);
+        for idle in [1, 2, 4, 9, 10, 11, 30, 3600, 365 * 24 * 3600].map(|s| s * second) {
+            let sweep = sweep_every(idle);
+            let latest = idle + 2 * sweep;
+            let promised = if idle < 10 * second {
+                2 * idle
+            } else {
+                idle + 10 * second
+            };
+            assert!(
+                latest <= promised,
+                "{idle:?}: dropped as late as {latest:?}"
+            );
+            assert!(sweep >= second / 2, "{idle:?}: a sweep every {sweep:?}");
         }
     }
 }

@@ -40,8 +40,8 @@ use tracing::{error, info, info_span, warn};
 
 use crate::admission::Progress;
 use crate::messages::{
-    AppendRequest, ControlRequest, EntryReceiver, InternalMsg, ReaderMsg, RuntimeMsg, WalMsg,
-    WriterMsg, MAX_QUEUED_REQUESTS,
+    stopped, AppendRequest, ControlRequest, EntryReceiver, InternalMsg, ReaderMsg, RuntimeMsg,
+    WalMsg, WriterMsg, MAX_QUEUED_REQUESTS,
 };
 use crate::reader::{forward, ReaderActor, ReaderArgs};
 use crate::reclaimer::{ReclaimerActor, ReclaimerArgs, ReclaimerMsg};
@@ -177,12 +177,6 @@ impl Drop for SupervisorState {
     }
 }
 
-pub(crate) fn stopped() -> Error {
-    Error::Stopped {
-        durability: Durability::NotWritten,
-    }
-}
-
 /// Locks state shared between the WAL's actors; a panic while it was held left it as
 /// consistent as each of its calls does, so poisoning is passed over.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -218,6 +212,9 @@ fn refuse(msg: WalMsg, error: &Error) {
             let _ = reply.send(Err(e));
         }
         WalMsg::Holdings { reply } => {
+            let _ = reply.send(Err(e));
+        }
+        WalMsg::Holding { reply, .. } => {
             let _ = reply.send(Err(e));
         }
         WalMsg::Runtime(RuntimeMsg(InternalMsg::Control(req))) => req.refuse(e),
@@ -484,8 +481,9 @@ impl SupervisorState {
             .catch_up(catch_up, &self.io, &self.config, myself);
     }
 
-    /// While a source log is open, a sweep for idle ones comes every few seconds (none
-    /// once stopped: the sources are gone, and the sweep's task is aborted).
+    /// While a source log is open, a sweep for idle ones comes every few seconds
+    /// (`sources::sweep_every`; none once stopped: the sources are gone, and the
+    /// sweep's task is aborted).
     fn schedule_source_sweep(&mut self, myself: &ActorRef<WalMsg>) {
         if matches!(self.phase, Phase::Stopped) {
             return;
@@ -497,7 +495,8 @@ impl SupervisorState {
         });
     }
 
-    /// A release or an acquire goes to the writer, or waits for it while an open runs.
+    /// A release, an acquire or a question of holdings goes to the writer, or waits for
+    /// it while an open runs (answered then from the recovered chain).
     fn on_control(&mut self, req: ControlRequest) {
         match &self.phase {
             Phase::Running { writer, .. } => {
@@ -718,6 +717,7 @@ impl Actor for Supervisor {
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         let counters = Arc::new(Counters::new(args.io.metrics()));
+        let sources = Sources::new(args.config.source_idle_close);
         let mut state = SupervisorState {
             io: args.io,
             config: args.config,
@@ -739,7 +739,7 @@ impl Actor for Supervisor {
             commits: tokio::sync::watch::Sender::new(0),
             reclaimer: None,
             progress: args.progress,
-            sources: Sources::default(),
+            sources,
         };
         state.start_recovery(&myself).await?;
         Ok(state)
@@ -796,6 +796,9 @@ impl Actor for Supervisor {
                 reply,
             }),
             WalMsg::Holdings { reply } => state.on_control(ControlRequest::Holdings { reply }),
+            WalMsg::Holding { region, reply } => {
+                state.on_control(ControlRequest::Holding { region, reply })
+            }
             WalMsg::CatchUp {
                 source,
                 region,

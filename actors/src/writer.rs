@@ -198,6 +198,10 @@ impl WriterState {
                 Err(e) => return reply(port, Err(e)),
             },
             ControlRequest::Holdings { reply: port } => return reply(port, Ok(self.holdings())),
+            ControlRequest::Holding {
+                region,
+                reply: port,
+            } => return reply(port, Ok(self.holding(region))),
             ControlRequest::Flushed { region, id } => {
                 if let Err(e) = self.protocol.flushed(region, id, now) {
                     warn!(region, error = %e, "cannot record a flushed piece");
@@ -220,22 +224,41 @@ impl WriterState {
             catalog.regions().filter(|r| *r != CONTROL_REGION).collect();
         regions.extend(recorded.released_regions().map(|(r, _)| r));
         regions.extend(recorded.regions_with_pieces());
-        let acquire_above = self.protocol.id_bound();
         regions
             .into_iter()
-            .map(|region| RegionHolding {
-                region,
-                ids: catalog
-                    .first_entry_id(region)
-                    .zip(catalog.last_entry_id(region)),
-                released: recorded.released(region).map(|last_id| Released {
-                    last_id,
-                    acquire_above: acquire_above.max(last_id.unwrap_or(0)),
-                    sequence: None,
-                }),
-                pieces: recorded.pieces_of(region),
-            })
+            .map(|region| self.holding_in(&catalog, region))
             .collect()
+    }
+
+    /// `region`'s entry of [`holdings`](Self::holdings), without listing the others:
+    /// `None` where that lists nothing of it (no entry on the chain, no release, no
+    /// earlier piece; the control region).
+    fn holding(&self, region: u64) -> Option<RegionHolding> {
+        let catalog = self.args.catalog.read().unwrap_or_else(|p| p.into_inner());
+        let holding = self.holding_in(&catalog, region);
+        // The catalog holds a region only while it has an entry on the chain: listed
+        // by the catalog is `ids` known.
+        let on_chain = holding.ids.is_some() && region != CONTROL_REGION;
+        let listed = on_chain || holding.released.is_some() || !holding.pieces.is_empty();
+        listed.then_some(holding)
+    }
+
+    /// What `catalog` and the last acknowledged snapshot say of `region`.
+    fn holding_in(&self, catalog: &Catalog, region: u64) -> RegionHolding {
+        let recorded = self.protocol.acknowledged_holdings();
+        let acquire_above = self.protocol.id_bound();
+        RegionHolding {
+            region,
+            ids: catalog
+                .first_entry_id(region)
+                .zip(catalog.last_entry_id(region)),
+            released: recorded.released(region).map(|last_id| Released {
+                last_id,
+                acquire_above: acquire_above.max(last_id.unwrap_or(0)),
+                sequence: None,
+            }),
+            pieces: recorded.pieces_of(region),
+        }
     }
 
     /// Answers the releases and acquires whose object is acknowledged now.

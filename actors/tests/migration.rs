@@ -27,7 +27,8 @@ use object_store_wal::internal::store::objects::WalIo;
 use object_store_wal::testing::{CountingStore, CreateFault, DownHooks, DownStore, FaultStore};
 use object_store_wal::SourceLog;
 use object_store_wal::{
-    Config, Durability, Entry, Error, HedgeAfter, ObjectStoreLogStore, Piece, WalStores,
+    Config, Durability, Entry, Error, HedgeAfter, ObjectStoreLogStore, Piece, RegionHolding,
+    WalStores,
 };
 use object_store_wal_actors::{spawn_wal, WalHandle};
 
@@ -573,6 +574,141 @@ async fn the_log_lists_its_regions_with_their_pieces_and_releases() {
     stop(wal, join).await;
 }
 
+/// One region's holding (`WalHandle::holding`, what `read_history` asks) is that
+/// region's entry of the whole listing (`holdings`), and `None` where the listing has
+/// none (a region never written, the control region, whose snapshots are on the
+/// chain): for regions on the chain, released, acquired with earlier pieces (one of
+/// them with no entry here), taken back, and after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_regions_holding_is_its_entry_of_the_listing() {
+    let (_faults, store) = memory();
+    let (a, join_a) = spawn(&store, &node("node-a")).await;
+    let (b, join_b) = spawn(&store, &node("node-b")).await;
+    let asked = [1, 2, 3, 4, u64::MAX];
+    let written = bounded(
+        "an append",
+        a.append_many(vec![(1, vec![payload("a")]), (2, vec![payload("b")])]),
+    )
+    .await
+    .expect("append");
+    holding_is_the_listings_entry(&a, &asked, &[1, 2]).await;
+
+    let released = bounded("the release", a.release(1))
+        .await
+        .expect("released");
+    let held = holding_is_the_listings_entry(&a, &asked, &[1, 2]).await;
+    assert!(held[0].released.is_some(), "{held:?}");
+
+    // B takes region 1 with A's piece, and region 3 with a piece of a third log (B
+    // writes none of region 3: only its piece lists it).
+    let piece_a = Piece {
+        prefix: "node-a".into(),
+        first_id: written.parts[0].first_id,
+        last_id: released.last_id.expect("a last id"),
+    };
+    bounded(
+        "the acquire",
+        b.acquire_with_pieces(1, released.acquire_above, vec![piece_a.clone()]),
+    )
+    .await
+    .expect("acquired");
+    let piece_c = Piece {
+        prefix: "node-c".into(),
+        first_id: entry_id(7, 0),
+        last_id: entry_id(9, 2),
+    };
+    bounded(
+        "the acquire",
+        b.acquire_with_pieces(3, piece_c.last_id, vec![piece_c.clone()]),
+    )
+    .await
+    .expect("acquired");
+    let held = holding_is_the_listings_entry(&b, &asked, &[1, 3]).await;
+    assert_eq!(
+        (held[0].ids, &held[0].pieces),
+        (None, &vec![piece_a.clone()])
+    );
+    assert_eq!(
+        (held[1].ids, &held[1].pieces),
+        (None, &vec![piece_c.clone()])
+    );
+    bounded("an append", b.append(1, vec![payload("c")]))
+        .await
+        .expect("append");
+    holding_is_the_listings_entry(&b, &asked, &[1, 3]).await;
+
+    // B releases region 1 back to A: B lists its release, A no longer lists its own.
+    let back = bounded("the release", b.release(1))
+        .await
+        .expect("released");
+    let piece_b = Piece {
+        prefix: "node-b".into(),
+        first_id: back.last_id.expect("a last id"),
+        last_id: back.last_id.expect("a last id"),
+    };
+    bounded(
+        "the acquire",
+        a.acquire_with_pieces(1, back.acquire_above, vec![piece_a, piece_b]),
+    )
+    .await
+    .expect("taken back");
+    let held = holding_is_the_listings_entry(&a, &asked, &[1, 2]).await;
+    assert!(held[0].released.is_none(), "{held:?}");
+    assert_eq!(held[0].pieces.len(), 2);
+
+    // B releases region 3, holding only its piece, then flushes past the piece: only
+    // the release lists it (forgotten with B's next object, of region 2).
+    let gone = bounded("the release", b.release(3))
+        .await
+        .expect("released");
+    assert_eq!(gone.last_id, None);
+    bounded("the flush", b.obsolete(3, piece_c.last_id))
+        .await
+        .expect("obsolete");
+    bounded("an append", b.append(2, vec![payload("d")]))
+        .await
+        .expect("append");
+    let held = holding_is_the_listings_entry(&b, &asked, &[1, 2, 3]).await;
+    assert_eq!(held[2].ids, None);
+    assert_eq!(held[2].pieces, vec![]);
+    assert_eq!(held[2].released.map(|r| r.last_id), Some(None));
+
+    stop(b, join_b).await;
+    // Asked before the first open is done: it waits for the recovered chain.
+    let (b, join_b) = spawn_wal(store.clone(), node("node-b"), restart_policy())
+        .await
+        .expect("spawn");
+    let early = bounded("a holding", b.holding(3)).await.expect("answered");
+    let held = holding_is_the_listings_entry(&b, &asked, &[1, 2, 3]).await;
+    assert!(held[0].released.is_some(), "{held:?}");
+    assert_eq!(early.as_ref(), held.get(2));
+    stop(b, join_b).await;
+    stop(a, join_a).await;
+}
+
+/// `wal.holding(region)` for each of `asked` is `region`'s entry of `wal.holdings()`
+/// (`None` where it has none), and the listing's regions are `listed`. Returns the
+/// listing.
+async fn holding_is_the_listings_entry(
+    wal: &WalHandle,
+    asked: &[u64],
+    listed: &[u64],
+) -> Vec<RegionHolding> {
+    let all = bounded("the listing", wal.holdings())
+        .await
+        .expect("listed");
+    let regions: Vec<u64> = all.iter().map(|h| h.region).collect();
+    assert_eq!(regions, listed);
+    for &region in asked {
+        let one = bounded("a holding", wal.holding(region))
+            .await
+            .expect("answered");
+        let entry = all.iter().find(|h| h.region == region).cloned();
+        assert_eq!(one, entry, "region {region}");
+    }
+    all
+}
+
 /// The target records the region's earlier pieces when it acquires it: listed across
 /// its restarts, read back with `read_history` before the target's own entries (the
 /// region's whole history), passed on to the next owner with the target's own piece
@@ -965,24 +1101,52 @@ async fn a_region_back_at_an_earlier_owner_replays_each_entry_once() {
     stop(b, join_b).await;
 }
 
-/// A source log the target kept after its catch-ups polls the source and reads each
-/// object it writes; once no catch-up has read over it for `SOURCE_IDLE_CLOSE` the
-/// target drops it and reads nothing more of the source, however busy; a later
-/// catch-up opens it again. Virtual time: node A writes an object every 100 ms.
+/// A node that moves regions in rounds 40 s apart, above the 30 s default, keeps its
+/// source between rounds with `source_idle_close` at 60 s, and still drops it once idle
+/// past that (issue 43).
 #[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn a_source_idle_past_its_bound_is_closed_and_opened_again_on_use() {
-    let (counting, (a, join_a), (b, join_b)) = nodes_a_and_b().await;
+async fn a_source_is_kept_across_rounds_within_its_configured_idle_close() {
+    let idle_close = Duration::from_secs(60);
+    assert!(Config::new("x").source_idle_close < Duration::from_secs(40));
+    a_source_is_kept_while_used_and_closed_once_idle(idle_close, Duration::from_secs(40)).await;
+}
+
+/// A short `source_idle_close` (4 s, swept for every 2 s) keeps a source used every 3 s,
+/// and closes it within twice the bound once idle.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_short_source_idle_close_is_honoured() {
+    a_source_is_kept_while_used_and_closed_once_idle(
+        Duration::from_secs(4),
+        Duration::from_secs(3),
+    )
+    .await;
+}
+
+/// A source log the target kept after its catch-ups polls the source and reads each
+/// object it writes; used every `round_every` (below `idle_close`) it is kept, for longer
+/// than `idle_close` in all, and never opened again; once no catch-up has read over it
+/// for `idle_close` (and at most two sweeps, `min(5 s, idle_close / 2)` apart, more) the
+/// target drops it and reads nothing more of the source, however busy; a later catch-up
+/// opens it again. Virtual time: node A writes an object every second.
+async fn a_source_is_kept_while_used_and_closed_once_idle(
+    idle_close: Duration,
+    round_every: Duration,
+) {
+    let counting = CountingStore::new(Arc::new(InMemory::new()));
+    let store: Arc<dyn ObjectStore> = counting.clone();
+    let (a, join_a) = spawn(&store, &node("node-a")).await;
+    let (b, join_b) = spawn(&store, &node("node-b").with_source_idle_close(idle_close)).await;
     let within = Duration::from_secs(10);
     let mut tag = 0;
     // Node A writes region 9 for `seconds`; node B's GETs of A's prefix meanwhile.
     let mut busy = async |seconds: u64| {
         counting.reset();
-        for _ in 0..seconds * 10 {
+        for _ in 0..seconds {
             tag += 1;
             a.append(9, vec![payload(format!("busy-{tag}"))])
                 .await
                 .expect("append");
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
         let gets = counting.get_log();
         gets.iter().filter(|g| g.key.starts_with("node-a/")).count()
@@ -1001,18 +1165,24 @@ async fn a_source_idle_past_its_bound_is_closed_and_opened_again_on_use() {
         );
     };
 
-    let idle_close = object_store_wal_actors::SOURCE_IDLE_CLOSE.as_secs();
     move_region(1).await;
-    // Kept, and used every 10 s for longer than the bound: it reads A's new objects and
-    // is never opened again (an open lists the prefix; nothing else here lists).
-    for region in 10..10 + idle_close / 10 + 2 {
-        assert!(busy(10).await > 0, "a kept source polls");
+    // Kept, and used every `round_every` for longer than the bound: it reads A's new
+    // objects and is never opened again (an open lists the prefix; nothing else here
+    // lists).
+    let rounds = idle_close.as_secs() / round_every.as_secs() + 2;
+    for region in 10..10 + rounds {
+        assert!(busy(round_every.as_secs()).await > 0, "a kept source polls");
         move_region(region).await;
         assert_eq!(lists(), 0, "kept open while used");
     }
-    // Idle past the bound (and a sweep): dropped, it reads nothing.
-    busy(idle_close + 10).await;
-    assert_eq!(busy(10).await, 0, "an idle source is closed");
+    // Idle past the bound and two sweeps: dropped, it reads nothing.
+    let sweep = Duration::from_secs(5).min(idle_close / 2);
+    busy((idle_close + 2 * sweep).as_secs() + 1).await;
+    assert_eq!(
+        busy(round_every.as_secs()).await,
+        0,
+        "an idle source is closed"
+    );
     // Used again: opened again.
     move_region(2).await;
     assert_eq!(lists(), 1, "opened again");
