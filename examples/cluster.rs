@@ -194,8 +194,6 @@ struct Cluster {
     resolves: Mutex<Histogram<u64>>,
     moved: Vec<AtomicBool>,
     migrations: AtomicU64,
-    /// Moves not made: the source held no entry of the region yet (`UnknownRegion`).
-    skipped: AtomicU64,
     migration_failures: AtomicU64,
     resolved_found: AtomicU64,
     resolved_resent: AtomicU64,
@@ -472,13 +470,6 @@ impl Cluster {
                 Ok(released) => break released,
                 // Recorded by an earlier attempt whose answer was lost.
                 Err(Error::RegionReleased { released, .. }) => break released,
-                // No entry of it at the source yet: the source does not fence what it
-                // does not know, so the region stays where its appends go.
-                Err(Error::UnknownRegion { .. }) => {
-                    self.routes[region as usize].lock().expect("route").moving = false;
-                    self.skipped.fetch_add(1, Ordering::Relaxed);
-                    return Ok(());
-                }
                 Err(e) if e.is_retryable() || e.durability() == Durability::MayBeDurable => {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
@@ -773,7 +764,6 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         resolves: Mutex::new(histogram()),
         moved: (0..regions).map(|_| AtomicBool::new(false)).collect(),
         migrations: AtomicU64::new(0),
-        skipped: AtomicU64::new(0),
         migration_failures: AtomicU64::new(0),
         resolved_found: AtomicU64::new(0),
         resolved_resent: AtomicU64::new(0),
@@ -953,7 +943,6 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         "duplicated": verdict.duplicated,
         "out_of_order": verdict.out_of_order,
         "migrations": cluster.migrations.load(Ordering::Relaxed),
-        "moves_skipped_unknown": cluster.skipped.load(Ordering::Relaxed),
         "migration_failures": cluster.migration_failures.load(Ordering::Relaxed),
         "migration_window_ms_p50": ms(&cluster.windows, 0.5),
         "migration_window_ms_p99": ms(&cluster.windows, 0.99),

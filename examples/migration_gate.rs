@@ -225,8 +225,6 @@ impl Child {
             match self.nodes[from].release(region).await {
                 Ok(released) => break released,
                 Err(Error::RegionReleased { released, .. }) => break released,
-                // No entry of it at the source yet: not fenced there, so it stays.
-                Err(Error::UnknownRegion { .. }) => return,
                 Err(e) if e.is_retryable() || e.durability() == Durability::MayBeDurable => {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }

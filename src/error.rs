@@ -198,6 +198,10 @@ pub enum Error {
         "region {region} is unknown to this log: no entry or earlier piece of it here (a \
          next owner acquires above {acquire_above})"
     )]
+    ///
+    /// No longer returned by a release: a release of a region this log holds nothing
+    /// of records it with no last id, and fences it as any release does (DESIGN.md
+    /// "Regions moving between nodes"). Kept so that code matching it still compiles.
     UnknownRegion {
         /// The region.
         region: u64,

@@ -37,14 +37,11 @@
 //! - the **coordinator**: `release(R)` on S at any point; answered once its ticket is
 //!   acknowledged; if S's epoch ends first it asks again on the new epoch and takes
 //!   either `RegionReleased { last_id }` (the snapshot is on the recovered chain) or a
-//!   fresh release as the answer. While it waits it may also ask once more (a retry
-//!   after its call timed out, as examples/cluster.rs does), and takes whichever answer
-//!   comes first. If S's log holds nothing of R (no entry on its chain,
-//!   in flight or in the open batch) it refuses the release `UnknownRegion`, recording
-//!   nothing; the coordinator then moves R anyway (DESIGN.md: "moves it while its node
-//!   refuses the region's appends itself"; leaving R at S is the state before the
-//!   release, which the search explores anyway): `L` is none, `acquire_above` the
-//!   error's, and the frontend sends R's appends to T from then on. With the answer `L`
+//!   fresh release as the answer. In the retried-release model ([`Model::retrying`])
+//!   it may also ask once more while it waits (a retry after its call timed out, as
+//!   examples/cluster.rs does), and takes whichever answer comes first. If S's log holds nothing of R (no entry on its chain, in flight or in
+//!   the open batch) the release is recorded all the same, with `L` none (DESIGN.md: a
+//!   release always fences its region). With the answer `L`
 //!   and `acquire_above` `A` (`>= L`), `acquire(R, A)` on T, answered once its ticket
 //!   is acknowledged (asked again if T's epoch ends first). A **catch-up** at any point
 //!   after the release answered: T reads R's entries with id `<= L` from S's chain as
@@ -77,7 +74,7 @@
 //!    chain when the catch-up reads it, and the catch-up delivered exactly S's piece.
 //! 4. A release is answered only when the chain recovery would choose over S's store at
 //!    that moment ends with a control snapshot recording R released at that last id
-//!    (refused `UnknownRegion`: holds no entry of R).
+//!    (under mutation (h), refused `UnknownRegion`: holds no entry of R).
 //!
 //! 5. An id S handed out at admission for an append that failed `MayBeDurable` and is
 //!    not in the history is not the id of another entry in T's piece (a caller
@@ -152,22 +149,32 @@
 //!   never lands, S's next epoch recovers a chain where R is not released and
 //!   acknowledges R's next append, which T's piece never holds (property 1, 14 steps).
 //!
+//! - (h) A release of a region S holds nothing of is refused `UnknownRegion`,
+//!   recording nothing, as the crate did before a release always fenced its region:
+//!   the coordinator moves R anyway (`L` none, `acquire_above` the error's), but S
+//!   cannot tell R from a region it owns, and the frontend, whose route to S is
+//!   stale, goes on sending R's appends there: S acknowledges them, and no piece of
+//!   R's history holds them (property 1).
+//!
 //! | mutation | model | violates (shortest trace) |
 //! |---|---|---|
 //! | (a) | design | property 1 (12 steps), property 3 (12 steps) |
 //! | (b) | design | property 4 (5 steps), property 3 (14 steps) |
-//! | (c) | design | property 6 (9 steps), property 2 (12 steps), property 5 (12 steps) |
-//! | (d) | zombie | property 1 (9 steps), property 6 (9 steps) |
-//! | (e) | design | property 5 (11 steps) |
+//! | (c) | design | property 6 (10 steps), property 2 (12 steps), property 5 (14 steps) |
+//! | (d) | zombie | property 1 (11 steps), property 6 (10 steps), property 2 (13 steps) |
+//! | (e) | design | property 5 (13 steps) |
 //! | (f) | busy target | property 6 (14 steps) |
-//! | (g) | design | property 4 (3 steps), property 3 (4 steps), property 1 (14 steps) |
+//! | (g) | retried release | property 4 (2 steps), property 3 (4 steps), property 1 (13 steps) |
+//! | (h) | design | property 1 (12 steps), property 3 (12 steps) |
 //!
-//! `migration_design_is_safe` (about 100,000 states) is the control for (a), (b), (c),
-//! (e) and (g); `migration_design_with_zombie_is_safe` runs the zombie model unmutated (no
-//! violation: Z's creates after the newer instance listed collide with its claims or
-//! opening object, and Z acknowledges nothing after it; about 32,000 states), the
-//! control for (d); `migration_design_with_busy_target_is_safe` (about 150,000 states)
-//! the control for (f): there the acquire that needs no raise waits, T crashes while
+//! `migration_design_is_safe` (about 51,000 states) is the control for (a), (b), (c),
+//! (e) and (h); `migration_design_with_a_retried_release_is_safe` (the coordinator may
+//! ask for the release once more while it waits, 2 appends; about 27,000 states) the
+//! control for (g); `migration_design_with_zombie_is_safe` runs the zombie model
+//! unmutated (no violation: Z's creates after the newer instance listed collide with
+//! its claims or opening object, and Z acknowledges nothing after it; about 30,000
+//! states), the control for (d); `migration_design_with_busy_target_is_safe` (about
+//! 61,000 states) the control for (f): there the acquire that needs no raise waits, T crashes while
 //! it waits, and T's next epoch raises. `migration_design_is_safe_wider` (ignored;
 //! `--ignored`) runs four wider scopes (4 appends; 2 epoch ends per node; the zombie
 //! model with 3 appends; the busy target with an epoch end of S), 110,000 to 190,000
@@ -262,6 +269,10 @@ enum Mutation {
     /// `RegionReleased` at once from the holdings in flight (as before the mend),
     /// instead of waiting for the same object.
     RetriedReleaseAnsweredEarly,
+    /// (h) A release of a region S holds nothing of is refused `UnknownRegion`,
+    /// recording nothing (as before the mend): S goes on admitting the region's
+    /// appends, which frontends with stale routes still send.
+    UnfencedUnwrittenRelease,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -296,8 +307,19 @@ impl Model {
             ends: [1, 1],
             t_crash: true,
             zombie: false,
-            retry_release: true,
+            retry_release: false,
             mutation: None,
+        }
+    }
+
+    /// The design where the coordinator may ask for the release once more while it
+    /// waits (a retry after its call timed out), 2 appends: the control for mutation
+    /// (g). (A retry in every model would double the states of each.)
+    fn retrying() -> Self {
+        Model {
+            appends: 2,
+            retry_release: true,
+            ..Model::design()
         }
     }
 
@@ -883,6 +905,18 @@ impl Explorer {
                 let refused = p.holdings().refuse(R, || p.id_bound());
                 fed.control = Some(refused.map(|()| unreachable!("released")));
             }
+            Input::Release
+                if self.model.mutated(Mutation::UnfencedUnwrittenRelease)
+                    && p.holdings().released(R).is_none()
+                    && p.holdings().pieces_of(R).is_empty()
+                    && p.last_id_of(R).is_none() =>
+            {
+                // Mutation (h): refused, recording nothing, as before the mend.
+                fed.control = Some(Err(Error::UnknownRegion {
+                    region: R,
+                    acquire_above: p.id_bound(),
+                }));
+            }
             Input::Release => {
                 fed.control = Some(p.release(R, now).map(|(released, ticket)| {
                     fed.above = released.acquire_above;
@@ -1392,6 +1426,9 @@ impl Explorer {
                 let fed = self.input(&mut n, S, Input::Release, log);
                 match fed.control.expect("a release") {
                     Ok((last, ticket)) => {
+                        if last.is_none() {
+                            self.saw("a release of an unwritten region is recorded");
+                        }
                         if retry {
                             assert_eq!(n.nodes[S].ticket, Some(ticket), "the same record");
                             assert_eq!(n.release, Ctl::Waiting(last), "the same last id");
@@ -1416,17 +1453,12 @@ impl Explorer {
                         self.answer_release(&mut n, released.last_id, false, log);
                     }
                     Err(Error::UnknownRegion { acquire_above, .. }) => {
-                        // S's log holds nothing of R, and records nothing: the
-                        // coordinator moves R anyway, S's node refusing R's appends
-                        // itself from now on (as for any region it does not own),
-                        // and T acquires above `acquire_above`. (Leaving R at S is
-                        // the state before the release, explored anyway.)
-                        note(
-                            log,
-                            " [UnknownRegion: S's node refuses R from now on]".into(),
-                        );
-                        self.saw("a release is refused UnknownRegion");
-                        n.moved = true;
+                        // Mutation (h): S's log holds nothing of R and records
+                        // nothing; the coordinator moves R anyway and T acquires above
+                        // `acquire_above`, while S's node cannot tell R from a region
+                        // it owns: a frontend whose route is stale still reaches it.
+                        note(log, " [UnknownRegion: nothing recorded]".into());
+                        self.saw("mutation (h) refuses a release of an unwritten region");
                         n.above = acquire_above;
                         self.answer_release(&mut n, None, true, log);
                     }
@@ -1958,7 +1990,7 @@ const COVERAGE: &[&str] = &[
     "a reopen reads the release back",
     "the release is asked again",
     "a release asked again is answered RegionReleased",
-    "a retried release waits for the same record",
+    "a release of an unwritten region is recorded",
     "the acquire is asked again",
     "the acquire is answered on its ticket",
     "S refuses an append RegionReleased",
@@ -2011,6 +2043,22 @@ fn assert_catches(name: &str, model: Model, kind: Kind, marker: &str) -> Report 
 #[test]
 fn migration_design_is_safe() {
     assert_safe("design", Model::design(), COVERAGE);
+}
+
+/// The design with a retried release: the control for mutation (g).
+#[test]
+fn migration_design_with_a_retried_release_is_safe() {
+    assert_safe(
+        "design with a retried release",
+        Model::retrying(),
+        &[
+            "a retried release waits for the same record",
+            "the release is asked again",
+            "S acknowledges an append",
+            "T acknowledges an append",
+            "final: both S and T acknowledged appends",
+        ],
+    );
 }
 
 /// A wider scope, for information (run with `--ignored`).
@@ -2158,7 +2206,7 @@ fn mutation_sequence_jump_is_caught() {
 fn mutation_retried_release_answered_early_is_caught() {
     let r = assert_catches(
         "mutation (g): a retried release is answered from the holdings in flight",
-        Model::design().with(Mutation::RetriedReleaseAnsweredEarly),
+        Model::retrying().with(Mutation::RetriedReleaseAnsweredEarly),
         Kind::AnswerNotRecorded,
         "again",
     );
@@ -2170,4 +2218,17 @@ fn mutation_retried_release_answered_early_is_caught() {
         "the early answer loses acknowledged entries: {:?}",
         r.violations.keys().collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn mutation_unfenced_unwritten_release_is_caught() {
+    let r = assert_catches(
+        "mutation (h): a release of an unwritten region records nothing",
+        Model::design().with(Mutation::UnfencedUnwrittenRelease),
+        Kind::Lost,
+        "UnknownRegion",
+    );
+    assert!(r
+        .seen
+        .contains("mutation (h) refuses a release of an unwritten region"));
 }

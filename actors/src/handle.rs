@@ -566,17 +566,19 @@ impl WalHandle {
     /// log, with the region's **last id** ([`Released::last_id`]): its largest id on
     /// this log's chain (which can be above the last one acknowledged: an append that
     /// failed `MayBeDurable` whose object landed is on the chain), where a catch-up
-    /// from this log ends (`None` when this log holds only earlier pieces of it). The
-    /// next owner acquires the region above [`Released::acquire_above`], which is above
+    /// from this log ends (`None` when this log holds no entry of it: a region created
+    /// here and moved before its first entry is released too, so that a late append
+    /// of it is refused here rather than acknowledged where no new owner catches it
+    /// up; that the region is this node's is the coordinator's to check). The next
+    /// owner acquires the region above [`Released::acquire_above`], which is above
     /// every id this log handed out, landed or not. The release holds across restarts
     /// until [`acquire`](Self::acquire) takes the region back.
     ///
     /// A release asked again while the first is still on its way (after a
     /// [`Error::CallTimeout`], say) waits for the same record and answers the same
     /// last id. Refused, changing nothing: a release already recorded, with
-    /// [`Error::RegionReleased`] (which carries the same answer); a region this log holds nothing of, with
-    /// [`Error::UnknownRegion`] (this log then does not refuse its appends); the
-    /// control region, with [`Error::ReservedRegion`]. An error with
+    /// [`Error::RegionReleased`] (which carries the same answer); the control region,
+    /// with [`Error::ReservedRegion`]. An error with
     /// [`Durability::MayBeDurable`] means the release may be recorded: ask again, and a
     /// recorded one answers `RegionReleased` with its last id.
     pub async fn release(&self, region: u64) -> Result<Released> {

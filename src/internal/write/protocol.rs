@@ -1486,7 +1486,8 @@ mod tests {
     /// largest handed out, in flight or in the open batch; from then on every append of
     /// the region is refused with that id, and so is a second release; the snapshot
     /// rides in the open batch, sealed and started at once, and the release waits for
-    /// it. The control region and a region this log never held are answered as such.
+    /// it. The control region is refused; a region this log never held is released
+    /// with no last id.
     #[test]
     fn a_release_refuses_the_region_and_waits_for_its_snapshot() {
         let mut h = Harness::new();
@@ -1544,13 +1545,18 @@ mod tests {
             Some(Some(last))
         );
 
-        // A region this log never held: refused, changing nothing.
+        // A region this log never held is released all the same, with no last id:
+        // its late appends are refused (DESIGN.md: a release always fences its region).
+        let (never, _) = h.protocol.release(9, now).expect("released");
+        assert_eq!(never.last_id, None);
+        assert_eq!(never.acquire_above, entry_id(4, (1 << 20) - 1));
         assert!(matches!(
-            h.protocol.release(9, now),
-            Err(Error::UnknownRegion { region: 9, acquire_above })
-                if acquire_above == entry_id(4, (1 << 20) - 1)
+            admit(&mut h, 4, 9),
+            Err(Error::RegionReleased {
+                region: 9,
+                released: Released { last_id: None, .. }
+            })
         ));
-        admit(&mut h, 4, 9).expect("its appends are not refused");
     }
 
     /// A release asked again while its snapshot is in flight (a coordinator retrying

@@ -55,16 +55,19 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     /// Releases `region` (DESIGN.md "Regions moving between nodes"): from now on every
     /// append of it is refused ([`Error::RegionReleased`]); a snapshot recording the
     /// release goes into the open batch, which is sealed and started now. Returns the
-    /// region's last id in this log (`None`: it holds none, only earlier pieces) with
+    /// region's last id in this log (`None`: it holds none) with
     /// the id the next owner acquires above ([`Released`]; [`id_bound`](Self::id_bound)),
     /// and what the release waits for: once that object is acknowledged, so is every
     /// earlier one, and the last id is the region's largest on the chain. A release
     /// asked again while the object recording it is in flight (a caller retrying after
     /// a timeout) waits for that same object, with the same last id: answered before,
-    /// it would outrun its record, which an unknown outcome can still lose. Refused,
-    /// changing nothing, for the control region, a region whose release is recorded
-    /// on the chain already, and a region this log holds nothing of
-    /// ([`Error::UnknownRegion`]).
+    /// it would outrun its record, which an unknown outcome can still lose. A region
+    /// this log holds nothing of (created here and moved before its first entry, or
+    /// never here) is released all the same, with no last id: its late appends are
+    /// refused as any released region's, which no new owner would catch up (that the
+    /// region is the node's is the coordinator's to check). Refused, changing nothing,
+    /// for the control region and a region whose release is recorded on the chain
+    /// already.
     pub fn release(&mut self, region: u64, now: Now) -> Result<(Released, ControlTicket)> {
         self.ensure_writing()?;
         node_region(region)?;
@@ -78,12 +81,6 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         }
         self.holdings.refuse(region, || self.id_bound())?;
         let last_id = self.last_id_of(region);
-        if last_id.is_none() && self.holdings.pieces_of(region).is_empty() {
-            return Err(Error::UnknownRegion {
-                region,
-                acquire_above: self.id_bound(),
-            });
-        }
         let mut holdings = self.holdings.clone();
         holdings.release(region, last_id)?;
         let ticket = self.put_snapshot(&holdings, true, now)?;
