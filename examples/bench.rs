@@ -2194,6 +2194,7 @@ async fn limit(
                 link,
                 floor: 0,
                 claim: false,
+                closed: false,
                 id_offset: 0,
             };
             let object = encode_object(&header, regions.iter().map(|(r, e)| (*r, &e[..])))?;
@@ -2296,6 +2297,7 @@ async fn build_chain(
                 link,
                 floor: position.floor,
                 claim: false,
+                closed: false,
                 id_offset: 0,
             };
             let mut by_region: std::collections::BTreeMap<u64, Vec<Bytes>> = Default::default();

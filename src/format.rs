@@ -1,4 +1,4 @@
-//! The bytes of one WAL object, versions 1, 2 and 3 (`docs/FORMAT.md` is normative).
+//! The bytes of one WAL object, versions 1 to 4 (`docs/FORMAT.md` is normative).
 //!
 //! ```text
 //! header (56) | segment (region 1) | ... | segment (region N) | footer | trailer (32)
@@ -18,8 +18,9 @@
 //! length and CRC describe the stored bytes. A writer without transforms writes version
 //! 1 byte for byte ([`encode_object`]); [`encode_object_with`] writes version 2 when any
 //! segment is transformed. Version 3 adds an id offset to a 64-byte header
-//! ([`Header::id_offset`]): entry ids count from the sequence plus it. Readers read all
-//! three.
+//! ([`Header::id_offset`]): entry ids count from the sequence plus it. Version 4 is a
+//! closed opening object ([`Header::closed`]): version 3's header with the closed flag,
+//! and no segments. Readers read all four.
 //!
 //! Integers are little-endian; CRCs are CRC32 (IEEE). This module is pure: no I/O, no
 //! async. Encoding is deterministic (the identical-retry rule of the writer compares
@@ -81,6 +82,7 @@ mod tests {
                 link: Link::NONE,
                 floor: 0,
                 claim: false,
+                closed: false,
                 id_offset: 0,
             },
             std::iter::empty(),
@@ -99,6 +101,7 @@ mod tests {
                 },
                 floor: 3,
                 claim: false,
+                closed: false,
                 id_offset: 0,
             },
             [(7u64, &r7[..]), (42u64, &r42[..])],
@@ -119,6 +122,7 @@ mod tests {
                 },
                 floor: 0,
                 claim: true,
+                closed: false,
                 id_offset: 0,
             },
             std::iter::empty(),

@@ -34,6 +34,7 @@ fn header(sequence: u64) -> Header {
         link: Link::NONE,
         floor: 0,
         claim: false,
+        closed: false,
         id_offset: 0,
     }
 }

@@ -24,6 +24,7 @@ fn header(sequence: u64, floor: u64) -> Header {
         },
         floor,
         claim: false,
+        closed: false,
         id_offset: 0,
     }
 }

@@ -157,6 +157,7 @@ async fn put_object(store: &InMemory, sequence: u64, id_offset: u64) -> Vec<u8> 
         },
         floor: 1,
         claim: false,
+        closed: false,
         id_offset,
     };
     let entries = [Bytes::from(format!("entry at {sequence}"))];
@@ -246,6 +247,7 @@ fn control_object(sequence: u64, released: &[(u64, Option<u64>)]) -> Vec<u8> {
         },
         floor: 0,
         claim: false,
+        closed: false,
         id_offset: 0,
     };
     let entry = [Bytes::from(format!("entry {sequence}"))];

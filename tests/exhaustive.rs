@@ -237,6 +237,7 @@ impl Obj {
             },
             floor: 0,
             claim: self.claim,
+            closed: false,
             id_offset: 0,
         }
     }

@@ -8,6 +8,8 @@
 //!   variant. A violating object is a valid encoding with bytes patched and the CRCs that
 //!   would otherwise catch the patch first recomputed (with the CRC repairs of
 //!   `object_store_wal::testing`), so the targeted rule is reached.
+//! - Versions 3 (an id offset) and 4 (a closed opening object): their FORMAT.md vectors
+//!   and the rules each adds, at the end.
 //! - Properties: random batches round-trip with the ids of their receipts; damaged,
 //!   truncated and random bytes never panic a decoder, which answers `Ok` only for bytes
 //!   that are in fact a valid object (checked against an independent reading of the spec).
@@ -17,8 +19,8 @@ use object_store_wal::format::{
     check_object as check_whole, check_object_crc, decode_footer, decode_header, decode_object,
     decode_object_summary, decode_segment, decode_summary, decode_trailer, encode_object, entry_id,
     entry_position, entry_sequence, DecodedObject, Footer, FormatError, Header, Link,
-    ObjectSummary, SegmentDamage, SegmentRecord, Trailer, EMPTY_OBJECT_LEN, EMPTY_OBJECT_LEN_V3,
-    MAX_SEQUENCE,
+    ObjectSummary, SegmentDamage, SegmentRecord, Trailer, CLOSED_OBJECT_LEN, EMPTY_OBJECT_LEN,
+    EMPTY_OBJECT_LEN_V3, MAX_SEQUENCE,
 };
 use object_store_wal::internal::write::batch::Batch;
 use object_store_wal::testing::{
@@ -73,6 +75,7 @@ fn empty_header() -> Header {
         link: Link::NONE,
         floor: 0,
         claim: false,
+        closed: false,
         id_offset: 0,
     }
 }
@@ -87,6 +90,7 @@ fn full_header() -> Header {
         },
         floor: 3,
         claim: false,
+        closed: false,
         id_offset: 0,
     }
 }
@@ -101,6 +105,7 @@ fn claim_header() -> Header {
         },
         floor: 0,
         claim: true,
+        closed: false,
         id_offset: 0,
     }
 }
@@ -585,8 +590,8 @@ fn reject_bad_trailer_magic() {
 }
 
 #[test]
-fn reject_version_not_1_2_or_3() {
-    for version in [0u16, 4, u16::MAX] {
+fn reject_version_not_1_to_4() {
+    for version in [0u16, 5, u16::MAX] {
         let mut b = encode_full();
         wr16(&mut b, H_VERSION, version);
         reseal(&mut b);
@@ -600,7 +605,8 @@ fn reject_version_not_1_2_or_3() {
 
 #[test]
 fn reject_unknown_flag_bits() {
-    for bit in 1..16 {
+    // Bit 1 is the closed flag (version 4): `the_closed_flag_only_in_version_4`.
+    for bit in 2..16 {
         for claim in [0u16, 1] {
             let flags = (1u16 << bit) | claim;
             let mut b = encode_empty();
@@ -1363,6 +1369,7 @@ fn valid_object() -> impl Strategy<Value = Vec<u8>> {
                 link: at.link,
                 floor: at.floor,
                 claim: claim && segments.is_empty(),
+                closed: false,
                 id_offset: 0,
             };
             encode_object(&header, segments.iter().map(|(r, e)| (*r, e.as_slice())))
@@ -1415,6 +1422,7 @@ proptest! {
                 link: at.link,
                 floor: at.floor,
                 claim: false,
+                closed: false,
                 id_offset: 0,
             }
         );
@@ -1595,6 +1603,7 @@ fn v3_empty_header() -> Header {
         },
         floor: 2,
         claim: false,
+        closed: false,
         id_offset: 100,
     }
 }
@@ -1716,9 +1725,171 @@ fn a_version_3_footer_follows_the_id_offset() {
 }
 
 #[test]
-fn a_version_above_3_is_unsupported() {
+fn a_version_above_4_is_unsupported() {
     let mut b = unhex(V3_EMPTY_HEX);
-    wr16(&mut b, H_VERSION, 4);
+    wr16(&mut b, H_VERSION, 5);
     repair_header_crc(&mut b).unwrap();
-    assert_eq!(decode_header(&b), Err(FormatError::UnsupportedVersion(4)));
+    assert_eq!(decode_header(&b), Err(FormatError::UnsupportedVersion(5)));
+}
+
+// ---------------------------------------------------------------------------------------
+// Version 4: a closed opening object (FORMAT.md "Version 4").
+// ---------------------------------------------------------------------------------------
+
+/// FORMAT.md's version 4 vector, computed from the page alone (Python's `struct` and
+/// `zlib.crc32`): object 9 of epoch 10, link `(8, 5)`, floor 3, id offset 1000, closed.
+const V4_CLOSED_HEX: &str = "475457414c4f424a0400020009000000000000000a00000000000000080000000000000005000000000000000300000000000000e8030000000000001f5042870000000000000000475457414c54524c4000000000000000080000000000000069df226537e7b4cb";
+
+fn v4_closed_header() -> Header {
+    Header {
+        sequence: 9,
+        epoch: 10,
+        link: Link {
+            sequence: 8,
+            epoch: 5,
+        },
+        floor: 3,
+        claim: false,
+        closed: true,
+        id_offset: 1000,
+    }
+}
+
+#[test]
+fn vector_v4_closed_object() {
+    let expected = unhex(V4_CLOSED_HEX);
+    let encoded = encode_object(&v4_closed_header(), std::iter::empty()).unwrap();
+    assert_eq!(encoded.version(), 4);
+    let bytes = encoded.to_bytes();
+    assert_eq!(&bytes[..], &expected[..]);
+    assert_eq!(bytes.len(), CLOSED_OBJECT_LEN);
+    assert_eq!(CLOSED_OBJECT_LEN, 104);
+    // Version 4 and the closed flag (bit 1); the id offset at 52..60, the header CRC of
+    // 0..60 at 60..64.
+    assert_eq!(&bytes[8..12], &[4, 0, 2, 0]);
+    assert_eq!(rd64(&bytes, 52), 1000);
+    assert_eq!(rd32(&bytes, 60), 0x8742_501f);
+    assert_eq!(rd32(&bytes, 60), crc32fast::hash(&bytes[..60]));
+    // Every byte after the header is version 3's empty vector's (same length, no
+    // segments), the object CRC included (FORMAT.md's vector 3 says why).
+    assert_eq!(&bytes[64..], &unhex(V3_EMPTY_HEX)[64..]);
+
+    assert_eq!(decode_header(&bytes).unwrap(), v4_closed_header());
+    let summary = decode_object_summary(&bytes).unwrap();
+    assert_eq!(summary, encoded.summary());
+    assert_eq!(summary.version, 4);
+    assert_eq!(summary.header, v4_closed_header());
+    assert!(summary.footer.records.is_empty());
+    assert_eq!(summary.trailer.footer_offset, 64);
+    let decoded = decode(&bytes).unwrap();
+    assert_eq!(decoded.summary, summary);
+    assert!(decoded.segments.is_empty());
+    assert!(check_whole(&bytes).unwrap().damaged.is_empty());
+}
+
+/// What a reader from before version 4 does with the vector: for a version it does not
+/// know it checks the CRC at 52..56 of bytes 0..52 (FORMAT.md "What a reader
+/// verifies"), which here is the id offset's first half, so it reports header damage.
+#[test]
+fn a_reader_before_version_4_sees_header_damage() {
+    let bytes = unhex(V4_CLOSED_HEX);
+    assert_ne!(rd32(&bytes, 52), crc32fast::hash(&bytes[..52]));
+}
+
+/// The closed flag chooses version 4, not the id offset: a closed object with id offset
+/// 0 is still version 4 (64-byte header, id offset 0), and decodes back as written.
+#[test]
+fn a_closed_object_without_id_offset_is_version_4() {
+    let header = Header {
+        id_offset: 0,
+        ..v4_closed_header()
+    };
+    assert_eq!(header.encoded_len(), 64);
+    let encoded = encode_object(&header, std::iter::empty()).unwrap();
+    assert_eq!(encoded.version(), 4);
+    let bytes = encoded.to_bytes();
+    assert_eq!(bytes.len(), CLOSED_OBJECT_LEN);
+    assert_eq!(rd64(&bytes, 52), 0);
+    let summary = decode_object_summary(&bytes).unwrap();
+    assert_eq!((summary.version, summary.header), (4, header));
+}
+
+#[test]
+fn reject_closed_with_segments() {
+    // Version 3's full vector made closed: a valid version 4 header over two segments.
+    let mut b = unhex(V3_FULL_HEX);
+    wr16(&mut b, H_VERSION, 4);
+    wr16(&mut b, H_FLAGS, 2);
+    reseal(&mut b);
+    assert!(decode_header(&b).unwrap().closed);
+    assert_eq!(summary_err(&b), FormatError::ClosedWithSegments(2));
+    // And the encoder refuses to write one.
+    let r7 = region7();
+    assert_eq!(
+        encode_object(&v4_closed_header(), [(7u64, &r7[..])]).unwrap_err(),
+        FormatError::Unencodable("a closed object holds no segments")
+    );
+}
+
+#[test]
+fn reject_closed_and_claim() {
+    let mut b = unhex(V4_CLOSED_HEX);
+    wr16(&mut b, H_FLAGS, 3);
+    reseal(&mut b);
+    assert_eq!(decode_header(&b), Err(FormatError::ClosedClaim));
+    assert_eq!(summary_err(&b), FormatError::ClosedClaim);
+    // `Header::validate`, and so the encoder, refuse it too.
+    let both = Header {
+        claim: true,
+        ..v4_closed_header()
+    };
+    assert_eq!(both.validate(), Err(FormatError::ClosedClaim));
+    assert_eq!(
+        encode_object(&both, std::iter::empty()).unwrap_err(),
+        FormatError::ClosedClaim
+    );
+}
+
+/// Bit 1 is legal only in version 4: in versions 1, 2 and 3 it is refused by name.
+#[test]
+fn the_closed_flag_only_in_version_4() {
+    let mut v2 = encode_empty();
+    wr16(&mut v2, H_VERSION, 2);
+    for (mut b, version) in [(encode_empty(), 1u16), (v2, 2), (unhex(V3_EMPTY_HEX), 3)] {
+        for claim in [0u16, 1] {
+            wr16(&mut b, H_FLAGS, 2 | claim);
+            reseal(&mut b);
+            assert_eq!(
+                decode_header(&b),
+                Err(FormatError::ClosedOutsideVersion4(version)),
+                "version {version}"
+            );
+            assert_eq!(summary_err(&b), FormatError::ClosedOutsideVersion4(version));
+        }
+    }
+}
+
+/// Version 4 is a closed object's layout only: without bit 1 it is refused by name.
+#[test]
+fn reject_version_4_without_the_closed_flag() {
+    for flags in [0u16, 1] {
+        let mut b = unhex(V4_CLOSED_HEX);
+        wr16(&mut b, H_FLAGS, flags);
+        reseal(&mut b);
+        assert_eq!(decode_header(&b), Err(FormatError::Version4NotClosed));
+        assert_eq!(summary_err(&b), FormatError::Version4NotClosed);
+    }
+}
+
+/// Bits 2 to 15 are refused in version 4 as in every other version.
+#[test]
+fn reject_unknown_flag_bits_in_version_4() {
+    for bit in 2..16 {
+        let flags = (1u16 << bit) | 2;
+        let mut b = unhex(V4_CLOSED_HEX);
+        wr16(&mut b, H_FLAGS, flags);
+        reseal(&mut b);
+        assert_eq!(decode_header(&b), Err(FormatError::UnknownFlags(flags)));
+        assert_eq!(summary_err(&b), FormatError::UnknownFlags(flags));
+    }
 }

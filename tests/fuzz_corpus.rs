@@ -72,6 +72,19 @@ fn format_vectors_are_in_the_corpus_and_decode() {
     }
 }
 
+/// FORMAT.md's version 4 vector (a closed opening object) is in the corpus and decodes
+/// as closed, so the fuzzer starts from a version 4 header the decoder accepts.
+#[test]
+fn version_4_vector_is_in_the_corpus_and_decodes_closed() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/decode");
+    let data = std::fs::read(dir.join("vector-v4-closed")).expect("vector is checked in");
+    let decoded = object_store_wal::format::decode_object(&bytes::Bytes::from(data))
+        .expect("the vector decodes");
+    assert_eq!(decoded.summary.version, object_store_wal::format::VERSION_4);
+    assert!(decoded.summary.header.closed);
+    assert!(decoded.segments.is_empty());
+}
+
 /// FORMAT.md's control snapshot vector is in the corpus, alone and as the control entry
 /// of an object (object 2 of epoch 1, with region 7's entry `x`, from `encode_object`),
 /// so the fuzzer starts from snapshots the decoder accepts on both paths.

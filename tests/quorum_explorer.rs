@@ -72,6 +72,7 @@ impl V {
             },
             floor: 0,
             claim: self.claim,
+            closed: false,
             id_offset: 0,
         }
     }

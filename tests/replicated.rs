@@ -251,6 +251,7 @@ fn header(sequence: u64, epoch: u64, claim: bool) -> Header {
         },
         floor: 0,
         claim,
+        closed: false,
         id_offset: 0,
     }
 }

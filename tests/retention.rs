@@ -65,6 +65,7 @@ fn header(sequence: u64, floor: u64) -> Header {
         },
         floor,
         claim: false,
+        closed: false,
         id_offset: 0,
     }
 }
@@ -363,6 +364,7 @@ async fn read_only_follower_passes_claims_and_orphans() {
             link: Link { sequence: 5, epoch },
             floor: 0,
             claim: false,
+            closed: false,
             id_offset: 0,
         },
         [(1u64, &[payload("orphan")][..])],

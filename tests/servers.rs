@@ -94,6 +94,7 @@ fn object(sequence: u64, epoch: u64, link: Link, region: u64, payloads: &[&[u8]]
         link,
         floor: 0,
         claim: false,
+        closed: false,
         id_offset: 0,
     };
     let entries: Vec<Bytes> = payloads.iter().map(|p| Bytes::copy_from_slice(p)).collect();

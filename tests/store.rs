@@ -154,6 +154,7 @@ fn header(sequence: u64, epoch: u64, link: (u64, u64), floor: u64) -> Header {
         },
         floor,
         claim: false,
+        closed: false,
         id_offset: 0,
     }
 }
@@ -693,10 +694,10 @@ async fn damaged_object_names_its_key(store: Arc<dyn ObjectStore>) {
         v[at] ^= 0x01;
         Bytes::from(v)
     };
-    let mut version_4 = good.to_vec();
-    version_4[8] = 4;
-    let crc = crc32fast::hash(&version_4[..52]);
-    version_4[52..56].copy_from_slice(&crc.to_le_bytes());
+    let mut version_5 = good.to_vec();
+    version_5[8] = 5;
+    let crc = crc32fast::hash(&version_5[..52]);
+    version_5[52..56].copy_from_slice(&crc.to_le_bytes());
 
     let footer_at = good.len() - 32 - 8 - 48;
     // A damaged segment is not among them: it fails only reads of its region
@@ -706,7 +707,7 @@ async fn damaged_object_names_its_key(store: Arc<dyn ObjectStore>) {
         ("footer byte", flip(footer_at + 10)),
         ("trailer magic", flip(good.len() - 30)),
         ("truncated", good.slice(..60)),
-        ("version 4", Bytes::from(version_4)),
+        ("version 5", Bytes::from(version_5)),
     ];
     let expected_key = key(2).to_string();
     for (what, bytes) in damages {
@@ -731,7 +732,7 @@ async fn damaged_object_names_its_key(store: Arc<dyn ObjectStore>) {
                             matches!(source, FormatError::CrcMismatch { part: "footer", .. }),
                             "{what}: {source:?}"
                         ),
-                        "version 4" => assert_eq!(source, &FormatError::UnsupportedVersion(4)),
+                        "version 5" => assert_eq!(source, &FormatError::UnsupportedVersion(5)),
                         "truncated" => {
                             assert!(
                                 matches!(source, FormatError::Truncated { .. }),

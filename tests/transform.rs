@@ -35,6 +35,7 @@ fn header() -> Header {
         },
         floor: 3,
         claim: false,
+        closed: false,
         id_offset: 0,
     }
 }

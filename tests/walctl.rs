@@ -234,6 +234,7 @@ fn append_chain_dump_verify_on_a_file_store() {
         },
         floor: 0,
         claim: false,
+        closed: false,
         id_offset: 0,
     };
     let bytes = encode_object(&orphan, std::iter::empty())

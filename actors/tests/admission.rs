@@ -546,6 +546,7 @@ async fn ids_and_barriers_follow_the_id_offset() {
         link: object_store_wal::format::Link::NONE,
         floor: 0,
         claim: false,
+        closed: false,
         id_offset: 90,
     };
     let object =

@@ -96,7 +96,7 @@ pub(super) fn check_crc(part: &'static str, stored: u32, bytes: &[u8]) -> Result
 }
 
 /// Decodes and verifies the header from the first bytes of `bytes`: 56 in versions 1
-/// and 2, 64 in version 3 (extra bytes are not looked at).
+/// and 2, 64 in versions 3 and 4 (extra bytes are not looked at).
 pub fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
     decode_header_version(bytes).map(|(header, _)| header)
 }
@@ -112,6 +112,7 @@ pub fn decode_header_version(bytes: &[u8]) -> Result<(Header, u16), FormatError>
     let len = match version {
         VERSION | VERSION_2 => HEADER_LEN,
         VERSION_3 => HEADER_LEN_V3,
+        VERSION_4 => HEADER_LEN_V4,
         other => {
             // The CRC first: a damaged version field is damage, not a newer format.
             let crc = bytes.get(HEADER_LEN - 4..HEADER_LEN).unwrap_or_default();
@@ -132,7 +133,7 @@ pub fn decode_header_version(bytes: &[u8]) -> Result<(Header, u16), FormatError>
     let link_sequence = c.u64()?;
     let link_epoch = c.u64()?;
     let floor = c.u64()?;
-    let id_offset = if version == VERSION_3 { c.u64()? } else { 0 };
+    let id_offset = if len == HEADER_LEN_V3 { c.u64()? } else { 0 };
     let stored_crc = c.u32()?;
     check_crc(
         "header",
@@ -142,8 +143,16 @@ pub fn decode_header_version(bytes: &[u8]) -> Result<(Header, u16), FormatError>
     if version == VERSION_3 && id_offset == 0 {
         return Err(FormatError::ZeroIdOffset);
     }
-    if flags & !FLAG_CLAIM != 0 {
+    if flags & !(FLAG_CLAIM | FLAG_CLOSED) != 0 {
         return Err(FormatError::UnknownFlags(flags));
+    }
+    // The closed flag and version 4 go together: one byte layout names each object.
+    let closed = flags & FLAG_CLOSED != 0;
+    if closed && version != VERSION_4 {
+        return Err(FormatError::ClosedOutsideVersion4(version));
+    }
+    if !closed && version == VERSION_4 {
+        return Err(FormatError::Version4NotClosed);
     }
     let header = Header {
         sequence,
@@ -154,6 +163,7 @@ pub fn decode_header_version(bytes: &[u8]) -> Result<(Header, u16), FormatError>
         },
         floor,
         claim: flags & FLAG_CLAIM != 0,
+        closed,
         id_offset,
     };
     header.validate()?;
@@ -224,7 +234,7 @@ pub fn decode_footer(
 
 /// [`decode_footer`] for an object of format `version`: in version 1 a record's codec and
 /// cipher bytes are reserved (zero); in versions 2 and 3 they name the segment's
-/// transforms. A
+/// transforms (a version 4 object has no records). A
 /// codec or cipher this crate does not know is not an error here: only that segment's
 /// reads fail.
 pub fn decode_footer_of_version(
@@ -254,6 +264,9 @@ pub fn decode_footer_of_version(
     }
     if header.claim && count != 0 {
         return Err(FormatError::ClaimWithSegments(count));
+    }
+    if header.closed && count != 0 {
+        return Err(FormatError::ClosedWithSegments(count));
     }
     // `count` is bounded by the checked footer length, itself bounded by the object.
     let mut records = Vec::with_capacity(count as usize);
@@ -324,9 +337,9 @@ pub fn decode_footer_of_version(
     Ok(Footer { records })
 }
 
-/// Decodes the summary of an object from its first bytes (`head`: 56, or 64 in version
-/// 3; reading 64 always suffices), a suffix of the object that holds at least the footer
-/// and trailer (`tail`), and the object's length.
+/// Decodes the summary of an object from its first bytes (`head`: 56, or 64 in versions
+/// 3 and 4; reading 64 always suffices), a suffix of the object that holds at least the
+/// footer and trailer (`tail`), and the object's length.
 pub fn decode_summary(head: &[u8], tail: &[u8], length: u64) -> Result<ObjectSummary, FormatError> {
     let (header, version) = decode_header_version(head)?;
     let trailer = decode_trailer(tail, length)?;

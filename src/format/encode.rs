@@ -1,5 +1,6 @@
 //! An object from its segments, in one pass: version 1 untransformed, version 2 when a
-//! segment is sealed by a transform, version 3 when the header carries an id offset.
+//! segment is sealed by a transform, version 3 when the header carries an id offset,
+//! version 4 when it is closed (and then without segments).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use crc32fast::Hasher;
@@ -21,8 +22,8 @@ pub struct EncodedObject {
 }
 
 impl EncodedObject {
-    /// The format version it was encoded in: 3 with an id offset, else 2 when a segment
-    /// is transformed, else 1.
+    /// The format version it was encoded in: 4 when closed, else 3 with an id offset,
+    /// else 2 when a segment is transformed, else 1.
     pub fn version(&self) -> u16 {
         self.version
     }
@@ -127,7 +128,8 @@ where
 /// "Version 2"), a fresh nonce from `nonces` per encrypted segment. With nothing to
 /// transform this is exactly [`encode_object`]; otherwise the object is version 2 when a
 /// segment ends up transformed (a segment that does not compress is stored plain). A
-/// header with an id offset makes it version 3 either way.
+/// header with an id offset makes it version 3 either way, and a closed one version 4
+/// (a closed object holds no segments).
 pub fn encode_object_with<'a, I>(
     header: &Header,
     segments: I,
@@ -155,6 +157,11 @@ where
     for (region, entries) in segments {
         if header.claim {
             return Err(FormatError::Unencodable("a claim holds no segments"));
+        }
+        if header.closed {
+            return Err(FormatError::Unencodable(
+                "a closed object holds no segments",
+            ));
         }
         if let Some(previous) = records.last() {
             if previous.region >= region {
@@ -233,7 +240,9 @@ where
         offset += length;
     }
 
-    let (version, header_bytes) = if header.id_offset > 0 {
+    let (version, header_bytes) = if header.closed {
+        (VERSION_4, Bytes::copy_from_slice(&header.encode_v4()))
+    } else if header.id_offset > 0 {
         (VERSION_3, Bytes::copy_from_slice(&header.encode_v3()))
     } else if records.iter().any(SegmentRecord::is_transformed) {
         (

@@ -19,6 +19,9 @@ pub const VERSION_2: u16 = 2;
 /// The format version of an object whose header carries an id offset (its segments may
 /// be transformed as in version 2).
 pub const VERSION_3: u16 = 3;
+/// The format version of a closed opening object ([`FLAG_CLOSED`]), and of nothing
+/// else: version 3's 64-byte header, id offset included, and no segments.
+pub const VERSION_4: u16 = 4;
 /// Codec 0: the segment is not compressed.
 pub const CODEC_NONE: u8 = 0;
 /// Codec 1: one zstd frame.
@@ -33,10 +36,14 @@ pub const CIPHER_XCHACHA20_POLY1305: u8 = 1;
 pub const CIPHER_XAES_256_GCM: u8 = 2;
 /// Header flag bit 0: the object is a claim.
 pub const FLAG_CLAIM: u16 = 1;
+/// Header flag bit 1: the object is a closed opening object (version 4 only).
+pub const FLAG_CLOSED: u16 = 2;
 /// Length of the header (versions 1 and 2).
 pub const HEADER_LEN: usize = 56;
 /// Length of a version 3 header: a version 2 header with the id offset before its CRC.
 pub const HEADER_LEN_V3: usize = 64;
+/// Length of a version 4 header: a version 3 header (the closed flag is in its flags).
+pub const HEADER_LEN_V4: usize = HEADER_LEN_V3;
 /// Length of the trailer.
 pub const TRAILER_LEN: usize = 32;
 /// Length of the fixed part of the footer (segment count and a reserved word).
@@ -47,6 +54,8 @@ pub const FOOTER_RECORD_LEN: usize = 48;
 pub const EMPTY_OBJECT_LEN: usize = HEADER_LEN + FOOTER_FIXED_LEN + TRAILER_LEN;
 /// Length of an object of version 3 without segments.
 pub const EMPTY_OBJECT_LEN_V3: usize = HEADER_LEN_V3 + FOOTER_FIXED_LEN + TRAILER_LEN;
+/// Length of every version 4 object: a closed object holds no segments.
+pub const CLOSED_OBJECT_LEN: usize = HEADER_LEN_V4 + FOOTER_FIXED_LEN + TRAILER_LEN;
 /// Sequences are below `2^44`, so that entry ids fit in 64 bits; so is a sequence plus
 /// its object's id offset.
 pub const MAX_SEQUENCE: u64 = (1 << 44) - 1;
@@ -98,7 +107,7 @@ pub enum FormatError {
         /// `header` or `trailer`.
         part: &'static str,
     },
-    /// A version other than 1, 2 or 3.
+    /// A version other than 1, 2, 3 or 4.
     #[error("unsupported format version {0}")]
     UnsupportedVersion(u16),
     /// A sequence plus its id offset at or above `2^44`: its ids would not fit 64 bits.
@@ -164,9 +173,21 @@ pub enum FormatError {
         /// The codec's complaint.
         reason: String,
     },
-    /// A flag bit other than the claim bit is set.
+    /// A flag bit other than the claim and closed bits is set.
     #[error("unknown header flags {0:#06x}")]
     UnknownFlags(u16),
+    /// The closed flag in a header of another version than 4: only a closed object's
+    /// layout carries it.
+    #[error("the closed flag in a version {0} header (only version 4 carries it)")]
+    ClosedOutsideVersion4(u16),
+    /// A version 4 header without the closed flag: version 4 is a closed object's
+    /// layout only.
+    #[error("a version 4 header without the closed flag")]
+    Version4NotClosed,
+    /// A header with both the claim and the closed flag: a closed object is an opening
+    /// object, never a claim.
+    #[error("a header with both the claim and the closed flag")]
+    ClosedClaim,
     /// The sequence is 0 or not below `2^44`.
     #[error("sequence {0} out of range 1..2^44")]
     SequenceOutOfRange(u64),
@@ -231,6 +252,9 @@ pub enum FormatError {
     /// A claim holds segments.
     #[error("a claim holds {0} segments")]
     ClaimWithSegments(u64),
+    /// A closed object holds segments.
+    #[error("a closed object holds {0} segments")]
+    ClosedWithSegments(u64),
     /// Region ids are not strictly ascending.
     #[error("region {region} does not follow region {previous} in ascending order")]
     RegionOrder {
@@ -306,7 +330,7 @@ impl Link {
     }
 }
 
-/// The header of an object: 56 bytes, 64 in version 3 (which adds the id offset).
+/// The header of an object: 56 bytes, 64 in versions 3 and 4 (which add the id offset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
     /// The object's sequence, equal to the one in its key.
@@ -319,8 +343,12 @@ pub struct Header {
     pub floor: u64,
     /// A claim holds a sequence for an opening instance and is never on a chain.
     pub claim: bool,
-    /// Added to the sequence to make the object's entry ids (version 3; 0 in versions 1
-    /// and 2): never decreasing along a chain, so a region's ids never run backwards
+    /// A closed opening object (version 4, and only it): it fences the prefix for good,
+    /// so no writer opens it again (DESIGN.md gives the rules). It holds no segments
+    /// and is never a claim.
+    pub closed: bool,
+    /// Added to the sequence to make the object's entry ids (versions 3 and 4; 0 in
+    /// versions 1 and 2): never decreasing along a chain, so a region's ids never run backwards
     /// when a node takes it over from another (DESIGN.md "Regions moving between nodes").
     pub id_offset: u64,
 }
@@ -333,6 +361,9 @@ impl Header {
         }
         if self.epoch == 0 {
             return Err(FormatError::ZeroEpoch);
+        }
+        if self.claim && self.closed {
+            return Err(FormatError::ClosedClaim);
         }
         if self.link.sequence >= self.sequence {
             return Err(FormatError::LinkNotBelow {
@@ -372,18 +403,25 @@ impl Header {
         self.sequence.saturating_add(self.id_offset)
     }
 
-    /// The length of this header when encoded: 64 bytes with an id offset, else 56.
+    /// The length of this header when encoded: 64 bytes when closed or with an id
+    /// offset, else 56.
     pub fn encoded_len(&self) -> usize {
-        if self.id_offset > 0 {
+        if self.closed || self.id_offset > 0 {
             HEADER_LEN_V3
         } else {
             HEADER_LEN
         }
     }
 
-    /// The 64 header bytes of a version 3 object, CRC included.
+    /// The 64 header bytes of a version 3 object, CRC included (a closed header is
+    /// version 4: [`encode_v4`](Self::encode_v4)).
     pub fn encode_v3(&self) -> [u8; HEADER_LEN_V3] {
         self.encode_as(VERSION_3)
+    }
+
+    /// The 64 header bytes of a version 4 object (a closed one), CRC included.
+    pub fn encode_v4(&self) -> [u8; HEADER_LEN_V4] {
+        self.encode_as(VERSION_4)
     }
 
     /// The 56 header bytes of a version 1 object, CRC included.
@@ -392,7 +430,8 @@ impl Header {
     }
 
     /// The 56 header bytes with `version` (1 or 2; the id offset is not written, see
-    /// [`encode_v3`](Self::encode_v3)), CRC included.
+    /// [`encode_v3`](Self::encode_v3), and a closed header is
+    /// [`encode_v4`](Self::encode_v4)'s), CRC included.
     pub fn encode_version(&self, version: u16) -> [u8; HEADER_LEN] {
         self.encode_as(version)
     }
@@ -403,7 +442,9 @@ impl Header {
         let mut w = &mut out[..];
         w.put_slice(&HEADER_MAGIC);
         w.put_u16_le(version);
-        w.put_u16_le(if self.claim { FLAG_CLAIM } else { 0 });
+        let claim = if self.claim { FLAG_CLAIM } else { 0 };
+        let closed = if self.closed { FLAG_CLOSED } else { 0 };
+        w.put_u16_le(claim | closed);
         w.put_u64_le(self.sequence);
         w.put_u64_le(self.epoch);
         w.put_u64_le(self.link.sequence);
@@ -496,7 +537,7 @@ impl Trailer {
 /// and length, all verified against each other.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectSummary {
-    /// The format version: 1, 2 or 3.
+    /// The format version: 1, 2, 3 or 4.
     pub version: u16,
     /// The header.
     pub header: Header,

@@ -78,13 +78,14 @@ pub fn repair_crcs(data: &[u8]) -> Option<Vec<u8>> {
     Some(v)
 }
 
-/// Recomputes the header CRC: CRC32 of bytes `0..52`, stored at `52..56` (version 3:
-/// of `0..60`, at `60..64`).
+/// Recomputes the header CRC: CRC32 of bytes `0..52`, stored at `52..56` (versions 3
+/// and 4: of `0..60`, at `60..64`).
 pub fn repair_header_crc(data: &mut [u8]) -> Option<()> {
-    let len = if data.get(8..10)? == format::VERSION_3.to_le_bytes() {
-        format::HEADER_LEN_V3
-    } else {
-        HEADER_LEN
+    let version = u16::from_le_bytes(data.get(8..10)?.try_into().ok()?);
+    let len = match version {
+        format::VERSION_3 => format::HEADER_LEN_V3,
+        format::VERSION_4 => format::HEADER_LEN_V4,
+        _ => HEADER_LEN,
     };
     let crc = crc32fast::hash(data.get(..len - 4)?);
     data.get_mut(len - 4..len)?
@@ -214,10 +215,17 @@ fn decode_everything(data: &[u8]) {
             assert!(held <= FUZZ_MAX_DECODED.max(data.len() as u64));
         }
     }
-    if let Some(decoded) = decoded
-        .ok()
-        .filter(|d| d.summary.version == format::VERSION)
-    {
+    // Without a transformed segment (versions 1, 3 and 4; a version 2 object may hold
+    // none, and is then written as version 1) the encoder must give back every byte.
+    if let Some(decoded) = decoded.ok().filter(|d| {
+        d.summary.version != format::VERSION_2
+            && !d
+                .summary
+                .footer
+                .records
+                .iter()
+                .any(format::SegmentRecord::is_transformed)
+    }) {
         let segments: Vec<(u64, &[Bytes])> = decoded
             .segments
             .iter()

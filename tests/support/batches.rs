@@ -101,6 +101,7 @@ pub fn seal(
                 link: at.link,
                 floor: at.floor,
                 claim: false,
+                closed: false,
                 id_offset: 0,
             },
             &SegmentCodec::identity(),

@@ -15,6 +15,7 @@ pub fn object(sequence: u64) -> EncodedObject {
         },
         floor: 0,
         claim: false,
+        closed: false,
         id_offset: 0,
     };
     let payloads = [bytes::Bytes::from_static(b"entry")];

@@ -534,6 +534,7 @@ pub fn plan_opening_above(
             link,
             floor,
             claim: true,
+            closed: false,
             id_offset,
         })
         .collect();
@@ -546,6 +547,7 @@ pub fn plan_opening_above(
             link,
             floor,
             claim: false,
+            closed: false,
             id_offset,
         },
     })
@@ -816,6 +818,7 @@ mod tests {
             },
             floor: 0,
             claim,
+            closed: false,
             id_offset: 0,
         }
     }

@@ -1012,6 +1012,7 @@ mod tests {
             },
             floor: 1,
             claim: false,
+            closed: false,
             id_offset,
         }
     }

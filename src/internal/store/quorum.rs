@@ -655,6 +655,7 @@ mod tests {
             },
             floor: 1,
             claim: false,
+            closed: false,
             id_offset: 0,
         };
         let entries = [Bytes::from_static(b"entry")];

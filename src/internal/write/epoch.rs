@@ -53,6 +53,7 @@ impl WritePosition {
             link: self.link,
             floor: self.floor,
             claim: false,
+            closed: false,
             id_offset: self.id_offset,
         }
     }

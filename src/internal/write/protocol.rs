@@ -1100,6 +1100,7 @@ mod tests {
                 link: Link::NONE,
                 floor: 0,
                 claim: false,
+                closed: false,
                 id_offset: 0,
             };
             catalog
