@@ -378,6 +378,22 @@ pub enum Error {
         /// The store and prefix opened.
         location: String,
     },
+    /// A writer's open of a prefix that holds a closed opening object: another node
+    /// fenced it for good and took its regions over (DESIGN.md "A node's regions after
+    /// it died"). Terminal: this node must not write the prefix again (its supervisor
+    /// does not reopen, and `create_if_missing` never starts a WAL there); what it
+    /// acknowledged is on the fenced chain, which read-only opens still read. Rejoin on
+    /// a new prefix.
+    #[error(
+        "{location} was fenced for good (closed object {sequence}): its regions were \
+         taken over; rejoin on a new prefix"
+    )]
+    PrefixClosed {
+        /// The store and prefix opened.
+        location: String,
+        /// The closed opening object's sequence.
+        sequence: u64,
+    },
     /// A request to the store had not answered within `request_timeout`: for a create,
     /// its outcome is unknown; for a read, it failed.
     #[error("store {op} of {key} did not answer within {after:?}")]
@@ -508,6 +524,7 @@ impl Error {
             | Error::BatchFull => ErrorKind::Retry,
             Error::EpochEnded { .. } | Error::WriterFailed { .. } => ErrorKind::Reopen,
             Error::Fenced { .. }
+            | Error::PrefixClosed { .. }
             | Error::AccessDenied { .. }
             | Error::ConditionalCreateUnsupported { .. }
             | Error::CorruptObject { .. }
@@ -722,6 +739,13 @@ mod tests {
                     location: "x".into(),
                 },
                 FixInput,
+            ),
+            (
+                Error::PrefixClosed {
+                    location: "x".into(),
+                    sequence: 9,
+                },
+                Escalate,
             ),
             (Error::BatchFull, Retry),
             (

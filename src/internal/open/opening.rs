@@ -122,6 +122,15 @@ pub async fn open_instance_above(
                 .map(|o| o.header.sequence)
                 .chain(recovery.report.given_up_damaged.iter().map(|u| u.sequence))
                 .collect();
+            // Fenced for good (a closed opening object, FORMAT.md "Version 4"): another
+            // node took this prefix's regions over. No writer opens it again, and
+            // `create_if_missing` never starts a WAL over it.
+            if let Some(sequence) = recovery.report.closed {
+                return Err(Error::PrefixClosed {
+                    location: io.location(),
+                    sequence,
+                });
+            }
             // Nothing to recover: a new WAL only when the caller said so.
             if recovery.report.max_sequence == 0 && !config.create_if_missing {
                 return Err(Error::WalMissing {

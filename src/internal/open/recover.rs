@@ -129,6 +129,10 @@ pub struct RecoveryReport {
     /// copy on fewer than a quorum may carry ids handed out at admission); 0 when
     /// empty. A new epoch hands out ids above it.
     pub max_id_base: u64,
+    /// The sequence of the highest closed opening object read (FORMAT.md "Version 4"),
+    /// over several stores of any copy read, decided or not: the prefix was fenced for
+    /// good, and a writer's open fails [`Error::PrefixClosed`].
+    pub closed: Option<u64>,
     /// Objects not on the chain: never replayed, never reused.
     pub orphans: usize,
     /// Damaged segments found in objects read whole (objects read with ranged GETs have
@@ -354,7 +358,10 @@ pub async fn recover_cached(
         io,
         &by_sequence,
         failed,
-        (max_sequence, 0),
+        Copies {
+            max_sequence,
+            ..Copies::default()
+        },
         listing.foreign,
         mode,
     ) {
@@ -371,15 +378,27 @@ pub async fn recover_cached(
     }
 }
 
+/// What the listing and the copies read outside the decided values show (over one
+/// store, only the largest sequence listed).
+#[derive(Debug, Default, Clone, Copy)]
+struct Copies {
+    /// The largest sequence listed.
+    max_sequence: u64,
+    /// The largest id base of a copy read.
+    id_base: u64,
+    /// The highest closed opening object among the copies read.
+    closed: Option<u64>,
+}
+
 /// Chooses the chain among the objects read (`by_sequence`) and indexes it; fails with
 /// the highest object that could not be read (`failed`) at or above the chain's floor.
-/// `(max_sequence, copies_id_base)`: the largest sequence listed, and the largest id
-/// base of the copies read that are not in `by_sequence` (over several stores).
+/// `copies`: the largest sequence listed, and what the copies read that are not in
+/// `by_sequence` show (over several stores).
 fn assemble(
     io: &WalIo,
     by_sequence: &BTreeMap<u64, SummaryRead>,
     mut failed: BTreeMap<u64, Error>,
-    (max_sequence, copies_id_base): (u64, u64),
+    copies: Copies,
     foreign: Vec<String>,
     mode: RecoveryMode,
 ) -> Result<Recovered> {
@@ -492,12 +511,20 @@ fn assemble(
     let max_id_base = by_sequence
         .values()
         .map(|o| o.summary.header.id_base())
-        .fold(copies_id_base, u64::max);
+        .fold(copies.id_base, u64::max);
+    let closed = by_sequence
+        .values()
+        .filter(|o| o.summary.header.closed)
+        .map(|o| o.summary.header.sequence)
+        .chain(copies.closed)
+        .max();
+    let max_sequence = copies.max_sequence;
     let report = RecoveryReport {
         orphans: objects.iter().filter(|o| !o.on_chain).count(),
         chain_end,
         max_sequence,
         max_id_base,
+        closed,
         foreign,
         objects,
         damaged_segments,
@@ -835,20 +862,23 @@ pub async fn recover_replicas(
         );
     }
     failed.retain(|sequence, _| !by_sequence.contains_key(sequence));
-    // Every copy read counts, decided or not, as one store counts an orphan.
-    let copies_id_base = per_store
-        .iter()
-        .flat_map(|s| s.values())
-        .map(|r| r.summary.header.id_base())
-        .fold(0, u64::max);
-    let recovered = assemble(
-        io,
-        &by_sequence,
-        failed,
-        (max_sequence, copies_id_base),
-        foreign,
-        mode,
-    );
+    // Every copy read counts, decided or not, as one store counts an orphan; and one
+    // copy of a closed object is enough to refuse a writer's open.
+    let headers_read = || {
+        per_store
+            .iter()
+            .flat_map(|s| s.values())
+            .map(|r| r.summary.header)
+    };
+    let copies = Copies {
+        max_sequence,
+        id_base: headers_read().map(|h| h.id_base()).fold(0, u64::max),
+        closed: headers_read()
+            .filter(|h| h.closed)
+            .map(|h| h.sequence)
+            .max(),
+    };
+    let recovered = assemble(io, &by_sequence, failed, copies, foreign, mode);
     // What each store showed, for an open that starts over.
     for (slot, summaries) in cache.iter_mut().zip(per_store) {
         *slot = summaries;
