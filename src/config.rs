@@ -124,7 +124,8 @@ pub struct RetryPolicy {
     /// Attempts in all, the first included.
     pub max_attempts: u32,
     /// Wait before the second attempt, and the most an adaptive first wait may be
-    /// ([`first_wait`](Self::first_wait)); doubles each time.
+    /// ([`first_wait`](Self::first_wait)); doubles each time (from the third attempt
+    /// on, whatever the first wait was).
     pub initial_backoff: Duration,
     /// Longest wait between attempts.
     pub max_backoff: Duration,
@@ -140,7 +141,8 @@ pub enum FirstRetryWait {
     /// About the store's recent median create latency (between half of it and all of
     /// it, jittered per object), at least [`ADAPTIVE_FIRST_WAIT_MIN`] and at most
     /// `initial_backoff`; `initial_backoff` until the store's creates have answered
-    /// often enough for a median. A fault on a store that answers in 20 ms is retried
+    /// often enough for a median. Later retries wait as under `Fixed`, so a run of
+    /// faults spends the same time before the epoch ends. A fault on a store that answers in 20 ms is retried
     /// after about 15 ms, not after a fixed wait tuned for another store.
     #[default]
     Adaptive,
@@ -205,25 +207,24 @@ impl RetryPolicy {
 
     /// The wait after failed attempt `attempt` (1-based), from `initial_backoff`.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        Self::doubled(self.initial_backoff, attempt).min(self.max_backoff)
+        let factor = 1u32 << attempt.saturating_sub(1).min(16);
+        self.initial_backoff
+            .saturating_mul(factor)
+            .min(self.max_backoff)
     }
 
     /// The wait after a create's failed attempt `attempt` (1-based), before jitter:
     /// under [`FirstRetryWait::Adaptive`] the first is the store's recent median create
     /// latency (`create_median`, if known) within [`ADAPTIVE_FIRST_WAIT_MIN`] and
-    /// `initial_backoff`, and each later one doubles it, up to `max_backoff`.
+    /// `initial_backoff`; every later one is [`backoff`](Self::backoff)'s, so the retry
+    /// budget in time (about 5 s by default) does not shrink on a fast store.
     pub fn create_backoff(&self, attempt: u32, create_median: Option<Duration>) -> Duration {
-        let first = match (self.first_wait, create_median) {
-            (FirstRetryWait::Adaptive, Some(median)) => median
+        match (self.first_wait, create_median) {
+            (FirstRetryWait::Adaptive, Some(median)) if attempt <= 1 => median
                 .min(self.initial_backoff)
                 .max(ADAPTIVE_FIRST_WAIT_MIN.min(self.initial_backoff)),
-            _ => self.initial_backoff,
-        };
-        Self::doubled(first, attempt).min(self.max_backoff)
-    }
-
-    fn doubled(first: Duration, attempt: u32) -> Duration {
-        first.saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+            _ => self.backoff(attempt),
+        }
     }
 }
 

@@ -573,15 +573,27 @@ mod file {
 }
 
 /// The wait before a failed create's retries (issue 43's adaptive first retry): the
-/// store's recent median create latency within 1 ms and `initial_backoff`, doubling
-/// after; `initial_backoff` while no median is known and when fixed.
+/// store's recent median create latency within 1 ms and `initial_backoff` for the
+/// first, `backoff`'s for every later one (the budget in time does not shrink on a
+/// fast store); `initial_backoff` while no median is known and when fixed.
 #[test]
 fn a_create_first_retry_follows_the_store_median_within_bounds() {
     let ms = Duration::from_millis;
     let retry = RetryPolicy::new(8, ms(50), ms(2000));
     assert_eq!(retry.first_wait, FirstRetryWait::Adaptive);
     assert_eq!(retry.create_backoff(1, Some(ms(20))), ms(20));
-    assert_eq!(retry.create_backoff(2, Some(ms(20))), ms(40));
+    assert_eq!(
+        retry.create_backoff(2, Some(ms(20))),
+        ms(100),
+        "as backoff(2)"
+    );
+    let budget: Duration = (1..8).map(|n| retry.create_backoff(n, Some(ms(1)))).sum();
+    let fixed_budget: Duration = (1..8).map(|n| retry.backoff(n)).sum();
+    assert_eq!(
+        budget,
+        fixed_budget - ms(50) + ms(1),
+        "only the first wait shrinks"
+    );
     assert_eq!(
         retry.create_backoff(9, Some(ms(20))),
         ms(2000),

@@ -168,7 +168,8 @@ pub struct RecoveryReport {
 pub struct GivenUpHoldings {
     /// The object given up whose snapshot is compared.
     pub sequence: u64,
-    /// Its control segment could not be read: what it recorded is unknown.
+    /// Its control segment could not be read (damaged, or the store failed the read):
+    /// what it recorded is unknown.
     pub unreadable: bool,
     /// Regions it records released (with their last id) and the chain does not: this
     /// log admits their appends again, though another node may own them now.

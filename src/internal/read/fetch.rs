@@ -271,14 +271,19 @@ pub async fn read_open_holdings(
     if let Some((location, object_len)) = recovered.given_up_control {
         let given_up = match read_holdings_at(io, Some(location), Some(object_len)).await {
             Ok(lost) => compare_holdings(location.sequence, &lost, &holdings),
-            Err(Error::CorruptSegment { .. }) => GivenUpHoldings {
-                sequence: location.sequence,
-                unreadable: true,
-                released: Vec::new(),
-                taken_back: Vec::new(),
-                pieces: Vec::new(),
-            },
-            Err(e) => return Err(e),
+            // Only a report: a read that fails (damage, or the store's error) says so
+            // rather than fail an open whose opening object is written already.
+            Err(e) => {
+                warn!(key = %io.key(location.sequence), error = %e,
+                    "cannot read the control snapshot point-in-time recovery gave up");
+                GivenUpHoldings {
+                    sequence: location.sequence,
+                    unreadable: true,
+                    released: Vec::new(),
+                    taken_back: Vec::new(),
+                    pieces: Vec::new(),
+                }
+            }
         };
         let changed = given_up.unreadable
             || !given_up.released.is_empty()

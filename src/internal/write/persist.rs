@@ -250,11 +250,11 @@ async fn create_until_definite(
                 }
                 match retry.first_wait {
                     // About the store's median, jittered: creates that failed together
-                    // do not all come back at once.
-                    FirstRetryWait::Adaptive => jittered(
+                    // do not all come back at once. Later retries as before.
+                    FirstRetryWait::Adaptive if spent == 1 => jittered(
                         retry.create_backoff(spent, io.create_median()),
                         sequence,
-                        spent.saturating_add(FAULT_JITTER),
+                        FAULT_JITTER,
                     ),
                     _ => retry.backoff(spent),
                 }

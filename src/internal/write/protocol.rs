@@ -1638,6 +1638,36 @@ mod tests {
         assert!(h.protocol.ticket_acknowledged(&later), "durable: at once");
     }
 
+    /// An acquire asked again while the first one's take-back is in flight waits for
+    /// it, though its ids are durable already (a review found the repeat answered at
+    /// once: if that snapshot then never landed, the next epoch recovered the region
+    /// released, or without its pieces).
+    #[test]
+    fn an_acquire_asked_again_waits_for_the_first_ones_take_back() {
+        let mut h = Harness::new();
+        let own = admit(&mut h, 0, 5).expect("admitted");
+        let now = h.now();
+        h.protocol.poll(now);
+        creates(&mut h);
+        durable(&mut h, 2);
+        let (_, released) = h.protocol.release(5, now).expect("released");
+        h.protocol.poll(now);
+        creates(&mut h);
+        durable(&mut h, released.sequence);
+
+        let first = h.protocol.acquire(5, own, now).expect("taken back");
+        h.protocol.poll(now);
+        creates(&mut h);
+        let again = h.protocol.acquire(5, own, now).expect("asked again");
+        assert!(
+            !h.protocol.ticket_acknowledged(&again),
+            "the take-back's snapshot is in flight"
+        );
+        assert_eq!(again, first);
+        durable(&mut h, first.sequence);
+        assert!(h.protocol.ticket_acknowledged(&again));
+    }
+
     /// Pacing under a throttling store (DESIGN.md "Throttled stores"), on the harness's
     /// clock: a throttle reply widens the interval and moves the next slot; while the
     /// throttled create is retried nothing else starts and the open batch is not sealed

@@ -114,6 +114,27 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         Some((last_id, ControlTicket { sequence }))
     }
 
+    /// The first snapshot in flight from which every later one records `region` as the
+    /// holdings do now (its release, its pieces), when the chain does not record it so
+    /// yet: what an acquire asked again waits for besides its ids. Answered before it,
+    /// a repeat would outrun the first acquire's take-back or pieces, which an unknown
+    /// outcome can still lose.
+    fn region_record_in_flight(&self, region: u64) -> Option<u64> {
+        let state = |h: &Holdings| (h.released(region), h.pieces_of(region));
+        let current = state(&self.holdings);
+        if state(&self.acknowledged_holdings) == current {
+            return None;
+        }
+        let mut first = None;
+        for (sequence, holdings) in self.snapshots_in_flight.iter().rev() {
+            if state(holdings) != current {
+                break;
+            }
+            first = Some(*sequence);
+        }
+        first.or_else(|| self.snapshots_in_flight.keys().next_back().copied())
+    }
+
     /// An id above every id this epoch handed out, and every id its instance handed out
     /// before (a new epoch opens above those): the last position of the open batch's
     /// id base. A released region's ids end below it for good, since it admits no more.
@@ -194,6 +215,9 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             .iter()
             .find(|(_, f)| f.sealed.header().id_base() > base)
             .map(|(s, _)| *s);
+        // Asked again, an acquire changes nothing, but what the first one changed (a
+        // take-back, its pieces) may still be in flight: it waits for that too.
+        let recorded_at = self.region_record_in_flight(region).unwrap_or(0);
         let sequence = if changed {
             // The snapshot's object, the open batch: above `last_id` too.
             let sequence = self.put_snapshot(&holdings, true, now)?.sequence;
@@ -212,7 +236,8 @@ impl<W, C: Chain> WriteProtocol<W, C> {
             }
             self.batch_urgent = true;
             self.epoch.position().next_sequence
-        };
+        }
+        .max(recorded_at);
         Ok(ControlTicket { sequence })
     }
 
