@@ -230,7 +230,22 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         config = config
             .with_encryption_keys(std::sync::Arc::new(StaticKeys::from_source(&keys_source)?));
     }
-    let wal = ObjectStoreLogStore::open_read_only(stores, config).await?;
+    // The check's own open: a read-only open does one recovery, and over several
+    // stores one store that fails its listing for a moment (Azurite under load) leaves
+    // a key the last kill split undetermined (`NoQuorum`, retryable). Asked again, as a
+    // node would, a few times.
+    let mut attempt = 1;
+    let wal = loop {
+        match ObjectStoreLogStore::open_read_only(stores.clone(), config.clone()).await {
+            Ok(wal) => break wal,
+            Err(e) if e.is_retryable() && attempt < 5 => {
+                eprintln!("crash_gate: the check's open failed ({e}); again");
+                tokio::time::sleep(std::time::Duration::from_millis(500 * attempt)).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let (mut missing, mut duplicated, mut wrong_payload, mut replayed) = (0u64, 0u64, 0u64, 0u64);
     let mut flushed_not_replayed = 0u64;
     // One bulk replay of every region: each object is fetched once (a read per region
