@@ -537,8 +537,8 @@ async fn a_follower_over_three_stores_probes_without_listing() {
 /// store, an earlier opener's claim in another), must not stop an open: `M` counts every
 /// copy, so the open claims the key and opens above it. The split value is never
 /// replayed.
-#[tokio::test]
-async fn an_open_claims_a_split_key_and_opens_above_it() {
+/// Three stores holding the opening object of epoch 2 at sequence 1, and nothing else.
+async fn opened_three() -> Vec<Arc<InMemory>> {
     let memory: Vec<Arc<InMemory>> = (0..3).map(|_| Arc::new(InMemory::new())).collect();
     let opening = Header {
         link: Link {
@@ -551,13 +551,21 @@ async fn an_open_claims_a_split_key_and_opens_above_it() {
     for m in &memory {
         put(m, &opening).await;
     }
+    memory
+}
+
+/// One log over `memory`.
+fn quorum_of(memory: &[Arc<InMemory>]) -> WalStores {
+    let stores = memory.iter().map(|m| m.clone() as Arc<dyn ObjectStore>);
+    WalStores::quorum(stores).expect("three")
+}
+
+#[tokio::test]
+async fn an_open_claims_a_split_key_and_opens_above_it() {
+    let memory = opened_three().await;
     put(&memory[0], &object(2, 2, false)).await;
     put(&memory[1], &object(2, 4, true)).await;
-    let stores = memory
-        .iter()
-        .map(|m| m.clone() as Arc<dyn ObjectStore>)
-        .collect::<Vec<_>>();
-    let mut wal = ObjectStoreLogStore::open(WalStores::quorum(stores).expect("three"), config())
+    let mut wal = ObjectStoreLogStore::open(quorum_of(&memory), config())
         .await
         .expect("opens above the split key");
     let position = wal.epoch().expect("a writer");
@@ -576,29 +584,14 @@ async fn an_open_claims_a_split_key_and_opens_above_it() {
 /// those ids again (sequence 4 + offset 0 is below the raise's 3 + 1,000).
 #[tokio::test]
 async fn a_new_epoch_counts_ids_above_a_copy_no_quorum_holds() {
-    let memory: Vec<Arc<InMemory>> = (0..3).map(|_| Arc::new(InMemory::new())).collect();
-    let opening = Header {
-        link: Link {
-            sequence: 0,
-            epoch: 0,
-        },
-        ..header(1, 2, false)
-    };
-    let opening = encode_object(&opening, std::iter::empty()).expect("encodes");
-    for m in &memory {
-        put(m, &opening).await;
-    }
+    let memory = opened_three().await;
     let raise = Header {
         id_offset: 1_000,
         ..header(2, 2, false)
     };
     let raise = encode_object(&raise, std::iter::empty()).expect("encodes");
     put(&memory[2], &raise).await;
-    let stores = memory
-        .iter()
-        .map(|m| m.clone() as Arc<dyn ObjectStore>)
-        .collect::<Vec<_>>();
-    let mut wal = ObjectStoreLogStore::open(WalStores::quorum(stores).expect("three"), config())
+    let mut wal = ObjectStoreLogStore::open(quorum_of(&memory), config())
         .await
         .expect("opens");
     let report = wal.report();

@@ -98,14 +98,7 @@ impl<W, C: Chain> WriteProtocol<W, C> {
     /// (an earlier one may record an earlier release, since taken back).
     fn release_in_flight(&self, region: u64) -> Option<(Option<u64>, ControlTicket)> {
         let last_id = self.holdings.released(region)?;
-        let mut first = None;
-        for (sequence, holdings) in self.snapshots_in_flight.iter().rev() {
-            if holdings.released(region) != Some(last_id) {
-                break;
-            }
-            first = Some(*sequence);
-        }
-        let sequence = first?;
+        let sequence = self.recorded_in_flight_from(|h| h.released(region) == Some(last_id))?;
         let all_in_flight = self.snapshots_in_flight.keys().next() == Some(&sequence);
         if all_in_flight && self.acknowledged_holdings.released(region) == Some(last_id) {
             // Recorded already; the snapshots in flight only copy it forward.
@@ -125,14 +118,22 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         if state(&self.acknowledged_holdings) == current {
             return None;
         }
+        self.recorded_in_flight_from(|h| state(h) == current)
+            .or_else(|| self.snapshots_in_flight.keys().next_back().copied())
+    }
+
+    /// The first snapshot in flight from which every later one `records` what a
+    /// release or an acquire changed (an earlier one may record an earlier state, since
+    /// changed back); `None` when the newest does not.
+    fn recorded_in_flight_from(&self, records: impl Fn(&Holdings) -> bool) -> Option<u64> {
         let mut first = None;
         for (sequence, holdings) in self.snapshots_in_flight.iter().rev() {
-            if state(holdings) != current {
+            if !records(holdings) {
                 break;
             }
             first = Some(*sequence);
         }
-        first.or_else(|| self.snapshots_in_flight.keys().next_back().copied())
+        first
     }
 
     /// An id above every id this epoch handed out, and every id its instance handed out
