@@ -17,10 +17,14 @@
 //!   and the opening object that fences earlier instances.
 //! - [`read`]: "Reading": verified segment fetches, replays of many regions, follows,
 //!   and the read-only follower's "Tailing without listing".
+//! - [`fence`]: "A node's regions after it died": the fence that closes a dead or
+//!   zombie node's prefix for good, and what it holds of each region. Uses `open` and
+//!   `read`.
 //! - [`sequential`]: the front end without actors, [`ObjectStoreLogStore`](crate::ObjectStoreLogStore),
 //!   which drives all of the above one object at a time (the actor runtime is the other).
 
 pub mod chain;
+pub mod fence;
 pub mod open;
 pub mod read;
 pub mod sequential;

@@ -184,6 +184,10 @@ pub use error::{
 };
 pub use format::{entry_id, FormatError, Header, Link};
 pub use internal::chain::holdings::{Piece, RegionHolding};
+/// The fence of a dead or zombie node's prefix (DESIGN.md "A node's regions after it
+/// died"). Hidden until its exhaustive model and its takeover are done.
+#[doc(hidden)]
+pub use internal::fence::{fence, Fence, FencedRegion};
 pub use internal::open::{
     DamagedSegment, GivenUp, GivenUpHoldings, ObjectInfo, RecoveryReport, UnreadObject,
 };

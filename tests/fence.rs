@@ -2,6 +2,8 @@
 //! "Version 4"): once a closed opening object is listed, no writer opens the prefix
 //! again, `create_if_missing` never starts a WAL over it, and read-only opens still
 //! read the fenced chain. Over several stores one copy of a closed object refuses.
+//! `fence` writes that object over a prefix a writer may still be using, and answers
+//! what the fenced chain holds of each region, the same when asked again.
 
 use std::sync::Arc;
 
@@ -11,8 +13,9 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{decode_header, encode_object, Header, Link};
+use object_store_wal::format::{entry_id, MAX_SEGMENT_ENTRIES};
 use object_store_wal::internal::store::keys::object_key;
-use object_store_wal::{Config, Error, ObjectStoreLogStore, WalStores};
+use object_store_wal::{fence, Config, Error, FencedRegion, ObjectStoreLogStore, WalStores};
 
 const PREFIX: &str = "wal";
 
@@ -148,4 +151,162 @@ async fn one_copy_of_a_closed_object_refuses_over_a_quorum() {
     let end = decode_header(&get(memory[0].as_ref(), 2).await).expect("object 2");
     put(memory[2].as_ref(), 3, closed_above(&end)).await;
     is_closed(ObjectStoreLogStore::open(stores(), config()).await, 3);
+}
+
+/// The keys present, by sequence.
+async fn sequences(store: &dyn ObjectStore) -> Vec<u64> {
+    let listed: Vec<_> = store.list(None).try_collect().await.expect("list");
+    let mut sequences: Vec<u64> = listed
+        .iter()
+        .filter_map(|m| m.location.filename()?.strip_suffix(".wal")?.parse().ok())
+        .collect();
+    sequences.sort_unstable();
+    sequences
+}
+
+/// A fence over a prefix whose writer is still running (a zombie): it claims ahead of
+/// the largest key, writes the closed object above the claims, and answers each
+/// region's ids on the fenced chain and an `acquire_above` above every id base. The
+/// zombie's next create meets a claim and is fenced; its reopen is refused; a fence
+/// asked again answers the same, writing nothing.
+#[tokio::test]
+async fn a_fence_closes_a_live_writers_prefix_and_answers_its_regions() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let mut zombie = ObjectStoreLogStore::open(store.clone(), config())
+        .await
+        .expect("open");
+    let mut ids = Vec::new();
+    for (region, n) in [(1u64, 0), (2, 1), (1, 2)] {
+        let receipt = zombie
+            .append_and_flush(vec![(region, vec![Bytes::from(format!("entry {n}"))])])
+            .await
+            .expect("append");
+        ids.push(receipt.parts[0].first_id);
+    }
+    // Objects 1 (opening) to 4; the fence claims 5 and 6 (ahead: max_in_flight, 2).
+    let mut fence_config = config();
+    fence_config.max_in_flight = 2;
+    let fenced = fence(store.clone(), &fence_config).await.expect("fence");
+    assert!(fenced.wrote);
+    assert!(!fenced.retired);
+    assert_eq!(fenced.prefix, PREFIX);
+    assert!(fenced.closed.closed);
+    assert_eq!(fenced.closed.sequence, 7);
+    assert_eq!(fenced.closed.link.sequence, 4, "linked to the chain end");
+    assert_eq!(sequences(store.as_ref()).await, vec![1, 2, 3, 4, 5, 6, 7]);
+    let on_chain = |region: u64, first: u64, last: u64| FencedRegion {
+        region,
+        ids: Some((first, last)),
+        pieces: Vec::new(),
+        released: object_store_wal::Released {
+            last_id: Some(last),
+            acquire_above: fenced.acquire_above,
+            sequence: Some(7),
+        },
+    };
+    assert_eq!(
+        fenced.regions,
+        vec![on_chain(1, ids[0], ids[2]), on_chain(2, ids[1], ids[1])]
+    );
+    assert_eq!(
+        fenced.acquire_above,
+        entry_id(fenced.closed.id_base(), MAX_SEGMENT_ENTRIES - 1)
+    );
+    assert!(fenced.acquire_above > ids[2]);
+    let pieces = fenced.regions[0].pieces_with(&fenced.prefix);
+    assert_eq!(pieces.len(), 1);
+    assert_eq!((pieces[0].first_id, pieces[0].last_id), (ids[0], ids[2]));
+
+    // The zombie's next create lands on a claim of a higher epoch: fenced, nothing
+    // acknowledged; its reopen is refused for good.
+    match zombie
+        .append_and_flush(vec![(1, vec![Bytes::from_static(b"late")])])
+        .await
+    {
+        Err(Error::Fenced { .. }) => {}
+        other => panic!("expected Fenced, got {other:?}"),
+    }
+    is_closed(zombie.reopen().await.map(|_| zombie), 7);
+
+    let again = fence(store.clone(), &fence_config).await.expect("again");
+    assert!(!again.wrote);
+    assert_eq!(again.closed, fenced.closed);
+    assert_eq!(again.acquire_above, fenced.acquire_above);
+    assert_eq!(again.regions, fenced.regions);
+    assert_eq!(sequences(store.as_ref()).await, vec![1, 2, 3, 4, 5, 6, 7]);
+
+    // What the fenced chain holds is what a read-only open replays.
+    let reader = ObjectStoreLogStore::open_read_only(store.clone(), config())
+        .await
+        .expect("read-only");
+    let replayed: Vec<u64> = reader
+        .replay([(1, 0), (2, 0)])
+        .map_ok(|e| e.id)
+        .try_collect()
+        .await
+        .expect("replay");
+    assert_eq!(replayed.len(), 3);
+}
+
+/// A fence of a prefix that holds no WAL is refused, writing nothing.
+#[tokio::test]
+async fn a_fence_of_an_empty_prefix_is_refused() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    match fence(store.clone(), &config()).await {
+        Err(Error::WalMissing { .. }) => {}
+        other => panic!("expected WalMissing, got {other:?}"),
+    }
+    assert!(sequences(store.as_ref()).await.is_empty());
+}
+
+/// A retired prefix (only the closed object left) is answered as retired, with no
+/// region, writing nothing.
+#[tokio::test]
+async fn a_fence_of_a_retired_prefix_answers_retired() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    written(&store).await;
+    let fenced = fence(store.clone(), &config()).await.expect("fence");
+    let closed = fenced.closed.sequence;
+    for sequence in sequences(store.as_ref()).await {
+        if sequence != closed {
+            let key = object_key(&Path::from(PREFIX), sequence);
+            store.delete(&key).await.expect("delete");
+        }
+    }
+    let again = fence(store.clone(), &config()).await.expect("again");
+    assert!(again.retired);
+    assert!(!again.wrote);
+    assert!(again.regions.is_empty());
+    assert_eq!(again.closed, fenced.closed);
+    assert_eq!(sequences(store.as_ref()).await, vec![closed]);
+}
+
+/// Over three stores the fence answers once a quorum holds the closed object; one
+/// store down does not stop it.
+#[tokio::test]
+async fn a_fence_over_three_stores_lands_on_a_quorum() {
+    let memory: Vec<Arc<dyn ObjectStore>> = (0..3)
+        .map(|_| Arc::new(InMemory::new()) as Arc<dyn ObjectStore>)
+        .collect();
+    let stores = || WalStores::quorum(memory.iter().cloned()).expect("three stores");
+    let mut wal = ObjectStoreLogStore::open(stores(), config())
+        .await
+        .expect("open");
+    let receipt = wal
+        .append_and_flush(vec![(5, vec![Bytes::from_static(b"a")])])
+        .await
+        .expect("append");
+    let id = receipt.parts[0].first_id;
+    let fenced = fence(stores(), &config()).await.expect("fence");
+    assert_eq!(fenced.regions.len(), 1);
+    assert_eq!(fenced.regions[0].ids, Some((id, id)));
+    let closed = fenced.closed.sequence;
+    let mut holding = 0;
+    for store in &memory {
+        if sequences(store.as_ref()).await.contains(&closed) {
+            holding += 1;
+        }
+    }
+    assert!(holding >= 2, "a quorum holds the closed object");
+    is_closed(ObjectStoreLogStore::open(stores(), config()).await, closed);
 }

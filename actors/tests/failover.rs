@@ -3,21 +3,26 @@
 //! from its coordinator, still reaching the store) whose epoch ends meets the closed
 //! object at its reopen and ends for good with `PrefixClosed`, acknowledging nothing
 //! more; what it acknowledged is on the fenced chain, which a reader still reads.
+//! After a fence the prefix's regions are taken over: each new owner acquires above
+//! the fence's answer with its pieces, catches up from the fenced chain (never
+//! waiting for it to grow) and replays the region's whole history.
 
 mod support {
     pub mod harness;
 }
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{decode_header, encode_object, Header, Link};
 use object_store_wal::testing::{CreateFault, FaultStore};
-use object_store_wal::{Durability, Error, ObjectStoreLogStore};
-use object_store_wal_actors::spawn_wal;
-use support::harness::{bounded, config_no_reclaim, key, restart_policy, spawn};
+use object_store_wal::{fence, Durability, Error, ObjectStoreLogStore, Piece};
+use object_store_wal_actors::{spawn_wal, WalHandle};
+use support::harness::{bounded, config_no_reclaim, key, payload, restart_policy, spawn, stop};
 
 /// The zombie's create of object 3 fails unapplied, again and again (an unknown
 /// outcome each time) until its retries run out and its epoch ends, while another
@@ -101,4 +106,153 @@ async fn a_zombie_whose_epoch_ends_never_reopens_over_a_closed_prefix() {
     .await
     .expect("replay");
     assert_eq!(ids, vec![first.parts[0].first_id]);
+}
+
+/// The configuration of node `name` (its prefix), reclaiming nothing.
+fn node(name: &str) -> object_store_wal::Config {
+    let mut config = config_no_reclaim();
+    config.prefix = name.into();
+    config
+}
+
+/// The ids of what a stream of entries delivered, or its error.
+async fn ids_of(
+    stream: object_store_wal_actors::EntryStream,
+) -> Result<Vec<u64>, object_store_wal::Error> {
+    bounded("the entries", stream.collect::<Vec<_>>())
+        .await
+        .into_iter()
+        .map(|e| e.map(|e| e.id))
+        .collect()
+}
+
+/// Node A holds regions 1 and 2, region 3 it released to B, and region 5 it acquired
+/// from X with X's piece. While A still runs (a zombie), C fences A's prefix: the
+/// answer lists regions 1, 2 and 5 (not the released 3) with their ids on the fenced
+/// chain and region 5's earlier piece. B takes them over: it acquires each above the
+/// answer with the pieces, catches each up from the fenced chain exactly (through an
+/// id that is not there it fails `NotOnChain` at once, though its deadline is an
+/// hour), and replays each region's whole history, X's piece, A's, then its own. A
+/// acknowledges nothing after the fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_nodes_regions_are_taken_over_with_every_entry() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let within = Duration::from_secs(3600);
+    let (x, join_x) = spawn(&store, &node("node-x")).await;
+    let on_x = bounded("an append", x.append(5, vec![payload("x5")]))
+        .await
+        .expect("append");
+    let released_x = bounded("a release", x.release(5)).await.expect("released");
+    stop(x, join_x).await;
+    let piece_x = Piece {
+        prefix: "node-x".into(),
+        first_id: on_x.parts[0].first_id,
+        last_id: released_x.last_id.expect("a last id"),
+    };
+
+    let (a, join_a) = spawn(&store, &node("node-a")).await;
+    bounded(
+        "the acquire",
+        a.acquire_with_pieces(5, released_x.acquire_above, vec![piece_x.clone()]),
+    )
+    .await
+    .expect("acquired");
+    let mut on_a: Vec<Vec<u64>> = vec![Vec::new(); 6];
+    for round in 0..2 {
+        for region in [1u64, 2, 3, 5] {
+            let receipt = bounded(
+                "an append",
+                a.append(region, vec![payload(format!("a{region}:{round}"))]),
+            )
+            .await
+            .expect("append");
+            on_a[region as usize].push(receipt.parts[0].first_id);
+        }
+    }
+    bounded("a release", a.release(3)).await.expect("released");
+
+    let fenced = bounded("the fence", fence(store.clone(), &node("node-a")))
+        .await
+        .expect("fenced");
+    assert!(fenced.wrote);
+    let listed: Vec<u64> = fenced.regions.iter().map(|r| r.region).collect();
+    assert_eq!(listed, vec![1, 2, 5], "region 3 was released, not owned");
+    for r in &fenced.regions {
+        let ids = &on_a[r.region as usize];
+        assert_eq!(r.ids, Some((ids[0], ids[1])), "region {}", r.region);
+        assert_eq!(r.released.last_id, Some(ids[1]));
+        assert!(r.released.acquire_above > ids[1]);
+    }
+    assert_eq!(fenced.regions[2].pieces, vec![piece_x.clone()]);
+
+    // The zombie acknowledges nothing more.
+    match bounded("a late append", a.append(1, vec![payload("late")])).await {
+        Err(Error::Fenced { .. }) => {}
+        Err(e) => panic!("expected Fenced (its create met the fence's claim), got {e}"),
+        Ok(receipt) => panic!("the zombie acknowledged {receipt:?} after the fence"),
+    }
+
+    let (b, join_b) = spawn(&store, &node("node-b")).await;
+    for r in &fenced.regions {
+        let caught = bounded(
+            "a catch-up",
+            b.catch_up_released(&fenced.prefix, r.region, 0, &r.released, within),
+        )
+        .await
+        .expect("a catch-up");
+        let caught = ids_of(caught).await.expect("caught up");
+        assert_eq!(caught, on_a[r.region as usize]);
+        bounded(
+            "the acquire",
+            b.acquire_with_pieces(
+                r.region,
+                r.released.acquire_above,
+                r.pieces_with(&fenced.prefix),
+            ),
+        )
+        .await
+        .expect("acquired");
+    }
+    // An id the fenced chain does not hold: `NotOnChain` at once, no wait.
+    let past = on_a[1][1] + 1;
+    let caught = bounded(
+        "a catch-up past the fence",
+        b.catch_up(&fenced.prefix, 1, 0, past, within),
+    )
+    .await
+    .expect("a catch-up");
+    match ids_of(caught).await {
+        Err(Error::NotOnChain {
+            region: 1,
+            id,
+            found,
+        }) => {
+            assert_eq!((id, found), (past, Some(on_a[1][1])));
+        }
+        other => panic!("expected NotOnChain, got {other:?}"),
+    }
+
+    let own = bounded("an append at B", b.append(5, vec![payload("b5")]))
+        .await
+        .expect("append");
+    assert!(own.parts[0].first_id > fenced.acquire_above);
+    let history = history_ids(&b, 5, within).await;
+    let mut expected = vec![piece_x.first_id];
+    expected.extend(&on_a[5]);
+    expected.push(own.parts[0].first_id);
+    assert_eq!(history, expected);
+    for region in [1u64, 2] {
+        assert_eq!(history_ids(&b, region, within).await, on_a[region as usize]);
+    }
+    stop(b, join_b).await;
+    let _ = bounded("the zombie to stop", a.stop()).await;
+    let _ = bounded("the zombie's supervisor", join_a).await;
+}
+
+/// The ids of `region`'s whole history at `wal` (its pieces, then its own entries).
+async fn history_ids(wal: &WalHandle, region: u64, within: Duration) -> Vec<u64> {
+    let stream = bounded("a history", wal.read_history(region, 0, within))
+        .await
+        .expect("a history");
+    ids_of(stream).await.expect("the history")
 }

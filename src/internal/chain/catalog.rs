@@ -86,6 +86,9 @@ pub struct CatalogObject {
     pub entries: u64,
     /// The object's id offset: its entries' ids count from `sequence + id_offset`.
     pub id_offset: u64,
+    /// Whether it is a closed opening object (FORMAT.md "Version 4"): the chain ends
+    /// at it for good.
+    pub closed: bool,
 }
 
 /// A region's segments on the live chain, ascending. Dropping the ones below the floor
@@ -240,6 +243,7 @@ impl Catalog {
                 segments: records.len() as u32,
                 entries,
                 id_offset: header.id_offset,
+                closed: header.closed,
             },
         );
         // A header's floor never exceeds its sequence (a decoded one is checked): the

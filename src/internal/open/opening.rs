@@ -71,6 +71,57 @@ pub async fn open_instance_above(
     above: u64,
     above_id_base: u64,
 ) -> Result<Opened> {
+    let spec = OpenAs::Writer {
+        above,
+        above_id_base,
+    };
+    match open_as(io, config, clock, spec).await? {
+        OpenedAs::Opened(opened) => Ok(opened),
+        // A writer's open refuses a closed prefix before this: never reached.
+        OpenedAs::Closed(recovery) => Err(Error::PrefixClosed {
+            location: io.location(),
+            sequence: recovery.report.closed.unwrap_or_default(),
+        }),
+    }
+}
+
+/// What an open writes ([`open_as`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OpenAs {
+    /// A writer's opening object (see [`open_instance_above`] for `above` and
+    /// `above_id_base`).
+    Writer { above: u64, above_id_base: u64 },
+    /// The fence's closed opening object (DESIGN.md "A node's regions after it died"),
+    /// above every sequence present and `ahead` more, each of those claimed: a busy
+    /// zombie's creates in flight at the listing meet the fence's claims (and are
+    /// fenced) rather than the closed object, which then lands on the next attempt.
+    Fence { ahead: u64 },
+}
+
+/// What [`open_as`] ends with.
+#[derive(Debug)]
+pub(crate) enum OpenedAs {
+    /// The opening object (closed, for a fence) is durable.
+    Opened(Opened),
+    /// A fence found the prefix closed already (its chain ends at the closed object,
+    /// or, retired, nothing of its chain is left): nothing written.
+    Closed(Recovered),
+}
+
+/// The open's steps for a writer or a fence ([`OpenAs`]).
+pub(crate) async fn open_as(
+    io: &WalIo,
+    config: &Config,
+    clock: &dyn CreateClock,
+    spec: OpenAs,
+) -> Result<OpenedAs> {
+    let (above, above_id_base, fence_ahead) = match spec {
+        OpenAs::Writer {
+            above,
+            above_id_base,
+        } => (above, above_id_base, None),
+        OpenAs::Fence { ahead } => (0, 0, Some(ahead)),
+    };
     let started = tokio::time::Instant::now();
     let mut last = String::new();
     let mut cache: BTreeMap<u64, SummaryRead> = BTreeMap::new();
@@ -126,13 +177,31 @@ pub async fn open_instance_above(
             // node took this prefix's regions over. No writer opens it again, and
             // `create_if_missing` never starts a WAL over it.
             if let Some(sequence) = recovery.report.closed {
-                return Err(Error::PrefixClosed {
-                    location: io.location(),
-                    sequence,
-                });
+                if fence_ahead.is_none() {
+                    return Err(Error::PrefixClosed {
+                        location: io.location(),
+                        sequence,
+                    });
+                }
+                // A fence asked again: answered from the chain that ends at the closed
+                // object; or, retired, from what is left. A closed copy no quorum
+                // holds yet (another fence's create under way) is waited for.
+                let decided = recovery
+                    .report
+                    .objects
+                    .iter()
+                    .any(|o| o.header.sequence == sequence && o.header.closed);
+                if !decided {
+                    return Ok(Err(format!(
+                        "a copy of the closed object {sequence} is not decided yet"
+                    )));
+                }
+                return Ok(Ok(OpenedAs::Closed(recovery)));
             }
-            // Nothing to recover: a new WAL only when the caller said so.
-            if recovery.report.max_sequence == 0 && !config.create_if_missing {
+            // Nothing to recover: a new WAL only when the caller said so, and never
+            // for a fence (there is nothing to fence).
+            let missing_allowed = config.create_if_missing && fence_ahead.is_none();
+            if recovery.report.max_sequence == 0 && !missing_allowed {
                 return Err(Error::WalMissing {
                     location: io.location(),
                 });
@@ -140,17 +209,23 @@ pub async fn open_instance_above(
             // Over several stores `M` counts every copy listed, decided or not, and the
             // sequences without a decided value up to it are claimed; over one store it
             // is the largest present.
-            let largest = above.max(recovery.report.max_sequence);
+            let largest = above.max(
+                recovery
+                    .report
+                    .max_sequence
+                    .saturating_add(fence_ahead.unwrap_or(0)),
+            );
             // The new epoch's ids count from above every id base present, orphans and
             // claims included (over several stores, every copy read, decided or not),
             // and every one this instance handed out.
             let id_base = recovery.report.max_id_base.max(above_id_base);
-            let plan = plan_opening_above(
+            let mut plan = plan_opening_above(
                 &present,
                 recovery.report.chain_end.as_ref(),
                 largest,
                 id_base,
             )?;
+            plan.opening.closed = fence_ahead.is_some();
             let claims: Vec<EncodedObject> = plan
                 .claims
                 .iter()
@@ -221,7 +296,12 @@ pub async fn open_instance_above(
                 }
             }
             recovery.catalog.insert(&plan.opening, &[], opening.len())?;
+            if plan.opening.closed {
+                recovery.report.closed = Some(plan.opening.sequence);
+                recovery.report.chain_end = Some(plan.opening);
+            }
             info!(
+                closed = plan.opening.closed,
                 epoch = plan.epoch,
                 sequence = plan.opening.sequence,
                 claims = plan.claims.len(),
@@ -230,7 +310,7 @@ pub async fn open_instance_above(
                 unread_below_floor = recovery.report.unread_below_floor.len(),
                 "opened"
             );
-            Ok(Ok(Opened {
+            Ok(Ok(OpenedAs::Opened(Opened {
                 opening_started,
                 recovery,
                 epoch: WritePosition {
@@ -243,18 +323,21 @@ pub async fn open_instance_above(
                     floor: plan.opening.floor,
                     id_offset: plan.opening.id_offset,
                 },
-            }))
+            })))
         };
         match step.instrument(span).await? {
-            Ok(opened) => {
-                io.metrics().opened(
-                    opened.epoch.epoch,
-                    opened.epoch.floor,
-                    opened.recovery.catalog.object_count(),
-                    started.elapsed(),
-                );
-                return Ok(opened);
+            Ok(OpenedAs::Opened(opened)) => {
+                if fence_ahead.is_none() {
+                    io.metrics().opened(
+                        opened.epoch.epoch,
+                        opened.epoch.floor,
+                        opened.recovery.catalog.object_count(),
+                        started.elapsed(),
+                    );
+                }
+                return Ok(OpenedAs::Opened(opened));
             }
+            Ok(closed @ OpenedAs::Closed(_)) => return Ok(closed),
             Err(why) => {
                 debug!(attempt, why = %why, "open starts over");
                 last = why;

@@ -13,7 +13,8 @@
 //! the source's last control snapshot records the region released (its release is
 //! acknowledged before it answers), a catch-up that has read everything and not met the
 //! id fails [`Error::NotOnChain`], and so does one that meets a later id of the region
-//! first.
+//! first, and one that has read everything of a chain that ends at a closed object (a
+//! fenced prefix never grows), at once.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -400,6 +401,23 @@ impl CatchUpGrowth {
     }
 }
 
+impl CatchUpGrowth {
+    /// Fails once the chain ends at a closed object (a fenced prefix, DESIGN.md "A
+    /// node's regions after it died"): it never grows, so an id the follow has not
+    /// met on it is not, and will never be, there. No wait for a poll.
+    fn check_closed(&self) -> Result<()> {
+        let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
+        match catalog.tip() {
+            Some((_, tip)) if tip.closed => Err(Error::NotOnChain {
+                region: self.region,
+                id: self.through,
+                found: catalog.last_entry_id(self.region),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl ChainGrowth for CatchUpGrowth {
     fn mark(&mut self) {
         self.inner.mark();
@@ -413,6 +431,7 @@ impl ChainGrowth for CatchUpGrowth {
                 self.inner.probe_now(self.recorded_at).await?;
                 return Ok(true);
             }
+            self.check_closed()?;
             self.check_release().await?;
             self.inner.grown().await
         })

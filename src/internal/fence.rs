@@ -1,0 +1,165 @@
+//! The fence (DESIGN.md "A node's regions after it died"): a node that is not a
+//! prefix's owner closes it for good, so that its owner, dead or a zombie, can never
+//! acknowledge anything more there, and learns what the prefix holds of each region,
+//! for the regions' new owners to take over.
+//!
+//! The fence is an open (the writer's steps, `open::open_as`) whose opening object is
+//! **closed** (FORMAT.md "Version 4"): it lists the prefix and reads every summary (no
+//! replay), claims every hole above the chain end and `ahead` keys more, and only then
+//! creates the closed object above them, in an epoch above every one present. Every
+//! rule of an open holds for it (an `AlreadyExists` or an unknown outcome starts over
+//! from a fresh listing; the listing's age and the create's duration are bounded). Once
+//! the closed object is durable, every writer open of the prefix fails
+//! [`Error::PrefixClosed`], so nothing lands on the fenced chain after it: the chain it
+//! ends is final.
+//!
+//! Uses `store`, `chain`, `open` (the open's steps) and `read` (the control snapshot):
+//! the one module above both.
+
+use crate::config::Config;
+use crate::error::{Error, Released, Result};
+use crate::format::control::CONTROL_REGION;
+use crate::format::{entry_id, Header, MAX_SEGMENT_ENTRIES};
+use crate::internal::chain::holdings::Piece;
+use crate::internal::read::read_open_holdings;
+use crate::internal::store::objects::WalIo;
+use crate::internal::store::stores::WalStores;
+use crate::internal::write::clock::BootClock;
+
+use crate::internal::open::{open_as, OpenAs, OpenedAs, RecoveryReport};
+
+/// What a fence answers ([`fence`]): the closed object, and what the fenced chain holds
+/// of each region the prefix owned.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    /// The fenced prefix (a [`Piece::prefix`] of its regions).
+    pub prefix: String,
+    /// The closed opening object's header: the fenced chain ends at it.
+    pub closed: Header,
+    /// Whether this call wrote the closed object (`false`: the prefix was fenced
+    /// already, and this is the same answer again).
+    pub wrote: bool,
+    /// Whether the prefix was retired: nothing of its chain is left but the closed
+    /// object, so no region is listed (the new owners took them over and flushed them).
+    pub retired: bool,
+    /// An id above every id base present on the prefix (orphans and claims included):
+    /// the new owners acquire above it. The same for every region.
+    pub acquire_above: u64,
+    /// The regions the prefix owned, in region order: those with entries on the fenced
+    /// chain or earlier pieces recorded, not those it had released.
+    pub regions: Vec<FencedRegion>,
+    /// The recovery the answer rests on (what was read, what is orphaned or damaged).
+    pub report: RecoveryReport,
+}
+
+/// What a fenced prefix holds of one region it owned ([`Fence::regions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FencedRegion {
+    /// The region.
+    pub region: u64,
+    /// Its ids on the fenced chain, first and last (`None`: no entry of it is live
+    /// there). A catch-up from the fenced prefix ends at the last.
+    pub ids: Option<(u64, u64)>,
+    /// Its pieces in earlier owners' logs that the prefix recorded, by first id.
+    pub pieces: Vec<Piece>,
+    /// What a release would have answered: its last id on the fenced chain, the
+    /// fence's `acquire_above`, and the closed object's sequence (for
+    /// `catch_up_released`).
+    pub released: Released,
+}
+
+impl FencedRegion {
+    /// The pieces a new owner records when it acquires the region
+    /// (`acquire_with_pieces`): the earlier pieces, then the fenced prefix's own
+    /// (`prefix`: [`Fence::prefix`]), if it holds any of the region's entries.
+    pub fn pieces_with(&self, prefix: &str) -> Vec<Piece> {
+        let own = self.ids.map(|(first_id, last_id)| Piece {
+            prefix: prefix.to_string(),
+            first_id,
+            last_id,
+        });
+        self.pieces.iter().cloned().chain(own).collect()
+    }
+}
+
+/// Claims a fence writes above the largest sequence present, at least: a zombie's
+/// creates in flight when the fence lists land on a claim, which fences the zombie,
+/// rather than on the closed object's key, which would make the fence start over.
+/// The config's `max_in_flight` is used when larger (the zombie's, as a rule).
+pub const FENCE_CLAIMS_AHEAD: u64 = 2;
+
+/// Fences the prefix `config.prefix` on `stores` for good, for a node that is not its
+/// owner (see the module docs), and answers what it holds of each region
+/// ([`Fence`]). Answers only once the closed object is durable (over several stores,
+/// on a quorum). A prefix fenced already is answered again from its chain, writing
+/// nothing. Fails [`Error::WalMissing`] for a prefix that holds no WAL (writing
+/// nothing), and as an open does: [`Error::OpenContended`] when every attempt lost a
+/// race (its owner is still writing: ask again), a store's error, or damage.
+pub async fn fence(stores: impl Into<WalStores>, config: &Config) -> Result<Fence> {
+    config.validate()?;
+    let io = stores.into().into_io(config)?;
+    fence_io(&io, config).await
+}
+
+/// [`fence`] over a store access.
+pub async fn fence_io(io: &WalIo, config: &Config) -> Result<Fence> {
+    let ahead = FENCE_CLAIMS_AHEAD.max(config.max_in_flight as u64);
+    let (mut recovery, wrote) =
+        match open_as(io, config, &BootClock, OpenAs::Fence { ahead }).await? {
+            OpenedAs::Opened(opened) => (opened.recovery, true),
+            OpenedAs::Closed(recovery) => (recovery, false),
+        };
+    let closed_sequence = recovery.report.closed.unwrap_or_default();
+    let closed = recovery
+        .report
+        .objects
+        .iter()
+        .map(|o| o.header)
+        .chain(recovery.report.chain_end)
+        .find(|h| h.closed && h.sequence == closed_sequence)
+        .ok_or_else(|| Error::InconsistentChain {
+            sequence: closed_sequence,
+            reason: "the fence's closed object is not among the objects read".into(),
+        })?;
+    let retired = recovery.report.chain_end.is_none_or(|end| !end.closed);
+    let acquire_above = entry_id(closed.id_base(), MAX_SEGMENT_ENTRIES - 1);
+    let prefix = io.prefix().to_string();
+    let mut regions = Vec::new();
+    if !retired {
+        let holdings = read_open_holdings(io, config.recovery_mode, &mut recovery).await?;
+        let catalog = &recovery.catalog;
+        let mut owned: Vec<u64> = catalog
+            .regions()
+            .chain(holdings.regions_with_pieces())
+            .filter(|r| *r != CONTROL_REGION && holdings.released(*r).is_none())
+            .collect();
+        owned.sort_unstable();
+        owned.dedup();
+        for region in owned {
+            let ids = catalog
+                .first_entry_id(region)
+                .zip(catalog.last_entry_id(region));
+            regions.push(FencedRegion {
+                region,
+                ids,
+                pieces: holdings.pieces_of(region),
+                released: Released {
+                    last_id: ids.map(|(_, last)| last),
+                    acquire_above,
+                    sequence: Some(closed.sequence),
+                },
+            });
+        }
+    }
+    tracing::info!(prefix = %prefix, sequence = closed.sequence, wrote, retired,
+        regions = regions.len(), "fenced");
+    Ok(Fence {
+        prefix,
+        closed,
+        wrote,
+        retired,
+        acquire_above,
+        regions,
+        report: recovery.report,
+    })
+}
