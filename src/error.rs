@@ -394,6 +394,40 @@ pub enum Error {
         /// The closed opening object's sequence.
         sequence: u64,
     },
+    /// A retirement of a prefix that is not fenced (no closed opening object a quorum
+    /// holds): only a fenced prefix is retired. Nothing was deleted.
+    #[error("{location} is not fenced: fence it before retiring it")]
+    NotFenced {
+        /// The store and prefix.
+        location: String,
+    },
+    /// A retirement asked before `reclaim_grace` passed since the fence's closed object
+    /// landed (by the store's clock): a create of the old owner stalled in the air could
+    /// still land on a key it frees. Nothing was deleted; ask again later.
+    #[error(
+        "{location} was fenced {since:?} ago: retire it no earlier than reclaim_grace \
+         ({grace:?}) after the fence"
+    )]
+    RetireTooEarly {
+        /// The store and prefix.
+        location: String,
+        /// How long ago the closed object landed.
+        since: std::time::Duration,
+        /// The configured `reclaim_grace`.
+        grace: std::time::Duration,
+    },
+    /// A retirement of a prefix that another prefix's log still names as a piece of a
+    /// region (its owner has not flushed past it yet). Nothing was deleted; ask again
+    /// once that owner flushed the region.
+    #[error("{location} holds a piece of region {region} that {prefix} still needs")]
+    PieceStillNeeded {
+        /// The store and prefix to retire.
+        location: String,
+        /// The prefix whose holdings name it.
+        prefix: String,
+        /// The region.
+        region: u64,
+    },
     /// A request to the store had not answered within `request_timeout`: for a create,
     /// its outcome is unknown; for a read, it failed.
     #[error("store {op} of {key} did not answer within {after:?}")]
@@ -513,6 +547,7 @@ impl Error {
             | Error::NotKept { .. }
             | Error::AcquireBelowOwnIds { .. }
             | Error::ReadOnly
+            | Error::NotFenced { .. }
             | Error::WalMissing { .. } => ErrorKind::FixInput,
             Error::Backpressure { .. }
             | Error::Store { .. }
@@ -521,6 +556,8 @@ impl Error {
             | Error::CallTimeout { .. }
             | Error::OpenContended { .. }
             | Error::OpenPanicked { .. }
+            | Error::RetireTooEarly { .. }
+            | Error::PieceStillNeeded { .. }
             | Error::BatchFull => ErrorKind::Retry,
             Error::EpochEnded { .. } | Error::WriterFailed { .. } => ErrorKind::Reopen,
             Error::Fenced { .. }
@@ -746,6 +783,28 @@ mod tests {
                     sequence: 9,
                 },
                 Escalate,
+            ),
+            (
+                Error::NotFenced {
+                    location: "x".into(),
+                },
+                FixInput,
+            ),
+            (
+                Error::RetireTooEarly {
+                    location: "x".into(),
+                    since: std::time::Duration::from_secs(1),
+                    grace: std::time::Duration::from_secs(600),
+                },
+                Retry,
+            ),
+            (
+                Error::PieceStillNeeded {
+                    location: "x".into(),
+                    prefix: "node-b".into(),
+                    region: 7,
+                },
+                Retry,
             ),
             (Error::BatchFull, Retry),
             (

@@ -187,7 +187,9 @@ pub use internal::chain::holdings::{Piece, RegionHolding};
 /// The fence of a dead or zombie node's prefix (DESIGN.md "A node's regions after it
 /// died"). Hidden until its exhaustive model and its takeover are done.
 #[doc(hidden)]
-pub use internal::fence::{fence, Fence, FencedRegion};
+pub use internal::fence::{
+    fence, holdings_of, retire, Fence, FencedRegion, PrefixHoldings, Retired,
+};
 pub use internal::open::{
     DamagedSegment, GivenUp, GivenUpHoldings, ObjectInfo, RecoveryReport, UnreadObject,
 };

@@ -3,7 +3,9 @@
 //! again, `create_if_missing` never starts a WAL over it, and read-only opens still
 //! read the fenced chain. Over several stores one copy of a closed object refuses.
 //! `fence` writes that object over a prefix a writer may still be using, and answers
-//! what the fenced chain holds of each region, the same when asked again.
+//! what the fenced chain holds of each region, the same when asked again. `retire`
+//! deletes every key but the closed object (the tombstone), only of a fenced prefix and
+//! no earlier than `reclaim_grace` after the fence.
 
 use std::sync::Arc;
 
@@ -14,8 +16,12 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{decode_header, encode_object, Header, Link};
 use object_store_wal::format::{entry_id, MAX_SEGMENT_ENTRIES};
+use object_store_wal::internal::fence::retire_at;
 use object_store_wal::internal::store::keys::object_key;
-use object_store_wal::{fence, Config, Error, FencedRegion, ObjectStoreLogStore, WalStores};
+use object_store_wal::{
+    fence, holdings_of, retire, Config, Error, FencedRegion, ObjectStoreLogStore, Retired,
+    WalStores,
+};
 
 const PREFIX: &str = "wal";
 
@@ -309,4 +315,59 @@ async fn a_fence_over_three_stores_lands_on_a_quorum() {
     }
     assert!(holding >= 2, "a quorum holds the closed object");
     is_closed(ObjectStoreLogStore::open(stores(), config()).await, closed);
+}
+
+/// Retirement is refused, deleting nothing, for a prefix not fenced and before
+/// `reclaim_grace` passed since the fence (by the store's clock); then it deletes every
+/// key but the closed object, which still refuses a writer's open (`create_if_missing`
+/// included), and asked again it deletes nothing more.
+#[tokio::test]
+async fn retirement_keeps_the_tombstone_and_waits_for_the_grace() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    written(&store).await;
+    let before = sequences(store.as_ref()).await;
+    match retire(store.clone(), &config(), &[]).await {
+        Err(Error::NotFenced { .. }) => {}
+        other => panic!("expected NotFenced, got {other:?}"),
+    }
+    assert_eq!(sequences(store.as_ref()).await, before);
+
+    let fenced = fence(store.clone(), &config()).await.expect("fence");
+    let closed = fenced.closed.sequence;
+    let all = sequences(store.as_ref()).await;
+    match retire(store.clone(), &config(), &[]).await {
+        Err(e @ Error::RetireTooEarly { since, grace, .. }) => {
+            assert!(since < grace, "{e}");
+            assert_eq!(grace, config().reclaim_grace);
+            assert!(e.is_retryable());
+        }
+        other => panic!("expected RetireTooEarly, got {other:?}"),
+    }
+    assert_eq!(sequences(store.as_ref()).await, all);
+
+    let later = std::time::SystemTime::now() + config().reclaim_grace;
+    let retired = retire_at(store.clone(), &config(), &[], later)
+        .await
+        .expect("retired");
+    assert_eq!(
+        retired,
+        Retired {
+            closed,
+            deleted: all.len() - 1
+        }
+    );
+    assert_eq!(sequences(store.as_ref()).await, vec![closed]);
+    is_closed(
+        ObjectStoreLogStore::open(store.clone(), config()).await,
+        closed,
+    );
+    let again = retire_at(store.clone(), &config(), &[], later)
+        .await
+        .expect("again");
+    assert_eq!(again.deleted, 0);
+    let held = holdings_of(store.clone(), &config())
+        .await
+        .expect("holdings");
+    assert_eq!(held.closed, Some(closed));
+    assert!(held.regions.is_empty());
 }

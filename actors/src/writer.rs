@@ -31,7 +31,7 @@
 //! - **Metrics.** Each acknowledgement records its appends' admission-to-durable and
 //!   its object's seal-to-durable latencies ([`object_store_wal::metrics`]).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -220,14 +220,7 @@ impl WriterState {
         // What the chain records, not what is in flight: a release listed here holds
         // across a restart.
         let recorded = self.protocol.acknowledged_holdings();
-        let mut regions: BTreeSet<u64> =
-            catalog.regions().filter(|r| *r != CONTROL_REGION).collect();
-        regions.extend(recorded.released_regions().map(|(r, _)| r));
-        regions.extend(recorded.regions_with_pieces());
-        regions
-            .into_iter()
-            .map(|region| self.holding_in(&catalog, region))
-            .collect()
+        recorded.region_holdings(&catalog, self.protocol.id_bound())
     }
 
     /// `region`'s entry of [`holdings`](Self::holdings), without listing the others:
@@ -246,19 +239,7 @@ impl WriterState {
     /// What `catalog` and the last acknowledged snapshot say of `region`.
     fn holding_in(&self, catalog: &Catalog, region: u64) -> RegionHolding {
         let recorded = self.protocol.acknowledged_holdings();
-        let acquire_above = self.protocol.id_bound();
-        RegionHolding {
-            region,
-            ids: catalog
-                .first_entry_id(region)
-                .zip(catalog.last_entry_id(region)),
-            released: recorded.released(region).map(|last_id| Released {
-                last_id,
-                acquire_above: acquire_above.max(last_id.unwrap_or(0)),
-                sequence: None,
-            }),
-            pieces: recorded.pieces_of(region),
-        }
+        recorded.region_holding(catalog, region, self.protocol.id_bound())
     }
 
     /// Answers the releases and acquires whose object is acknowledged now.

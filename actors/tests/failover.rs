@@ -19,8 +19,9 @@ use futures::StreamExt;
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{decode_header, encode_object, Header, Link};
+use object_store_wal::internal::fence::retire_at;
 use object_store_wal::testing::{CreateFault, FaultStore};
-use object_store_wal::{fence, Durability, Error, ObjectStoreLogStore, Piece};
+use object_store_wal::{fence, holdings_of, Durability, Error, ObjectStoreLogStore, Piece};
 use object_store_wal_actors::{spawn_wal, WalHandle};
 use support::harness::{bounded, config_no_reclaim, key, payload, restart_policy, spawn, stop};
 
@@ -133,7 +134,8 @@ async fn ids_of(
 /// answer with the pieces, catches each up from the fenced chain exactly (through an
 /// id that is not there it fails `NotOnChain` at once, though its deadline is an
 /// hour), and replays each region's whole history, X's piece, A's, then its own. A
-/// acknowledges nothing after the fence.
+/// acknowledges nothing after the fence. A's prefix is retired only once B flushed
+/// past A's pieces.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_nodes_regions_are_taken_over_with_every_entry() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -244,6 +246,42 @@ async fn a_fenced_nodes_regions_are_taken_over_with_every_entry() {
     for region in [1u64, 2] {
         assert_eq!(history_ids(&b, region, within).await, on_a[region as usize]);
     }
+
+    // What A's prefix holds, read-only: the fenced regions and the released one.
+    let held = bounded("the holdings", holdings_of(store.clone(), &node("node-a")))
+        .await
+        .expect("holdings");
+    assert_eq!(held.closed, Some(fenced.closed.sequence));
+    let regions: Vec<(u64, bool)> = held
+        .regions
+        .iter()
+        .map(|h| (h.region, h.released.is_some()))
+        .collect();
+    assert_eq!(regions, vec![(1, false), (2, false), (3, true), (5, false)]);
+
+    // Retirement waits for B to flush past A's pieces (the grace passed, by the clock
+    // it is given), then keeps only the tombstone.
+    let later = std::time::SystemTime::now() + node("node-a").reclaim_grace;
+    let others = ["node-b".to_string(), "node-x".to_string()];
+    let config_a = node("node-a");
+    let retire = || retire_at(store.clone(), &config_a, &others, later);
+    match bounded("a retirement", retire()).await {
+        Err(Error::PieceStillNeeded { prefix, region, .. }) => {
+            assert_eq!((prefix.as_str(), region), ("node-b", 1));
+        }
+        other => panic!("expected PieceStillNeeded, got {other:?}"),
+    }
+    for r in &fenced.regions {
+        let last = r.released.last_id.expect("a last id");
+        bounded("a flush", b.obsolete(r.region, last))
+            .await
+            .expect("obsolete");
+    }
+    bounded("an append", b.append(9, vec![payload("b9")]))
+        .await
+        .expect("append");
+    let retired = bounded("a retirement", retire()).await.expect("retired");
+    assert_eq!(retired.closed, fenced.closed.sequence);
     stop(b, join_b).await;
     let _ = bounded("the zombie to stop", a.stop()).await;
     let _ = bounded("the zombie's supervisor", join_a).await;

@@ -13,20 +13,29 @@
 //! [`Error::PrefixClosed`], so nothing lands on the fenced chain after it: the chain it
 //! ends is final.
 //!
+//! Retirement ([`retire`]) frees a fenced prefix once its regions' new owners no longer
+//! need it: every key but the closed object, which stays as a tombstone (a zombie's
+//! reopen still finds it), no earlier than `reclaim_grace` after the fence landed.
+//! [`holdings_of`] is what a prefix holds of each region, read-only (`walctl regions`,
+//! and retirement's check that no other prefix still names it as a piece).
+//!
 //! Uses `store`, `chain`, `open` (the open's steps) and `read` (the control snapshot):
 //! the one module above both.
+
+use std::time::{Duration, SystemTime};
+
+use futures::stream::{self, StreamExt};
 
 use crate::config::Config;
 use crate::error::{Error, Released, Result};
 use crate::format::control::CONTROL_REGION;
 use crate::format::{entry_id, Header, MAX_SEGMENT_ENTRIES};
-use crate::internal::chain::holdings::Piece;
-use crate::internal::read::read_open_holdings;
+use crate::internal::chain::holdings::{Piece, RegionHolding};
+use crate::internal::open::{open_as, recover_in, OpenAs, OpenedAs, RecoveryReport};
+use crate::internal::read::{read_holdings, read_open_holdings};
 use crate::internal::store::objects::WalIo;
 use crate::internal::store::stores::WalStores;
 use crate::internal::write::clock::BootClock;
-
-use crate::internal::open::{open_as, OpenAs, OpenedAs, RecoveryReport};
 
 /// What a fence answers ([`fence`]): the closed object, and what the fenced chain holds
 /// of each region the prefix owned.
@@ -162,4 +171,144 @@ pub async fn fence_io(io: &WalIo, config: &Config) -> Result<Fence> {
         regions,
         report: recovery.report,
     })
+}
+
+/// What a prefix holds of each region, read-only ([`holdings_of`]).
+#[derive(Debug, Clone)]
+pub struct PrefixHoldings {
+    /// The prefix.
+    pub prefix: String,
+    /// The closed opening object's sequence, if the prefix was fenced.
+    pub closed: Option<u64>,
+    /// Each region's ids on the live chain, release and earlier pieces, in region
+    /// order (as a live WAL's `holdings` lists them). A release's `acquire_above` is
+    /// above every id base present.
+    pub regions: Vec<RegionHolding>,
+}
+
+/// What the prefix `config.prefix` on `stores` holds of each region, read-only (a
+/// recovery and one read of the last control snapshot; nothing written, nothing
+/// fenced). A prefix that holds nothing lists nothing.
+pub async fn holdings_of(stores: impl Into<WalStores>, config: &Config) -> Result<PrefixHoldings> {
+    config.validate()?;
+    let io = stores.into().into_io(config)?;
+    holdings_io(&io, config).await
+}
+
+/// [`holdings_of`] over a store access.
+pub async fn holdings_io(io: &WalIo, config: &Config) -> Result<PrefixHoldings> {
+    let recovered = recover_in(io, config.recovery_concurrency, config.recovery_mode).await?;
+    let holdings = read_holdings(io, &recovered.catalog).await?;
+    let above = recovered.report.max_id_base.saturating_add(1);
+    let acquire_above = entry_id(above, MAX_SEGMENT_ENTRIES - 1);
+    Ok(PrefixHoldings {
+        prefix: io.prefix().to_string(),
+        closed: recovered.report.closed,
+        regions: holdings.region_holdings(&recovered.catalog, acquire_above),
+    })
+}
+
+/// What a retirement did ([`retire`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retired {
+    /// The closed object's sequence: the tombstone kept.
+    pub closed: u64,
+    /// The keys deleted (over several stores, each key once however many copies).
+    pub deleted: usize,
+}
+
+/// Retires the fenced prefix `config.prefix` on `stores` (DESIGN.md "A node's regions
+/// after it died"): deletes every WAL key under it except the closed opening object,
+/// kept as a tombstone so that a zombie's reopen still finds it (and `create_if_missing`
+/// never starts a WAL there). Refused, deleting nothing: a prefix not fenced
+/// ([`Error::NotFenced`]); before `reclaim_grace` passed since the closed object landed,
+/// by the store's clock against this host's ([`Error::RetireTooEarly`]: a create of the
+/// old owner stalled in the air could still land on a key it frees); and while one of
+/// `others` (the prefixes of the live nodes) names it as a piece of a region, not
+/// flushed yet ([`Error::PieceStillNeeded`], naming the prefix and region). Asked again
+/// over a retired prefix it deletes nothing more.
+pub async fn retire(
+    stores: impl Into<WalStores>,
+    config: &Config,
+    others: &[String],
+) -> Result<Retired> {
+    retire_at(stores, config, others, SystemTime::now()).await
+}
+
+/// [`retire`] with this host's clock reading `now` (tests: a grace passed without a
+/// wait).
+pub async fn retire_at(
+    stores: impl Into<WalStores>,
+    config: &Config,
+    others: &[String],
+    now: SystemTime,
+) -> Result<Retired> {
+    config.validate()?;
+    let stores = stores.into();
+    let io = stores.clone().into_io(config)?;
+    let location = io.location();
+    let recovered = recover_in(&io, config.recovery_concurrency, config.recovery_mode).await?;
+    let closed = recovered
+        .report
+        .objects
+        .iter()
+        .filter(|o| o.header.closed)
+        .map(|o| o.header.sequence)
+        .max()
+        .ok_or(Error::NotFenced {
+            location: location.clone(),
+        })?;
+    // Every key present, each with the latest time a store last modified it.
+    let listing = io.list().await?;
+    let landed = listing
+        .objects
+        .iter()
+        .find(|o| o.sequence == closed)
+        .map(|o| o.last_modified)
+        .ok_or(Error::NotFenced {
+            location: location.clone(),
+        })?;
+    let since = now.duration_since(landed).unwrap_or(Duration::ZERO);
+    if since < config.reclaim_grace {
+        return Err(Error::RetireTooEarly {
+            location,
+            since,
+            grace: config.reclaim_grace,
+        });
+    }
+    let prefix = io.prefix().to_string();
+    for other in others.iter().filter(|o| **o != prefix) {
+        let mut other_config = config.clone();
+        other_config.prefix = other.clone();
+        let held = holdings_of(stores.clone(), &other_config).await?;
+        let naming = held
+            .regions
+            .iter()
+            .find(|h| h.pieces.iter().any(|p| p.prefix == prefix));
+        if let Some(holding) = naming {
+            return Err(Error::PieceStillNeeded {
+                location,
+                prefix: other.clone(),
+                region: holding.region,
+            });
+        }
+    }
+    let doomed: Vec<u64> = listing
+        .objects
+        .iter()
+        .map(|o| o.sequence)
+        .filter(|s| *s != closed)
+        .collect();
+    let deleted = doomed.len();
+    let results: Vec<Result<()>> = stream::iter(doomed)
+        .map(|sequence| {
+            let io = io.clone();
+            async move { io.delete(sequence).await }
+        })
+        .buffer_unordered(config.recovery_concurrency.max(1))
+        .collect()
+        .await;
+    results.into_iter().collect::<Result<Vec<()>>>()?;
+    tracing::info!(prefix = %prefix, closed, deleted, "retired");
+    Ok(Retired { closed, deleted })
 }

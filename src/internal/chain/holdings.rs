@@ -6,13 +6,15 @@
 //!
 //! Bounded by the regions that moved away and did not come back, not by history.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
 use crate::error::{Error, Released};
 use crate::format::control::{decode_ownership, encode_ownership, Holding, CONTROL_REGION};
 use crate::format::FormatError;
+
+use super::catalog::Catalog;
 
 /// An earlier piece of a region this log acquired: ids `first_id..=last_id` of it are in
 /// the log under `prefix` (the owner before), which a replay of the region reads before
@@ -208,6 +210,43 @@ impl Holdings {
     /// Whether nothing is held: no release, no piece.
     pub fn is_empty(&self) -> bool {
         self.released.is_empty() && self.pieces.is_empty()
+    }
+
+    /// What `catalog` (the live chain) and these holdings say of `region`: its ids on
+    /// the chain, its release (whose next owner acquires above `acquire_above`, or
+    /// its last id if higher), its earlier pieces.
+    pub fn region_holding(
+        &self,
+        catalog: &Catalog,
+        region: u64,
+        acquire_above: u64,
+    ) -> RegionHolding {
+        RegionHolding {
+            region,
+            ids: catalog
+                .first_entry_id(region)
+                .zip(catalog.last_entry_id(region)),
+            released: self.released(region).map(|last_id| Released {
+                last_id,
+                acquire_above: acquire_above.max(last_id.unwrap_or(0)),
+                sequence: None,
+            }),
+            pieces: self.pieces_of(region),
+        }
+    }
+
+    /// [`region_holding`](Self::region_holding) of every region the chain holds
+    /// entries of, released or with earlier pieces, in region order (the control
+    /// region left out).
+    pub fn region_holdings(&self, catalog: &Catalog, acquire_above: u64) -> Vec<RegionHolding> {
+        let mut regions: BTreeSet<u64> =
+            catalog.regions().filter(|r| *r != CONTROL_REGION).collect();
+        regions.extend(self.released_regions().map(|(r, _)| r));
+        regions.extend(self.regions_with_pieces());
+        regions
+            .into_iter()
+            .map(|region| self.region_holding(catalog, region, acquire_above))
+            .collect()
     }
 }
 

@@ -25,7 +25,7 @@
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use object_store::path::Path;
@@ -73,6 +73,9 @@ pub struct ListedObject {
     pub sequence: u64,
     /// The size the listing reported.
     pub size: u64,
+    /// When the store last modified it, by the store's clock (over several stores, the
+    /// latest of the copies listed).
+    pub last_modified: SystemTime,
 }
 
 /// The result of listing a prefix.
@@ -426,10 +429,15 @@ impl WalIo {
         // several hundred KiB on every reclaimer's listing).
         let prefix = &self.prefix;
         let mut listing = Listing::default();
-        let mut visit = |key: &Path, size: u64| match parse_key(prefix, key) {
-            Some(sequence) => listing.objects.push(ListedObject { sequence, size }),
-            None => listing.foreign.push(key.to_string()),
-        };
+        let mut visit =
+            |key: &Path, size: u64, last_modified: SystemTime| match parse_key(prefix, key) {
+                Some(sequence) => listing.objects.push(ListedObject {
+                    sequence,
+                    size,
+                    last_modified,
+                }),
+                None => listing.foreign.push(key.to_string()),
+            };
         self.transport
             .list(prefix, offset.as_ref(), &mut visit)
             .await?;

@@ -40,7 +40,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -183,8 +183,8 @@ pub async fn gather<T>(
     }
 }
 
-/// One store's listing: its index and its keys with their sizes.
-type StoreListing = (usize, Result<Vec<(Path, u64)>>);
+/// One store's listing: its index and its keys with their sizes and modification times.
+type StoreListing = (usize, Result<Vec<(Path, u64, SystemTime)>>);
 
 /// [`Transport`] over N stores (N odd, at least 3): see the module docs.
 #[derive(Debug, Clone)]
@@ -540,7 +540,9 @@ impl ReplicatedTransport {
                 async move {
                     let started = Instant::now();
                     let mut keys = Vec::new();
-                    let mut push = |k: &Path, size: u64| keys.push((k.clone(), size));
+                    let mut push = |k: &Path, size: u64, modified: SystemTime| {
+                        keys.push((k.clone(), size, modified))
+                    };
                     let listed = store.list(&prefix, offset.as_ref(), &mut push).await;
                     health.answered(i, listed.is_ok().then(|| started.elapsed()));
                     (i, listed.map(|()| keys))
@@ -553,18 +555,19 @@ impl ReplicatedTransport {
         if !gathered.order.is_empty() || last.is_empty() {
             last = gathered.last;
         }
-        let mut union: BTreeMap<Path, u64> = BTreeMap::new();
+        // Each key's largest size and latest modification among the stores listed.
+        let mut union: BTreeMap<Path, (u64, SystemTime)> = BTreeMap::new();
         for keys in gathered.answers.into_iter().flatten() {
-            for (key, size) in keys {
-                let known = union.entry(key).or_insert(size);
-                *known = (*known).max(size);
+            for (key, size, modified) in keys {
+                let known = union.entry(key).or_insert((size, modified));
+                *known = (known.0.max(size), known.1.max(modified));
             }
         }
         if listed < q {
             return Err(self.no_quorum("list", prefix, listed, last));
         }
-        for (key, size) in &union {
-            visit(key, *size);
+        for (key, (size, modified)) in &union {
+            visit(key, *size, *modified);
         }
         Ok(())
     }

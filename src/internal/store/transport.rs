@@ -47,7 +47,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures::stream::FuturesUnordered;
@@ -68,8 +68,9 @@ pub type Request<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Whether bytes a read returned are what the reader expects (length, checksums).
 pub type Verify<'a> = &'a (dyn Fn(&Bytes) -> bool + Send + Sync);
 
-/// Called with each key a listing finds and its size, as the pages arrive.
-pub type ListVisitor<'a> = &'a mut (dyn FnMut(&Path, u64) + Send);
+/// Called with each key a listing finds, its size and when the store last modified it
+/// (its own clock), as the pages arrive.
+pub type ListVisitor<'a> = &'a mut (dyn FnMut(&Path, u64, SystemTime) + Send);
 
 /// The answer of a conditional create.
 #[derive(Debug, Clone)]
@@ -979,14 +980,18 @@ impl Transport for StoreTransport {
                     Err(stalled) => return Err(stalled),
                     Ok(None) => return Ok(Ok(())),
                     Ok(Some(Err(e))) => return Ok(Err(e)),
-                    Ok(Some(Ok(meta))) => visit(&meta.location, meta.size),
+                    Ok(Some(Ok(meta))) => {
+                        visit(&meta.location, meta.size, meta.last_modified.into())
+                    }
                 }
                 loop {
                     match tokio::time::timeout(timeout, keys.next()).await {
                         Err(stalled) => return Err(stalled),
                         Ok(None) => return Ok(Ok(())),
                         Ok(Some(Err(e))) => return Ok(Err(e)),
-                        Ok(Some(Ok(meta))) => visit(&meta.location, meta.size),
+                        Ok(Some(Ok(meta))) => {
+                            visit(&meta.location, meta.size, meta.last_modified.into())
+                        }
                     }
                 }
             };
