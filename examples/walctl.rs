@@ -11,13 +11,24 @@
 //! walctl --url <URL> --prefix <P> append --region <R> <HEX>...
 //! walctl --url <URL> --prefix <P> verify [--progress-every <N>]
 //! walctl --url <URL> --prefix <P> stats [--json] [--deep]
+//! walctl --url <URL> --prefix <P> regions
+//! walctl --url <URL> --prefix <P> fence
+//! walctl --url <URL> --prefix <P> retire [--live <PREFIX>]...
 //! ```
 //!
-//! `chain`, `dump`, `verify` and `stats` never write: they open the prefix read-only (no
-//! opening object, no fencing), and refuse a `file://` directory that does not exist
-//! rather than create it. `append` opens the prefix as its writer, which writes an
-//! opening object and fences every earlier instance, so it must not be pointed at a
-//! prefix a live node owns.
+//! `chain`, `dump`, `verify`, `stats` and `regions` never write: they open the prefix
+//! read-only (no opening object, no fencing), and refuse a `file://` directory that
+//! does not exist rather than create it. `append` opens the prefix as its writer, which
+//! writes an opening object and fences every earlier instance, so it must not be
+//! pointed at a prefix a live node owns.
+//!
+//! `fence` and `retire` fail a dead or zombie node over by hand (docs/OPERATIONS.md,
+//! "A node died"): `fence` closes the prefix for good (no writer opens it again) and
+//! prints what it holds of each region, the new owners' acquire arguments; `retire`
+//! then deletes every key but the closed object, once `reclaim_grace` (10 minutes by
+//! default) passed since the fence and no live prefix still names it as a piece. The
+//! live prefixes are every `--live` given, or, with none, every other prefix beside it
+//! (its siblings under the same parent).
 //!
 //! `--url` given several times (3 or 5) names one log over that many stores (a quorum of
 //! copies): `chain` adds one line per key with its copy in each
@@ -42,7 +53,9 @@ use object_store_wal::inspect::{Inspector, StoreCopy, Verdict};
 use object_store_wal::store_from_url;
 use object_store_wal::transform::{Compression, StaticKeys};
 use object_store_wal::RecoveryMode;
-use object_store_wal::{Config, Error, ErrorKind, ObjectStoreLogStore, WalStores};
+use object_store_wal::{
+    holdings_of, Config, Error, ErrorKind, ObjectStoreLogStore, Piece, WalStores,
+};
 use serde_json::{json, Value};
 
 /// Inspect a write-ahead log kept in objects under a prefix of an object store.
@@ -114,6 +127,30 @@ enum Command {
         /// every second); 0: only the time bound.
         #[arg(long, default_value_t = 1000)]
         progress_every: u64,
+    },
+    /// What the prefix holds of each region: its ids on the live chain, its release
+    /// (and the id its next owner acquires above), its pieces in earlier owners' logs;
+    /// one line per region, then one line with the prefix and its closed object, if
+    /// fenced. Read-only.
+    Regions,
+    /// Fence the prefix for good (a node that died or is a zombie: no writer opens it
+    /// again, and its next create fails), then print what the fenced chain holds of
+    /// each region it owned: one line per region with its ids, its `acquire_above` and
+    /// the pieces its new owner acquires with, then one line for the closed object.
+    /// Asked again, it prints the same, writing nothing.
+    Fence,
+    /// Retire a fenced prefix: delete every key but the closed object (the tombstone).
+    /// Refused before `reclaim_grace` passed since the fence, and while a live prefix
+    /// still names it as a piece of a region (saying which prefix and region).
+    Retire {
+        /// A live node's prefix to check for pieces naming this one (repeatable); none:
+        /// every other prefix beside it, under the same parent.
+        #[arg(long = "live", value_name = "PREFIX")]
+        live: Vec<String>,
+        /// `reclaim_grace` in seconds, if the nodes run with another than the default
+        /// (600).
+        #[arg(long, value_name = "SECONDS")]
+        reclaim_grace_secs: Option<u64>,
     },
     /// Count what the prefix holds: objects, bytes, regions, epoch, floor, claims,
     /// orphans, foreign keys, damaged segments. Read-only; damaged segments are counted
@@ -207,7 +244,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
-    let writes = matches!(cli.command, Command::Append { .. });
+    let writes = matches!(
+        cli.command,
+        Command::Append { .. } | Command::Fence | Command::Retire { .. }
+    );
     let missing = |what: &str| Failure::Usage(format!("--{what} is required"));
     if cli.url.is_empty() {
         return Err(missing("url"));
@@ -243,7 +283,122 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Verify { progress_every } => verify(store, config, progress_every).await,
         Command::Stats { json, deep } => stats(store, config, json, deep).await,
+        Command::Regions => regions(store, config).await,
+        Command::Fence => fence(store, config).await,
+        Command::Retire {
+            live,
+            reclaim_grace_secs,
+        } => {
+            // Only the grace matters to a retirement; the create bound is kept below
+            // it as the configuration requires.
+            let config = match reclaim_grace_secs {
+                Some(secs) => {
+                    let grace = std::time::Duration::from_secs(secs);
+                    let create = config.max_create_duration.min(grace / 2);
+                    config
+                        .with_reclaim_grace(grace)
+                        .with_max_create_duration(create)
+                }
+                None => config,
+            };
+            retire(store, config, live).await
+        }
     }
+}
+
+/// A piece as JSON.
+fn piece_json(p: &Piece) -> Value {
+    json!({"prefix": p.prefix, "first_id": p.first_id, "last_id": p.last_id})
+}
+
+async fn regions(store: Vec<Arc<dyn ObjectStore>>, config: Config) -> Result<(), Failure> {
+    let held = holdings_of(WalStores::quorum(store)?, &config).await?;
+    for h in &held.regions {
+        let released = h
+            .released
+            .map(|r| json!({"last_id": r.last_id, "acquire_above": r.acquire_above}));
+        emit(&[
+            ("region", json!(h.region)),
+            ("first_id", json!(h.ids.map(|(first, _)| first))),
+            ("last_id", json!(h.ids.map(|(_, last)| last))),
+            ("released", json!(released)),
+            (
+                "pieces",
+                Value::from(h.pieces.iter().map(piece_json).collect::<Vec<_>>()),
+            ),
+        ])?;
+    }
+    emit(&[
+        ("prefix", json!(held.prefix)),
+        ("closed", json!(held.closed)),
+        ("regions", json!(held.regions.len())),
+    ])
+}
+
+async fn fence(store: Vec<Arc<dyn ObjectStore>>, config: Config) -> Result<(), Failure> {
+    let fenced = object_store_wal::fence(WalStores::quorum(store)?, &config).await?;
+    for r in &fenced.regions {
+        let acquire_pieces: Vec<Value> = r
+            .pieces_with(&fenced.prefix)
+            .iter()
+            .map(piece_json)
+            .collect();
+        emit(&[
+            ("region", json!(r.region)),
+            ("first_id", json!(r.ids.map(|(first, _)| first))),
+            ("last_id", json!(r.released.last_id)),
+            ("acquire_above", json!(r.released.acquire_above)),
+            ("acquire_pieces", Value::from(acquire_pieces)),
+        ])?;
+    }
+    emit(&[
+        ("prefix", json!(fenced.prefix)),
+        ("closed", json!(fenced.closed.sequence)),
+        ("epoch", json!(fenced.closed.epoch)),
+        ("wrote", json!(fenced.wrote)),
+        ("retired", json!(fenced.retired)),
+        ("acquire_above", json!(fenced.acquire_above)),
+        ("regions", json!(fenced.regions.len())),
+    ])
+}
+
+async fn retire(
+    store: Vec<Arc<dyn ObjectStore>>,
+    config: Config,
+    live: Vec<String>,
+) -> Result<(), Failure> {
+    let live = if live.is_empty() {
+        siblings(&store, &config.prefix).await?
+    } else {
+        live
+    };
+    let retired = object_store_wal::retire(WalStores::quorum(store)?, &config, &live).await?;
+    emit(&[
+        ("prefix", json!(config.prefix)),
+        ("closed", json!(retired.closed)),
+        ("deleted", json!(retired.deleted)),
+        ("checked", json!(live)),
+    ])
+}
+
+/// The other prefixes under `prefix`'s parent, in every store (each listed once).
+async fn siblings(store: &[Arc<dyn ObjectStore>], prefix: &str) -> Result<Vec<String>, Failure> {
+    let path = object_store::path::Path::from(prefix);
+    let parent: Option<object_store::path::Path> = prefix
+        .rsplit_once('/')
+        .map(|(parent, _)| object_store::path::Path::from(parent));
+    let mut found = std::collections::BTreeSet::new();
+    for s in store {
+        let listed = s.list_with_delimiter(parent.as_ref()).await.map_err(|e| {
+            Failure::Failed(format!("cannot list the prefixes beside {prefix}: {e}"))
+        })?;
+        for p in listed.common_prefixes {
+            if p != path {
+                found.insert(p.to_string());
+            }
+        }
+    }
+    Ok(found.into_iter().collect())
 }
 
 fn parse_compression(s: &str) -> Result<Compression, String> {

@@ -1,6 +1,6 @@
 //! The `walctl` inspector run as a process on a `file://` store: append, chain, dump,
 //! verify, stats, damaged segments (named, local to their region) and damaged objects,
-//! and usage errors.
+//! usage errors, and a node failed over by hand (regions, fence, retire).
 //!
 //! Cargo gives integration tests no path to an example binary, so the first test to need
 //! it builds it (`cargo build --example walctl`, same target directory and profile as
@@ -844,4 +844,138 @@ fn an_encrypted_wal_is_read_and_verified_with_its_keys() {
     // A source that is neither env: nor file: is bad usage.
     let run = walctl(&data, &["chain", "--keys", "vault:x"]);
     assert_eq!(run.code, Some(2), "{}", run.stderr);
+}
+
+/// Writes, under `prefix`, a log whose control snapshot records a piece of `region` in
+/// `piece_of` (ids `first..=last`): what a node that acquired the region from it and
+/// has not flushed past it holds. Objects 1 (opening) and 2 (the snapshot), by hand.
+fn log_naming_a_piece(dir: &Path, prefix: &str, region: u64, piece_of: &str, ids: (u64, u64)) {
+    use object_store_wal::format::control::{encode_ownership, Holding, CONTROL_REGION};
+    let snapshot = encode_ownership(&[Holding::EarlierPiece {
+        region,
+        prefix: piece_of.to_string(),
+        first_id: ids.0,
+        last_id: ids.1,
+    }])
+    .expect("a snapshot");
+    let opening = Header {
+        sequence: 1,
+        epoch: 2,
+        link: Link::NONE,
+        floor: 0,
+        claim: false,
+        closed: false,
+        id_offset: ids.1 >> 20,
+    };
+    let with_snapshot = Header {
+        sequence: 2,
+        link: Link {
+            sequence: 1,
+            epoch: 2,
+        },
+        ..opening
+    };
+    let snapshots = [snapshot];
+    let objects = [
+        encode_object(&opening, std::iter::empty()).expect("encodes"),
+        encode_object(&with_snapshot, [(CONTROL_REGION, &snapshots[..])]).expect("encodes"),
+    ];
+    let at = dir.join(prefix);
+    std::fs::create_dir_all(&at).expect("mkdir");
+    for (i, object) in objects.iter().enumerate() {
+        let file = at.join(format!("{:020}.wal", i + 1));
+        std::fs::write(file, object.to_bytes()).expect("write");
+    }
+}
+
+/// A node failed over by hand: `regions` lists what the prefix holds; `fence` closes it
+/// and prints each region's last id, `acquire_above` and the pieces to acquire with,
+/// the same when asked again; a writer's `append` is then refused for good; `retire`
+/// is refused before the grace and while a live prefix names it as a piece (saying
+/// which prefix and region), deleting nothing; then it keeps only the closed object.
+#[test]
+fn a_node_is_failed_over_by_hand() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let (_, first) = append(dir, 1, &["01", "02"]);
+    let (_, second) = append(dir, 2, &["03"]);
+
+    let regions = walctl(dir, &["regions"]).ok();
+    assert_eq!(regions.len(), 3, "{regions:?}");
+    assert_eq!(regions[0]["region"], 1);
+    assert_eq!(regions[0]["first_id"], first[0]);
+    assert_eq!(regions[0]["last_id"], first[1]);
+    assert_eq!(regions[1]["region"], 2);
+    assert!(regions[0]["released"].is_null());
+    assert!(regions[2]["closed"].is_null());
+
+    let fenced = walctl(dir, &["fence"]).ok();
+    assert_eq!(fenced.len(), 3, "{fenced:?}");
+    let closed_line = &fenced[2];
+    assert_eq!(closed_line["wrote"], true);
+    let closed = closed_line["closed"].as_u64().expect("closed");
+    let acquire_above = closed_line["acquire_above"].as_u64().expect("above");
+    assert_eq!(fenced[0]["region"], 1);
+    assert_eq!(fenced[0]["last_id"], first[1]);
+    assert_eq!(fenced[0]["acquire_above"], acquire_above);
+    assert!(acquire_above > second[0]);
+    let pieces = fenced[0]["acquire_pieces"].as_array().expect("pieces");
+    assert_eq!(pieces.len(), 1);
+    assert_eq!(pieces[0]["prefix"], PREFIX);
+    assert_eq!(pieces[0]["first_id"], first[0]);
+    assert_eq!(pieces[0]["last_id"], first[1]);
+    let again = walctl(dir, &["fence"]).ok();
+    assert_eq!(again[..2], fenced[..2]);
+    assert_eq!(again[2]["wrote"], false);
+    assert_eq!(again[2]["closed"], closed);
+
+    let refused = walctl(dir, &["append", "--region", "1", "04"]);
+    assert_eq!(refused.code, Some(1), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("fenced for good"),
+        "{}",
+        refused.stderr
+    );
+
+    let before = snapshot(dir);
+    let early = walctl(dir, &["retire"]);
+    assert_eq!(early.code, Some(1), "{}", early.stderr);
+    assert!(early.stderr.contains("reclaim_grace"), "{}", early.stderr);
+    assert_eq!(snapshot(dir), before);
+
+    // The fence landed an hour ago (by the store's clock: the file's time).
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(key_file(dir, closed))
+        .and_then(|f| f.set_modified(hour_ago))
+        .expect("set the closed object's time");
+    log_naming_a_piece(dir, "node-b", 1, PREFIX, (first[0], first[1]));
+    let before = snapshot(dir);
+    let needed = walctl(dir, &["retire"]);
+    assert_eq!(needed.code, Some(1), "{}", needed.stderr);
+    assert!(
+        needed.stderr.contains("region 1 that node-b still needs"),
+        "{}",
+        needed.stderr
+    );
+    assert_eq!(snapshot(dir), before);
+
+    let retired = walctl(dir, &["retire", "--live", "node-c"]).ok();
+    assert_eq!(retired.len(), 1);
+    assert_eq!(retired[0]["closed"], closed);
+    assert_eq!(retired[0]["deleted"], closed - 1);
+    let left: Vec<_> = std::fs::read_dir(dir.join(PREFIX))
+        .expect("the prefix")
+        .map(|e| e.expect("an entry").file_name())
+        .collect();
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from(format!("{closed:020}.wal"))]
+    );
+    let refused = walctl(
+        dir,
+        &["append", "--create-if-missing", "--region", "1", "04"],
+    );
+    assert_eq!(refused.code, Some(1), "{}", refused.stderr);
 }
