@@ -17,10 +17,12 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{decode_header, encode_object, Header, Link};
 use object_store_wal::format::{entry_id, MAX_SEGMENT_ENTRIES};
 use object_store_wal::internal::fence::retire_at;
+use object_store_wal::internal::open::SUMMARY_READ_ATTEMPTS;
 use object_store_wal::internal::store::keys::object_key;
+use object_store_wal::testing::FaultStore;
 use object_store_wal::{
-    fence, holdings_of, retire, Config, Error, FencedRegion, ObjectStoreLogStore, Retired,
-    WalStores,
+    fence, holdings_of, retire, Config, Error, FencedRegion, ObjectStoreLogStore, RecoveryMode,
+    Retired, WalStores,
 };
 
 const PREFIX: &str = "wal";
@@ -370,4 +372,79 @@ async fn retirement_keeps_the_tombstone_and_waits_for_the_grace() {
         .expect("holdings");
     assert_eq!(held.closed, Some(closed));
     assert!(held.regions.is_empty());
+}
+
+/// A fenced prefix whose closed object was damaged at rest (its size intact): a
+/// writer's point-in-time open, which goes on without unreadable objects, does not go
+/// on without this one (nothing links to it and it has a closed object's size: it may
+/// be the fence), and writes nothing; a read-only point-in-time open reads the chain
+/// below it and says so. Retired, the damaged tombstone alone refuses the same.
+#[tokio::test]
+async fn point_in_time_never_steps_over_a_damaged_closed_object() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    written(&store).await;
+    let closed = fence(store.clone(), &config())
+        .await
+        .expect("fence")
+        .closed
+        .sequence;
+    let mut bytes = get(store.as_ref(), closed).await.to_vec();
+    bytes[20] ^= 0xff;
+    put(store.as_ref(), closed, Bytes::from(bytes)).await;
+    let before = sequences(store.as_ref()).await;
+    let pitr = config().with_recovery_mode(RecoveryMode::PointInTime);
+    match ObjectStoreLogStore::open(store.clone(), pitr.clone()).await {
+        Err(Error::InconsistentChain { sequence, .. }) => assert_eq!(sequence, closed),
+        Err(e) => panic!("expected InconsistentChain, got {e}"),
+        Ok(_) => panic!("a point-in-time writer stepped over a damaged closed object"),
+    }
+    assert_eq!(sequences(store.as_ref()).await, before, "nothing written");
+    let reader = ObjectStoreLogStore::open_read_only(store.clone(), pitr.clone())
+        .await
+        .expect("a reader goes on");
+    let given_up = &reader.report().given_up_damaged;
+    assert_eq!(given_up.len(), 1);
+    assert_eq!(given_up[0].sequence, closed);
+    assert!(given_up[0].may_be_closed);
+
+    for sequence in before.iter().filter(|s| **s != closed) {
+        let key = object_key(&Path::from(PREFIX), *sequence);
+        store.delete(&key).await.expect("delete");
+    }
+    let retired = pitr.with_create_if_missing(true);
+    match ObjectStoreLogStore::open(store.clone(), retired).await {
+        Err(Error::InconsistentChain { sequence, .. }) => assert_eq!(sequence, closed),
+        Err(e) => panic!("expected InconsistentChain, got {e}"),
+        Ok(_) => panic!("a point-in-time writer stepped over a damaged tombstone"),
+    }
+    assert_eq!(sequences(store.as_ref()).await, vec![closed]);
+}
+
+/// Point-in-time recovery gives up only damage: an object whose reads fail for a while
+/// (the store's errors, every attempt) fails the recovery, retryable, where it used to
+/// be given up.
+#[tokio::test]
+async fn point_in_time_does_not_give_up_an_object_it_could_not_read_for_a_while() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let faults = FaultStore::new(memory.clone());
+    let store: Arc<dyn ObjectStore> = faults.clone();
+    // One object: the opening object alone.
+    let wal = ObjectStoreLogStore::open(store.clone(), config())
+        .await
+        .expect("open");
+    drop(wal);
+    let pitr = config().with_recovery_mode(RecoveryMode::PointInTime);
+    // Every attempt to read its summary fails (one GET each).
+    faults.fail_next_gets(SUMMARY_READ_ATTEMPTS as u32);
+    match ObjectStoreLogStore::open_read_only(store.clone(), pitr.clone()).await {
+        Err(e) => assert!(e.is_retryable(), "{e}"),
+        Ok(reader) => panic!(
+            "gave up an object it could not read for a while: {:?}",
+            reader.report().given_up_damaged
+        ),
+    }
+    let reader = ObjectStoreLogStore::open_read_only(store, pitr)
+        .await
+        .expect("reads once the store answers");
+    assert!(reader.report().given_up_damaged.is_empty());
 }

@@ -173,6 +173,25 @@ pub(crate) async fn open_as(
                 .map(|o| o.header.sequence)
                 .chain(recovery.report.given_up_damaged.iter().map(|u| u.sequence))
                 .collect();
+            // Point-in-time recovery never steps over what may be a fence: an unreadable
+            // object of a closed object's size that nothing links to.
+            if let Some(u) = recovery
+                .report
+                .given_up_damaged
+                .iter()
+                .find(|u| u.may_be_closed)
+            {
+                return Err(Error::InconsistentChain {
+                    sequence: u.sequence,
+                    reason: format!(
+                        "{} cannot be read ({}) and may be a closed opening object (a \
+                         fence): a writer's point-in-time open does not go on without it; \
+                         restore it, or delete it if it is known not to be one",
+                        io.key(u.sequence),
+                        u.error
+                    ),
+                });
+            }
             // Fenced for good (a closed opening object, FORMAT.md "Version 4"): another
             // node took this prefix's regions over. No writer opens it again, and
             // `create_if_missing` never starts a WAL over it.

@@ -17,7 +17,7 @@
 //! Any other object that cannot be read fails recovery, naming its key: one at or above
 //! the floor may be the chain's or may end a better chain.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::RangeInclusive;
 
 use futures::stream::{self, FuturesUnordered, StreamExt};
@@ -27,7 +27,9 @@ use tracing::{debug, info, warn};
 use crate::config::RecoveryMode;
 use crate::error::{Error, Result};
 use crate::format::control::CONTROL_REGION;
-use crate::format::{entry_id, FormatError, Header, MAX_SEGMENT_ENTRIES, MAX_SEQUENCE};
+use crate::format::{
+    entry_id, FormatError, Header, CLOSED_OBJECT_LEN, MAX_SEGMENT_ENTRIES, MAX_SEQUENCE,
+};
 use crate::internal::chain::catalog::{choose_chain, Catalog, SegmentLocation};
 use crate::internal::chain::holdings::Piece;
 use crate::internal::store::objects::{CreateAttempt, ListedObject, Listing, SummaryRead, WalIo};
@@ -99,6 +101,12 @@ pub struct UnreadObject {
     /// `sequence` when a readable object links to it, and every id from them up
     /// otherwise: nothing tells that the object did not raise the offset.
     pub entry_ids: RangeInclusive<u64>,
+    /// Whether it may be a fence's closed opening object (FORMAT.md "Version 4"):
+    /// listed at a closed object's size ([`CLOSED_OBJECT_LEN`]) with no readable object
+    /// linking to it (nothing ever links to a closed object). A writer's point-in-time
+    /// open refuses to go on without such an object: stepping over it could reopen a
+    /// prefix fenced for good (DESIGN.md "A node's regions after it died").
+    pub may_be_closed: bool,
 }
 
 /// Equal when the sequences, the entry ids and the errors' messages are ([`Error`] has no
@@ -355,6 +363,7 @@ pub async fn recover_cached(
         }
     }
     let max_sequence = listing.objects.last().map_or(0, |o| o.sequence);
+    let closed_sized = closed_sized(&listing.objects, &failed);
     match assemble(
         io,
         &by_sequence,
@@ -365,6 +374,7 @@ pub async fn recover_cached(
         },
         listing.foreign,
         mode,
+        &closed_sized,
     ) {
         Ok(recovered) => {
             // What this listing showed, for an open that starts over.
@@ -391,6 +401,30 @@ struct Copies {
     closed: Option<u64>,
 }
 
+/// The sequences a listing showed at a closed object's size, of those in `failed`:
+/// which unreadable objects may be a fence's closed opening object.
+fn closed_sized<'a>(
+    listed: impl IntoIterator<Item = &'a ListedObject>,
+    failed: &BTreeMap<u64, Error>,
+) -> BTreeSet<u64> {
+    listed
+        .into_iter()
+        .filter(|o| o.size == CLOSED_OBJECT_LEN as u64 && failed.contains_key(&o.sequence))
+        .map(|o| o.sequence)
+        .collect()
+}
+
+/// Whether a failed read is definite damage (the bytes at rest fail their checks),
+/// which point-in-time recovery may give up, rather than a read that failed for a
+/// while (a throttle, a timeout, a store's error, an object deleted since the
+/// listing), which it never does: an open starts over instead.
+fn is_damage(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::CorruptObject { .. } | Error::SequenceMismatch { .. }
+    )
+}
+
 /// Chooses the chain among the objects read (`by_sequence`) and indexes it; fails with
 /// the highest object that could not be read (`failed`) at or above the chain's floor.
 /// `copies`: the largest sequence listed, and what the copies read that are not in
@@ -402,6 +436,7 @@ fn assemble(
     copies: Copies,
     foreign: Vec<String>,
     mode: RecoveryMode,
+    closed_sized: &BTreeSet<u64>,
 ) -> Result<Recovered> {
     let headers: BTreeMap<u64, Header> = by_sequence
         .iter()
@@ -418,7 +453,10 @@ fn assemble(
     let mut given_up_damaged = Vec::new();
     let mut given_up = Vec::new();
     let mut given_up_control = None;
-    if mode == RecoveryMode::PointInTime && !needed.is_empty() {
+    // Point-in-time gives up only damage: a read that failed for a while fails recovery
+    // as under strict (the highest named), and a writer's open starts over.
+    let transient = mode == RecoveryMode::PointInTime && needed.values().any(|e| !is_damage(e));
+    if mode == RecoveryMode::PointInTime && !needed.is_empty() && !transient {
         // Going on without them: report exactly what that gives up.
         given_up = given_up_through(by_sequence, &needed, &chain);
         given_up_control = given_up
@@ -443,10 +481,12 @@ fn assemble(
         for (sequence, error) in std::mem::take(&mut needed) {
             warn!(key = %io.key(sequence), error = %error,
                 "point-in-time recovery goes on without an object it cannot read");
+            let linked = headers.values().any(|h| h.link.sequence == sequence);
             given_up_damaged.push(UnreadObject {
                 sequence,
                 error,
                 entry_ids: hidden.entry_ids(sequence),
+                may_be_closed: closed_sized.contains(&sequence) && !linked,
             });
         }
     }
@@ -468,6 +508,7 @@ fn assemble(
                 sequence,
                 error,
                 entry_ids: hidden.entry_ids(sequence),
+                may_be_closed: false,
             }
         })
         .collect();
@@ -879,7 +920,16 @@ pub async fn recover_replicas(
             .map(|h| h.sequence)
             .max(),
     };
-    let recovered = assemble(io, &by_sequence, failed, copies, foreign, mode);
+    let closed_sized = closed_sized(listed_at.values().flatten().flatten(), &failed);
+    let recovered = assemble(
+        io,
+        &by_sequence,
+        failed,
+        copies,
+        foreign,
+        mode,
+        &closed_sized,
+    );
     // What each store showed, for an open that starts over.
     for (slot, summaries) in cache.iter_mut().zip(per_store) {
         *slot = summaries;
