@@ -17,10 +17,22 @@
 //! `flushed_not_replayed`, not as missing; if it is replayed, it must still be whole and
 //! exactly once.
 //!
+//! With `--failover`, every cycle's node writes a prefix of its own (`<prefix>-<cycle>`),
+//! as a node restarted on a new prefix after a failover does, and each cycle ends in a
+//! fence of that prefix (DESIGN.md "A node's regions after it died"): on odd cycles the
+//! node is killed first and then fenced (a node that died), on even ones it is fenced
+//! while it still runs and appends, and killed only a while after the fence answered (a
+//! zombie). The check then reads each fenced prefix read-only: every id its node
+//! acknowledged must be on the fenced chain (at or below the fence's last id of its
+//! region), whole and exactly once. A zombie's acknowledgement that is not there is
+//! counted in `zombie_acks_after_fence` (it must be 0): the fence made its next create
+//! fail, so nothing it acknowledged afterwards may exist.
+//!
 //! ```text
 //! cargo build --example node --example crash_gate
 //! target/debug/examples/crash_gate --cycles 20                    # a local directory, fsync on
 //! target/debug/examples/crash_gate --cycles 5 --url s3://bucket    # an S3-API server (feature aws)
+//! target/debug/examples/crash_gate --cycles 6 --failover          # kills, zombies and fences
 //! ```
 
 use std::collections::HashMap;
@@ -32,7 +44,7 @@ use clap::Parser;
 use futures::StreamExt;
 use object_store_wal::store_from_url;
 use object_store_wal::transform::StaticKeys;
-use object_store_wal::{Config, ObjectStoreLogStore, WalStores};
+use object_store_wal::{fence, Config, ObjectStoreLogStore, WalStores};
 
 #[derive(Parser, Debug)]
 #[command(about = "SIGKILL the node at random moments; check every acknowledged id survives")]
@@ -70,6 +82,14 @@ struct Args {
     /// with it).
     #[arg(long)]
     encrypt: bool,
+    /// Fail every cycle's node over: a prefix per cycle, fenced after a kill (odd
+    /// cycles) or while the node still runs, a zombie killed after the fence (even).
+    #[arg(long)]
+    failover: bool,
+    /// With `--failover`: how long a zombie goes on after the fence answered, before it
+    /// is killed, ms.
+    #[arg(long, default_value_t = 300)]
+    zombie_ms: u64,
 }
 
 /// SplitMix64: enough randomness for kill times, reproducible from the printed seed.
@@ -170,7 +190,21 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         .prefix
         .clone()
         .unwrap_or_else(|| format!("gate-{stamp}"));
-    let ack_log = work.join("acks.log");
+    // One ack log per prefix: with `--failover`, one per cycle.
+    let prefix_of = |cycle: u32| {
+        if args.failover {
+            format!("{prefix}-{cycle}")
+        } else {
+            prefix.clone()
+        }
+    };
+    let ack_log_of = |cycle: u32| {
+        if args.failover {
+            work.join(format!("acks-{cycle}.log"))
+        } else {
+            work.join("acks.log")
+        }
+    };
     let keys = work.join("wal.keys");
     if args.encrypt {
         let key: String = (0..32)
@@ -181,9 +215,27 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     let keys_source = format!("file:{}", keys.display());
     let mut seed = args.seed.unwrap_or(stamp);
     eprintln!("crash_gate: url {url} prefix {prefix} seed {seed}");
+    let stores = WalStores::quorum(
+        urls.iter()
+            .map(|u| store_from_url(u))
+            .collect::<Result<Vec<_>, _>>()?,
+    )?;
+    let config_of = |prefix: &str| -> Result<Config, Box<dyn std::error::Error>> {
+        let mut config = Config::new(prefix.to_string());
+        if args.encrypt {
+            config = config
+                .with_encryption_keys(std::sync::Arc::new(StaticKeys::from_source(&keys_source)?));
+        }
+        Ok(config)
+    };
     let started = Instant::now();
     let span = args.max_ms.saturating_sub(args.min_ms).max(1);
+    // Each fenced prefix's last id per region, by cycle.
+    let mut fenced: HashMap<u32, HashMap<u64, u64>> = HashMap::new();
+    let mut zombies = 0u32;
     for cycle in 1..=args.cycles {
+        let prefix = prefix_of(cycle);
+        let ack_log = ack_log_of(cycle);
         let kill_after = Duration::from_millis(args.min_ms + next_random(&mut seed) % span);
         let mut child = Command::new(&node)
             .args(urls.iter().flat_map(|u| ["--url", u.as_str()]))
@@ -210,26 +262,136 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         if let Some(status) = child.try_wait()? {
             return Err(format!("cycle {cycle}: the child exited by itself ({status})").into());
         }
-        // SIGKILL: no destructor, no flush, no graceful stop.
+        let zombie = args.failover && cycle % 2 == 0;
+        let fence_now = || async {
+            let answer = fence(stores.clone(), &config_of(&prefix)?).await?;
+            let last_ids: HashMap<u64, u64> = answer
+                .regions
+                .iter()
+                .filter_map(|r| Some((r.region, r.released.last_id?)))
+                .collect();
+            eprintln!(
+                "crash_gate: cycle {cycle} fenced {prefix} at {} ({} regions)",
+                answer.closed.sequence,
+                last_ids.len()
+            );
+            Ok::<_, Box<dyn std::error::Error>>(last_ids)
+        };
+        if zombie {
+            // Fenced while it runs: it goes on appending until its next create meets
+            // the fence, and acknowledges nothing after.
+            fenced.insert(cycle, fence_now().await?);
+            zombies += 1;
+            tokio::time::sleep(Duration::from_millis(args.zombie_ms)).await;
+        }
+        // SIGKILL: no destructor, no flush, no graceful stop. (A zombie may have ended
+        // by itself, fenced: killing an exited child changes nothing.)
         child.kill()?;
         child.wait()?;
         eprintln!(
-            "crash_gate: cycle {cycle} killed after {} ms",
-            kill_after.as_millis()
+            "crash_gate: cycle {cycle} killed after {} ms{}",
+            kill_after.as_millis(),
+            if zombie {
+                " (a zombie, fenced first)"
+            } else {
+                ""
+            }
         );
+        if args.failover && !zombie {
+            fenced.insert(cycle, fence_now().await?);
+        }
     }
 
-    let (acks, flushed) = parse_ack_log(&ack_log)?;
-    let stores = WalStores::quorum(
-        urls.iter()
-            .map(|u| store_from_url(u))
-            .collect::<Result<Vec<_>, _>>()?,
-    )?;
-    let mut config = Config::new(prefix.clone());
-    if args.encrypt {
-        config = config
-            .with_encryption_keys(std::sync::Arc::new(StaticKeys::from_source(&keys_source)?));
+    let mut counts = Counts::default();
+    let mut checked = Vec::new();
+    if args.failover {
+        checked.extend((1..=args.cycles).map(|c| (prefix_of(c), ack_log_of(c), Some(c))));
+    } else {
+        checked.push((prefix.clone(), ack_log_of(1), None));
     }
+    for (prefix, ack_log, cycle) in checked {
+        let fenced_ids = cycle.and_then(|c| fenced.get(&c));
+        let zombie = cycle.is_some_and(|c| c % 2 == 0);
+        check(
+            &stores,
+            config_of(&prefix)?,
+            &ack_log,
+            args.regions,
+            fenced_ids,
+            zombie,
+            &mut counts,
+        )
+        .await?;
+    }
+    let Counts {
+        acknowledged,
+        replayed,
+        missing,
+        flushed_not_replayed,
+        duplicated,
+        wrong_payload,
+        objects,
+        orphans,
+        zombie_acks_after_fence,
+    } = counts;
+    let ok = missing == 0
+        && duplicated == 0
+        && wrong_payload == 0
+        && zombie_acks_after_fence == 0
+        && acknowledged > 0;
+    println!(
+        "{}",
+        serde_json::json!({
+            "cycles": args.cycles,
+            "url": url,
+            "acknowledged": acknowledged,
+            "replayed": replayed,
+            "missing": missing,
+            "flushed_not_replayed": flushed_not_replayed,
+            "duplicated": duplicated,
+            "wrong_payload": wrong_payload,
+            "objects": objects,
+            "orphans": orphans,
+            "failovers": fenced.len(),
+            "zombies": zombies,
+            "zombie_acks_after_fence": zombie_acks_after_fence,
+            "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+        })
+    );
+    if ok && args.url.is_empty() {
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    Ok(ok)
+}
+
+/// What the check found, over every prefix it read.
+#[derive(Debug, Default)]
+struct Counts {
+    acknowledged: usize,
+    replayed: u64,
+    missing: u64,
+    flushed_not_replayed: u64,
+    duplicated: u64,
+    wrong_payload: u64,
+    objects: usize,
+    orphans: usize,
+    zombie_acks_after_fence: u64,
+}
+
+/// Reads `config.prefix` read-only and checks the ids its ack log records: each there
+/// exactly once with its payload (or below a flushed watermark). With `fenced` (the
+/// fence's last id per region), each must be at or below its region's last id too; a
+/// `zombie`'s acknowledgement off the fenced chain is counted as a zombie ack.
+async fn check(
+    stores: &WalStores,
+    config: Config,
+    ack_log: &std::path::Path,
+    regions: u64,
+    fenced: Option<&HashMap<u64, u64>>,
+    zombie: bool,
+    counts: &mut Counts,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (acks, flushed) = parse_ack_log(ack_log)?;
     // The check's own open: a read-only open does one recovery, and over several
     // stores one store that fails its listing for a moment (Azurite under load) leaves
     // a key the last kill split undetermined (`NoQuorum`, retryable). Asked again, as a
@@ -246,57 +408,52 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
             Err(e) => return Err(e.into()),
         }
     };
-    let (mut missing, mut duplicated, mut wrong_payload, mut replayed) = (0u64, 0u64, 0u64, 0u64);
-    let mut flushed_not_replayed = 0u64;
     // One bulk replay of every region: each object is fetched once (a read per region
     // would fetch each object once per region it holds).
-    let mut entries = wal.replay((1..=args.regions).map(|r| (r, 0)));
+    let mut entries = wal.replay((1..=regions).map(|r| (r, 0)));
     let mut seen: HashMap<(u64, u64), u32> = HashMap::new();
     let mut last: HashMap<u64, u64> = HashMap::new();
     while let Some(entry) = entries.next().await {
         let entry = entry?;
-        replayed += 1;
+        counts.replayed += 1;
         if last.get(&entry.region).is_some_and(|l| entry.id <= *l) {
-            duplicated += 1;
+            counts.duplicated += 1;
         }
         last.insert(entry.region, entry.id);
         *seen.entry((entry.region, entry.id)).or_default() += 1;
         if let Some(ack) = acks.get(&(entry.region, entry.id)) {
             if payload_fields(&entry.payload) != Some((entry.region, ack.nonce, ack.counter)) {
-                wrong_payload += 1;
+                counts.wrong_payload += 1;
             }
         }
     }
     for &(r, id) in acks.keys() {
+        let off_fence = fenced.is_some_and(|f| f.get(&r).is_none_or(|last| id > *last));
         match seen.get(&(r, id)) {
-            None if flushed.get(&r).is_some_and(|w| id <= *w) => flushed_not_replayed += 1,
+            None if flushed.get(&r).is_some_and(|w| id <= *w) => counts.flushed_not_replayed += 1,
             None => {
-                eprintln!("crash_gate: region {r} id {id} acknowledged but not replayed");
-                missing += 1;
+                eprintln!(
+                    "crash_gate: {} region {r} id {id} acknowledged but not replayed",
+                    config.prefix
+                );
+                counts.missing += 1;
+                if zombie {
+                    counts.zombie_acks_after_fence += 1;
+                }
             }
-            Some(n) if *n > 1 => duplicated += 1,
+            Some(_) if off_fence => {
+                eprintln!(
+                    "crash_gate: {} region {r} id {id} acknowledged above the fence's last id",
+                    config.prefix
+                );
+                counts.zombie_acks_after_fence += 1;
+            }
+            Some(n) if *n > 1 => counts.duplicated += 1,
             _ => {}
         }
     }
-    let ok = missing == 0 && duplicated == 0 && wrong_payload == 0 && !acks.is_empty();
-    println!(
-        "{}",
-        serde_json::json!({
-            "cycles": args.cycles,
-            "url": url,
-            "acknowledged": acks.len(),
-            "replayed": replayed,
-            "missing": missing,
-            "flushed_not_replayed": flushed_not_replayed,
-            "duplicated": duplicated,
-            "wrong_payload": wrong_payload,
-            "objects": wal.report().objects.len(),
-            "orphans": wal.report().orphans,
-            "seconds": (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
-        })
-    );
-    if ok && args.url.is_empty() {
-        let _ = std::fs::remove_dir_all(&work);
-    }
-    Ok(ok)
+    counts.acknowledged += acks.len();
+    counts.objects += wal.report().objects.len();
+    counts.orphans += wal.report().orphans;
+    Ok(())
 }

@@ -16,7 +16,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{decode_header, encode_object, Header, Link};
 use object_store_wal::format::{entry_id, MAX_SEGMENT_ENTRIES};
-use object_store_wal::internal::fence::retire_at;
+use object_store_wal::internal::fence::{retire_at, FENCE_CLAIMS_AHEAD};
 use object_store_wal::internal::open::SUMMARY_READ_ATTEMPTS;
 use object_store_wal::internal::store::keys::object_key;
 use object_store_wal::testing::FaultStore;
@@ -191,17 +191,20 @@ async fn a_fence_closes_a_live_writers_prefix_and_answers_its_regions() {
             .expect("append");
         ids.push(receipt.parts[0].first_id);
     }
-    // Objects 1 (opening) to 4; the fence claims 5 and 6 (ahead: max_in_flight, 2).
+    // Objects 1 (opening) to 4; the fence claims the keys from 5 up to 4 + ahead.
     let mut fence_config = config();
     fence_config.max_in_flight = 2;
+    let ahead = FENCE_CLAIMS_AHEAD.max(4 * 2);
+    let closed = 4 + ahead + 1;
     let fenced = fence(store.clone(), &fence_config).await.expect("fence");
     assert!(fenced.wrote);
     assert!(!fenced.retired);
     assert_eq!(fenced.prefix, PREFIX);
     assert!(fenced.closed.closed);
-    assert_eq!(fenced.closed.sequence, 7);
+    assert_eq!(fenced.closed.sequence, closed);
     assert_eq!(fenced.closed.link.sequence, 4, "linked to the chain end");
-    assert_eq!(sequences(store.as_ref()).await, vec![1, 2, 3, 4, 5, 6, 7]);
+    let all: Vec<u64> = (1..=closed).collect();
+    assert_eq!(sequences(store.as_ref()).await, all);
     let on_chain = |region: u64, first: u64, last: u64| FencedRegion {
         region,
         ids: Some((first, last)),
@@ -209,7 +212,7 @@ async fn a_fence_closes_a_live_writers_prefix_and_answers_its_regions() {
         released: object_store_wal::Released {
             last_id: Some(last),
             acquire_above: fenced.acquire_above,
-            sequence: Some(7),
+            sequence: Some(closed),
         },
     };
     assert_eq!(
@@ -234,14 +237,14 @@ async fn a_fence_closes_a_live_writers_prefix_and_answers_its_regions() {
         Err(Error::Fenced { .. }) => {}
         other => panic!("expected Fenced, got {other:?}"),
     }
-    is_closed(zombie.reopen().await.map(|_| zombie), 7);
+    is_closed(zombie.reopen().await.map(|_| zombie), closed);
 
     let again = fence(store.clone(), &fence_config).await.expect("again");
     assert!(!again.wrote);
     assert_eq!(again.closed, fenced.closed);
     assert_eq!(again.acquire_above, fenced.acquire_above);
     assert_eq!(again.regions, fenced.regions);
-    assert_eq!(sequences(store.as_ref()).await, vec![1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(sequences(store.as_ref()).await, all);
 
     // What the fenced chain holds is what a read-only open replays.
     let reader = ObjectStoreLogStore::open_read_only(store.clone(), config())

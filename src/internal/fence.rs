@@ -91,11 +91,17 @@ impl FencedRegion {
     }
 }
 
-/// Claims a fence writes above the largest sequence present, at least: a zombie's
-/// creates in flight when the fence lists land on a claim, which fences the zombie,
-/// rather than on the closed object's key, which would make the fence start over.
-/// The config's `max_in_flight` is used when larger (the zombie's, as a rule).
-pub const FENCE_CLAIMS_AHEAD: u64 = 2;
+/// Claims a fence writes above the largest sequence present at its first attempt, at
+/// least: a zombie's creates in flight when the fence lists land on a claim, which
+/// fences the zombie, rather than on the closed object's key, which would make the
+/// fence start over. Four times the config's `max_in_flight` is used when larger (the
+/// zombie's, as a rule: its creates in flight, and those it starts while the fence
+/// lists and reads); each attempt that starts over doubles it (a zombie that kept
+/// writing while the fence listed may have taken every key claimed), up to
+/// [`FENCE_CLAIMS_MOST`].
+pub const FENCE_CLAIMS_AHEAD: u64 = 16;
+
+pub use crate::internal::open::FENCE_CLAIMS_MOST;
 
 /// Fences the prefix `config.prefix` on `stores` for good, for a node that is not its
 /// owner (see the module docs), and answers what it holds of each region
@@ -112,7 +118,7 @@ pub async fn fence(stores: impl Into<WalStores>, config: &Config) -> Result<Fenc
 
 /// [`fence`] over a store access.
 pub async fn fence_io(io: &WalIo, config: &Config) -> Result<Fence> {
-    let ahead = FENCE_CLAIMS_AHEAD.max(config.max_in_flight as u64);
+    let ahead = FENCE_CLAIMS_AHEAD.max(4 * config.max_in_flight as u64);
     let (mut recovery, wrote) =
         match open_as(io, config, &BootClock, OpenAs::Fence { ahead }).await? {
             OpenedAs::Opened(opened) => (opened.recovery, true),

@@ -108,6 +108,36 @@ pub(crate) enum OpenedAs {
     Closed(Recovered),
 }
 
+/// The most claims a fence writes ahead of the largest sequence present, however many
+/// attempts started over: a burst of claims must not swamp a slow store.
+pub const FENCE_CLAIMS_MOST: u64 = 256;
+
+/// The keys a fence claims above the largest present at `attempt` (from 1): `ahead`,
+/// doubling with each attempt, so that a zombie that took every claimed key before the
+/// claims landed (it kept writing while the fence listed) is outrun by the next one;
+/// at most [`FENCE_CLAIMS_MOST`] (or `ahead`, if larger). A writer claims none ahead.
+fn claims_ahead(fence_ahead: Option<u64>, attempt: u32) -> u64 {
+    let Some(ahead) = fence_ahead else {
+        return 0;
+    };
+    let most = FENCE_CLAIMS_MOST.max(ahead);
+    ahead
+        .max(1)
+        .saturating_mul(1u64 << attempt.saturating_sub(1).min(16))
+        .min(most)
+}
+
+/// Claims created at once: twice `max_in_flight`, so that over several stores a burst
+/// of claims (a fence's, many) stays below the unanswered creates a store may hold
+/// before it is skipped as lagging (four times `max_in_flight`: a store's stragglers
+/// finish in the background), and at most `recovery_concurrency`.
+fn claim_concurrency(config: &Config) -> usize {
+    config
+        .max_in_flight
+        .saturating_mul(2)
+        .clamp(1, config.recovery_concurrency.max(1))
+}
+
 /// The open's steps for a writer or a fence ([`OpenAs`]).
 pub(crate) async fn open_as(
     io: &WalIo,
@@ -232,7 +262,7 @@ pub(crate) async fn open_as(
                 recovery
                     .report
                     .max_sequence
-                    .saturating_add(fence_ahead.unwrap_or(0)),
+                    .saturating_add(claims_ahead(fence_ahead, attempt)),
             );
             // The new epoch's ids count from above every id base present, orphans and
             // claims included (over several stores, every copy read, decided or not),
@@ -259,7 +289,7 @@ pub(crate) async fn open_as(
                     let io = io.clone();
                     async move { io.create(&c, CreateKind::Claim).await }
                 })
-                .buffer_unordered(config.recovery_concurrency.max(1))
+                .buffer_unordered(claim_concurrency(config))
                 .collect()
                 .await;
             for outcome in outcomes {
