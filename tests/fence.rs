@@ -49,6 +49,13 @@ async fn put(store: &dyn ObjectStore, sequence: u64, bytes: Bytes) {
     store.put(&key, PutPayload::from(bytes)).await.expect("put");
 }
 
+/// Three empty memory stores, for one log over three.
+fn three_stores() -> Vec<Arc<dyn ObjectStore>> {
+    (0..3)
+        .map(|_| Arc::new(InMemory::new()) as Arc<dyn ObjectStore>)
+        .collect()
+}
+
 /// The closed opening object a fence writes above `end` (the chain end), as an open
 /// would: the next key, epoch `sequence + 1`, linked to the end, an id offset above
 /// every id base present.
@@ -145,9 +152,7 @@ async fn a_tombstone_alone_refuses_a_new_wal() {
 /// store so far) is enough to refuse a writer's open.
 #[tokio::test]
 async fn one_copy_of_a_closed_object_refuses_over_a_quorum() {
-    let memory: Vec<Arc<dyn ObjectStore>> = (0..3)
-        .map(|_| Arc::new(InMemory::new()) as Arc<dyn ObjectStore>)
-        .collect();
+    let memory = three_stores();
     let stores = || WalStores::quorum(memory.iter().cloned()).expect("three stores");
     let mut wal = ObjectStoreLogStore::open(stores(), config())
         .await
@@ -292,13 +297,11 @@ async fn a_fence_of_a_retired_prefix_answers_retired() {
     assert_eq!(sequences(store.as_ref()).await, vec![closed]);
 }
 
-/// Over three stores the fence answers once a quorum holds the closed object; one
-/// store down does not stop it.
+/// Over three stores the fence answers once a quorum holds the closed object, and a
+/// writer's open of the prefix is then refused.
 #[tokio::test]
 async fn a_fence_over_three_stores_lands_on_a_quorum() {
-    let memory: Vec<Arc<dyn ObjectStore>> = (0..3)
-        .map(|_| Arc::new(InMemory::new()) as Arc<dyn ObjectStore>)
-        .collect();
+    let memory = three_stores();
     let stores = || WalStores::quorum(memory.iter().cloned()).expect("three stores");
     let mut wal = ObjectStoreLogStore::open(stores(), config())
         .await
