@@ -85,13 +85,13 @@
 //!
 //! | mutation | violates (shortest trace) |
 //! |---|---|
-//! | (1) a reopen ignores the closed flag (opens above the closed object as above any opening object): S's link window ends its epoch, the fence answers, S reopens above the closed object and acknowledges | property 4 (7 steps), property 1 (9 steps) |
-//! | (2) retirement deletes the tombstone too: S's epoch ends (link window), retirement, S's reopen finds an empty prefix and starts a new WAL there (claims 1 and 2, opening object 3) | property 1 (12 steps), property 2 (12 steps) |
-//! | (3) retirement before the grace: S's create in the air since before the fence lands on a key retirement freed and is acknowledged | property 1 (7 steps) |
-//! | (4) no link window: S, idle two ticks after the fence, creates an append; retirement frees its key; it lands within `max_create_duration` | property 1 (10 steps), property 2 (10 steps) |
+//! | (1) `mutation_reopen_ignores_closed_is_caught`: a reopen ignores the closed flag (opens above the closed object as above any opening object): S's link window ends its epoch, the fence answers, S reopens above the closed object and acknowledges | property 4 (7 steps), property 1 (9 steps) |
+//! | (2) `mutation_retire_tombstone_is_caught`: retirement deletes the tombstone too: S's epoch ends (link window), retirement, S's reopen finds an empty prefix and starts a new WAL there (claims 1 and 2, opening object 3) | property 1 (12 steps), property 2 (12 steps) |
+//! | (3) `mutation_retire_before_grace_is_caught`: retirement before the grace: S's create in the air since before the fence lands on a key retirement freed and is acknowledged | property 1 (7 steps) |
+//! | (4) `mutation_no_link_window_is_caught`: no link window: S, idle two ticks after the fence, creates an append; retirement frees its key; it lands within `max_create_duration` | property 1 (10 steps), property 2 (10 steps) |
 //! | (5) a release of an unwritten region that does not fence it | `tests/migration_explorer.rs`'s mutation (h): property 1 (12 steps), property 3 (12 steps) |
-//! | (3') retirement at exactly `reclaim_grace` ticks after the fence's tick (the zero margin, below) | property 1 (9 steps) |
-//! | (6) `AHEAD` 0 (the closed object at `M + 1`, as an ordinary open): S's keep-alive and append in flight at the listing, the append lands above the closed object, off the chain; S's appends fail `MayBeDurable` and T gives an id S handed out to another entry | property 3 (10 steps) |
+//! | (3') `mutation_retire_at_exactly_the_grace_is_caught`: retirement at exactly `reclaim_grace` ticks after the fence's tick (the zero margin, below) | property 1 (9 steps) |
+//! | (6) `a_fence_claiming_nothing_ahead_is_caught`: `AHEAD` 0 (the closed object at `M + 1`, as an ordinary open): S's keep-alive (2) and a1 (3) in flight and a2 admitted (4) at the listing; a1 lands above the closed object (2), S sends a2, its keep-alive meets the closed object: fenced, a1 and a2 fail `MayBeDurable`, neither on the fenced chain, and T gives a1 the id `4:0` S gave a2 (above `acquire_above`, `2:max`) | property 3 (10 steps) |
 //!
 //! **The grace has no margin.** The timing argument is tight: a zombie whose last create
 //! started just before the fence answered may start its next one a whole link window
