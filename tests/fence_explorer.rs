@@ -15,8 +15,9 @@
 //!   present means fenced already: the answer is recomputed from the chain ending at it,
 //!   nothing written. Otherwise it plans as a writer's open does,
 //!   `plan_opening_above(present, chain end, M + AHEAD, largest id base present)` with `M`
-//!   the largest sequence present ([`Model::ahead`]: 2, the runtime's `max_in_flight`;
-//!   1 is enough here, 0 is not: mutation (6)),
+//!   the largest sequence present ([`Model::ahead`]: 2, `max_in_flight`; 1 is enough
+//!   for safety here, 0 is not: mutation (6); the crate's `fence` claims more, 16 or
+//!   4 x `max_in_flight` and doubling each attempt, so that it outruns a busy zombie),
 //!   sends its claims (its new epoch) together, and only once every claim is created
 //!   its opening object, with `closed` set, at `M + AHEAD + 1`. A claim or the closed
 //!   object that meets a taken key or an unknown outcome makes it start over from a fresh
