@@ -25,8 +25,8 @@
 //! `fence` and `retire` fail a dead or zombie node over by hand (docs/OPERATIONS.md,
 //! "A node died"): `fence` closes the prefix for good (no writer opens it again) and
 //! prints what it holds of each region, the new owners' acquire arguments; `retire`
-//! then deletes every key but the closed object, once `reclaim_grace` (10 minutes by
-//! default) passed since the fence and no live prefix still names it as a piece. The
+//! then deletes every key but the closed object, once `reclaim_grace` and a margin of
+//! `max_create_duration` (11 minutes by default) passed since the fence and no live prefix still names it as a piece. The
 //! live prefixes are every `--live` given, or, with none, every other prefix beside it
 //! (its siblings under the same parent).
 //!
@@ -140,7 +140,7 @@ enum Command {
     /// Asked again, it prints the same, writing nothing.
     Fence,
     /// Retire a fenced prefix: delete every key but the closed object (the tombstone).
-    /// Refused before `reclaim_grace` passed since the fence, and while a live prefix
+    /// Refused before `reclaim_grace` and `max_create_duration` passed since the fence, and while a live prefix
     /// still names it as a piece of a region (saying which prefix and region).
     Retire {
         /// A live node's prefix to check for pieces naming this one (repeatable); none:

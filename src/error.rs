@@ -401,19 +401,20 @@ pub enum Error {
         /// The store and prefix.
         location: String,
     },
-    /// A retirement asked before `reclaim_grace` passed since the fence's closed object
-    /// landed (by the store's clock): a create of the old owner stalled in the air could
-    /// still land on a key it frees. Nothing was deleted; ask again later.
+    /// A retirement asked before `reclaim_grace` (plus a margin of
+    /// `max_create_duration`) passed since the fence's closed object landed (by the
+    /// store's clock): a create of the old owner stalled in the air could still land on
+    /// a key it frees. Nothing was deleted; ask again later.
     #[error(
-        "{location} was fenced {since:?} ago: retire it no earlier than reclaim_grace \
-         ({grace:?}) after the fence"
+        "{location} was fenced {since:?} ago: retire it no earlier than {grace:?} after \
+         the fence (reclaim_grace and a margin of max_create_duration)"
     )]
     RetireTooEarly {
         /// The store and prefix.
         location: String,
         /// How long ago the closed object landed.
         since: std::time::Duration,
-        /// The configured `reclaim_grace`.
+        /// The wait required: `reclaim_grace` plus `max_create_duration`.
         grace: std::time::Duration,
     },
     /// A retirement of a prefix that another prefix's log still names as a piece of a

@@ -16,7 +16,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{decode_header, encode_object, Header, Link};
 use object_store_wal::format::{entry_id, MAX_SEGMENT_ENTRIES};
-use object_store_wal::internal::fence::{retire_at, FENCE_CLAIMS_AHEAD};
+use object_store_wal::internal::fence::{retire_after, retire_at, FENCE_CLAIMS_AHEAD};
 use object_store_wal::internal::open::SUMMARY_READ_ATTEMPTS;
 use object_store_wal::internal::store::keys::object_key;
 use object_store_wal::testing::FaultStore;
@@ -346,14 +346,14 @@ async fn retirement_keeps_the_tombstone_and_waits_for_the_grace() {
     match retire(store.clone(), &config(), &[]).await {
         Err(e @ Error::RetireTooEarly { since, grace, .. }) => {
             assert!(since < grace, "{e}");
-            assert_eq!(grace, config().reclaim_grace);
+            assert_eq!(grace, config().reclaim_grace + config().max_create_duration);
             assert!(e.is_retryable());
         }
         other => panic!("expected RetireTooEarly, got {other:?}"),
     }
     assert_eq!(sequences(store.as_ref()).await, all);
 
-    let later = std::time::SystemTime::now() + config().reclaim_grace;
+    let later = std::time::SystemTime::now() + retire_after(&config());
     let retired = retire_at(store.clone(), &config(), &[], later)
         .await
         .expect("retired");

@@ -19,7 +19,7 @@ use futures::StreamExt;
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{decode_header, encode_object, Header, Link};
-use object_store_wal::internal::fence::retire_at;
+use object_store_wal::internal::fence::{retire_after, retire_at};
 use object_store_wal::testing::{CreateFault, FaultStore};
 use object_store_wal::{fence, holdings_of, Durability, Error, ObjectStoreLogStore, Piece};
 use object_store_wal_actors::{spawn_wal, WalHandle};
@@ -261,7 +261,7 @@ async fn a_fenced_nodes_regions_are_taken_over_with_every_entry() {
 
     // Retirement waits for B to flush past A's pieces (the grace passed, by the clock
     // it is given), then keeps only the tombstone.
-    let later = std::time::SystemTime::now() + node("node-a").reclaim_grace;
+    let later = std::time::SystemTime::now() + retire_after(&node("node-a"));
     let others = ["node-b".to_string(), "node-x".to_string()];
     let config_a = node("node-a");
     let retire = || retire_at(store.clone(), &config_a, &others, later);

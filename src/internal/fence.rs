@@ -214,6 +214,20 @@ pub async fn holdings_io(io: &WalIo, config: &Config) -> Result<PrefixHoldings> 
     })
 }
 
+/// How long after the fence's closed object landed a retirement may delete: the
+/// grace, `reclaim_grace`, plus a margin of `max_create_duration`. Without a margin
+/// the bound is exact: a zombie whose last create started just before the fence may
+/// start its next one a link window (`reclaim_grace - max_create_duration`) later and
+/// still have it acknowledged a `max_create_duration` after that, exactly
+/// `reclaim_grace` after the fence (the fence explorer's mutation "retire at exactly
+/// the grace"); the margin also absorbs a retiring host's clock running ahead of the
+/// store's by up to `max_create_duration`.
+pub fn retire_after(config: &Config) -> Duration {
+    config
+        .reclaim_grace
+        .saturating_add(config.max_create_duration)
+}
+
 /// What a retirement did ([`retire`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Retired {
@@ -227,8 +241,9 @@ pub struct Retired {
 /// after it died"): deletes every WAL key under it except the closed opening object,
 /// kept as a tombstone so that a zombie's reopen still finds it (and `create_if_missing`
 /// never starts a WAL there). Refused, deleting nothing: a prefix not fenced
-/// ([`Error::NotFenced`]); before `reclaim_grace` passed since the closed object landed,
-/// by the store's clock against this host's ([`Error::RetireTooEarly`]: a create of the
+/// ([`Error::NotFenced`]); before `reclaim_grace` plus a margin of
+/// `max_create_duration` ([`retire_after`]) passed since the closed object landed, by
+/// the store's clock against this host's ([`Error::RetireTooEarly`]: a create of the
 /// old owner stalled in the air could still land on a key it frees); and while one of
 /// `others` (the prefixes of the live nodes) names it as a piece of a region, not
 /// flushed yet ([`Error::PieceStillNeeded`], naming the prefix and region). Asked again
@@ -275,11 +290,12 @@ pub async fn retire_at(
             location: location.clone(),
         })?;
     let since = now.duration_since(landed).unwrap_or(Duration::ZERO);
-    if since < config.reclaim_grace {
+    let grace = retire_after(config);
+    if since < grace {
         return Err(Error::RetireTooEarly {
             location,
             since,
-            grace: config.reclaim_grace,
+            grace,
         });
     }
     let prefix = io.prefix().to_string();
