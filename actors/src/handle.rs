@@ -530,9 +530,7 @@ impl WalHandle {
     /// ([`read_history`](Self::read_history)). Each is kept until
     /// [`obsolete`](Self::obsolete) passes its last id. A piece whose ids overlap one
     /// recorded, or end above `last_id`, is refused with [`Error::Config`], changing
-    /// nothing. Asked again once the region has ids of its own here above `last_id`
-    /// (the first acquire's effect), it records no piece that is not recorded still: one
-    /// flushed past since was dropped for good (its log may be retired).
+    /// nothing.
     pub async fn acquire_with_pieces(
         &self,
         region: u64,

@@ -1920,33 +1920,4 @@ mod tests {
         durable(&mut h, 5);
         assert!(h.protocol.ticket_acknowledged(&sealed));
     }
-
-    /// An acquire asked again long after (a stale retry), once the region has its own
-    /// ids here and its pieces were flushed past and dropped, records nothing again:
-    /// the piece's log may be retired since. (A review found it re-recorded them.)
-    #[test]
-    fn a_stale_repeat_of_an_acquire_does_not_record_dropped_pieces_again() {
-        let mut h = Harness::new();
-        let now = h.now();
-        let piece = Piece {
-            prefix: "node-a".into(),
-            first_id: 1,
-            last_id: 5,
-        };
-        h.protocol
-            .acquire_with(9, 5, std::slice::from_ref(&piece), now)
-            .expect("acquired");
-        h.protocol.poll(now);
-        assert_eq!(creates(&mut h).len(), 1);
-        durable(&mut h, 2);
-        let own = admit(&mut h, 0, 9).expect("admitted");
-        assert!(own > 5);
-        h.protocol.flushed(9, 5, now).expect("flushed");
-        assert!(h.protocol.holdings().pieces_of(9).is_empty(), "dropped");
-        h.protocol
-            .acquire_with(9, 5, &[piece], now)
-            .expect("asked again");
-        assert!(h.protocol.holdings().pieces_of(9).is_empty(), "not again");
-        assert!(h.protocol.holdings().is_empty());
-    }
 }

@@ -183,11 +183,6 @@ impl<W, C: Chain> WriteProtocol<W, C> {
         }
         let mut holdings = self.holdings.clone();
         let mut changed = holdings.take_back(region);
-        // Ids of the region above `last_id` here (not released) are this acquire's own
-        // effect: it is asked again, and its pieces were recorded with its raise. One no
-        // longer recorded was flushed past and dropped since (its log may be retired):
-        // a stale repeat must not record it again.
-        let repeat = own.is_some();
         for piece in pieces {
             if piece.last_id > last_id {
                 return Err(Error::Config {
@@ -197,9 +192,6 @@ impl<W, C: Chain> WriteProtocol<W, C> {
                         piece.last_id
                     ),
                 });
-            }
-            if repeat {
-                continue;
             }
             changed |= holdings
                 .add_piece(region, piece)
