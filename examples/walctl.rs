@@ -13,7 +13,7 @@
 //! walctl --url <URL> --prefix <P> stats [--json] [--deep]
 //! walctl --url <URL> --prefix <P> regions
 //! walctl --url <URL> --prefix <P> fence
-//! walctl --url <URL> --prefix <P> retire [--live <PREFIX>]...
+//! walctl --url <URL> --prefix <P> retire --reclaim-grace-secs <S> [--live <PREFIX>]...
 //! ```
 //!
 //! `chain`, `dump`, `verify`, `stats` and `regions` never write: they open the prefix
@@ -25,8 +25,8 @@
 //! `fence` and `retire` fail a dead or zombie node over by hand (docs/OPERATIONS.md,
 //! "A node died"): `fence` closes the prefix for good (no writer opens it again) and
 //! prints what it holds of each region, the new owners' acquire arguments; `retire`
-//! then deletes every key but the closed object, once `reclaim_grace` and a margin of
-//! `max_create_duration` (11 minutes by default) passed since the fence and no live prefix still names it as a piece. The
+//! then deletes every key but the closed object, once the nodes' `reclaim_grace` (which
+//! it must be told) and a margin of `max_create_duration` passed since the fence and no live prefix still names it as a piece. The
 //! live prefixes are every `--live` given, or, with none, every other prefix beside it
 //! (its siblings under the same parent).
 //!
@@ -147,10 +147,14 @@ enum Command {
         /// every other prefix beside it, under the same parent.
         #[arg(long = "live", value_name = "PREFIX")]
         live: Vec<String>,
-        /// `reclaim_grace` in seconds, if the nodes run with another than the default
-        /// (600).
+        /// The nodes' `reclaim_grace` in seconds (required: a grace shorter than theirs
+        /// could free a key an idle zombie still creates on).
         #[arg(long, value_name = "SECONDS")]
-        reclaim_grace_secs: Option<u64>,
+        reclaim_grace_secs: u64,
+        /// The nodes' `max_create_duration` in seconds (default: 60, or half the grace
+        /// if that is shorter): the margin retirement adds to the grace.
+        #[arg(long, value_name = "SECONDS")]
+        max_create_secs: Option<u64>,
     },
     /// Count what the prefix holds: objects, bytes, regions, epoch, floor, claims,
     /// orphans, foreign keys, damaged segments. Read-only; damaged segments are counted
@@ -288,19 +292,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Retire {
             live,
             reclaim_grace_secs,
+            max_create_secs,
         } => {
-            // Only the grace matters to a retirement; the create bound is kept below
-            // it as the configuration requires.
-            let config = match reclaim_grace_secs {
-                Some(secs) => {
-                    let grace = std::time::Duration::from_secs(secs);
-                    let create = config.max_create_duration.min(grace / 2);
-                    config
-                        .with_reclaim_grace(grace)
-                        .with_max_create_duration(create)
-                }
-                None => config,
+            let grace = std::time::Duration::from_secs(reclaim_grace_secs);
+            let create = match max_create_secs {
+                Some(secs) => std::time::Duration::from_secs(secs),
+                None => config.max_create_duration.min(grace / 2),
             };
+            let config = config
+                .with_reclaim_grace(grace)
+                .with_max_create_duration(create);
             retire(store, config, live).await
         }
     }
@@ -337,7 +338,8 @@ async fn regions(store: Vec<Arc<dyn ObjectStore>>, config: Config) -> Result<(),
 
 async fn fence(store: Vec<Arc<dyn ObjectStore>>, config: Config) -> Result<(), Failure> {
     let fenced = object_store_wal::fence(WalStores::quorum(store)?, &config).await?;
-    for r in &fenced.regions {
+    let owned = fenced.regions.iter().map(|r| (r, false));
+    for (r, released) in owned.chain(fenced.released.iter().map(|r| (r, true))) {
         let acquire_pieces: Vec<Value> = r
             .pieces_with(&fenced.prefix)
             .iter()
@@ -349,6 +351,7 @@ async fn fence(store: Vec<Arc<dyn ObjectStore>>, config: Config) -> Result<(), F
             ("last_id", json!(r.released.last_id)),
             ("acquire_above", json!(r.released.acquire_above)),
             ("acquire_pieces", Value::from(acquire_pieces)),
+            ("released", json!(released)),
         ])?;
     }
     emit(&[
@@ -381,7 +384,8 @@ async fn retire(
     ])
 }
 
-/// The other prefixes under `prefix`'s parent, in every store (each listed once).
+/// The other prefixes under `prefix`'s parent that hold WAL objects, in every store
+/// (each listed once).
 async fn siblings(store: &[Arc<dyn ObjectStore>], prefix: &str) -> Result<Vec<String>, Failure> {
     let path = object_store::path::Path::from(prefix);
     let parent: Option<object_store::path::Path> = prefix
@@ -393,7 +397,19 @@ async fn siblings(store: &[Arc<dyn ObjectStore>], prefix: &str) -> Result<Vec<St
             Failure::Failed(format!("cannot list the prefixes beside {prefix}: {e}"))
         })?;
         for p in listed.common_prefixes {
-            if p != path {
+            if p == path || found.contains(p.as_ref()) {
+                continue;
+            }
+            // A sibling with no WAL object directly under it is no node's log.
+            let keys = s
+                .list_with_delimiter(Some(&p))
+                .await
+                .map_err(|e| Failure::Failed(format!("cannot list {p} beside {prefix}: {e}")))?;
+            let holds_wal = keys
+                .objects
+                .iter()
+                .any(|o| o.location.filename().is_some_and(|f| f.ends_with(".wal")));
+            if holds_wal {
                 found.insert(p.to_string());
             }
         }

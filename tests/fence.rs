@@ -454,3 +454,38 @@ async fn point_in_time_does_not_give_up_an_object_it_could_not_read_for_a_while(
         .expect("reads once the store answers");
     assert!(reader.report().given_up_damaged.is_empty());
 }
+
+/// Over three stores, a closed object on one store only (a fence that crashed with its
+/// create there) is an undecided key: a later fence plans past it and lands its own
+/// closed object above, where it used to start over for ever; writers stay refused.
+#[tokio::test]
+async fn a_fence_goes_past_a_lone_closed_copy() {
+    let memory = three_stores();
+    let stores = || WalStores::quorum(memory.iter().cloned()).expect("three stores");
+    let mut wal = ObjectStoreLogStore::open(stores(), config())
+        .await
+        .expect("open");
+    let receipt = wal
+        .append_and_flush(vec![(1, vec![Bytes::from_static(b"a")])])
+        .await
+        .expect("append");
+    drop(wal);
+    let end = decode_header(&get(memory[0].as_ref(), 2).await).expect("object 2");
+    put(memory[1].as_ref(), 3, closed_above(&end)).await;
+    is_closed(ObjectStoreLogStore::open(stores(), config()).await, 3);
+
+    let fenced = fence(stores(), &config()).await.expect("a fence lands");
+    assert!(fenced.wrote);
+    assert!(fenced.closed.sequence > 3);
+    assert_eq!(fenced.closed.link.sequence, 2, "linked to the chain end");
+    let id = receipt.parts[0].first_id;
+    assert_eq!(fenced.regions.len(), 1);
+    assert_eq!(fenced.regions[0].ids, Some((id, id)));
+    is_closed(
+        ObjectStoreLogStore::open(stores(), config()).await,
+        fenced.closed.sequence,
+    );
+    let again = fence(stores(), &config()).await.expect("again");
+    assert!(!again.wrote);
+    assert_eq!(again.closed, fenced.closed);
+}

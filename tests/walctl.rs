@@ -891,8 +891,9 @@ fn log_naming_a_piece(dir: &Path, prefix: &str, region: u64, piece_of: &str, ids
 /// A node failed over by hand: `regions` lists what the prefix holds; `fence` closes it
 /// and prints each region's last id, `acquire_above` and the pieces to acquire with,
 /// the same when asked again; a writer's `append` is then refused for good; `retire`
-/// is refused before the grace and while a live prefix names it as a piece (saying
-/// which prefix and region), deleting nothing; then it keeps only the closed object.
+/// is refused before the grace, while a live prefix names it as a piece (saying which
+/// prefix and region) and when a live prefix named holds no WAL, deleting nothing; then
+/// it keeps only the closed object.
 #[test]
 fn a_node_is_failed_over_by_hand() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -938,7 +939,7 @@ fn a_node_is_failed_over_by_hand() {
     );
 
     let before = snapshot(dir);
-    let early = walctl(dir, &["retire"]);
+    let early = walctl(dir, &["retire", "--reclaim-grace-secs", "600"]);
     assert_eq!(early.code, Some(1), "{}", early.stderr);
     assert!(early.stderr.contains("reclaim_grace"), "{}", early.stderr);
     assert_eq!(snapshot(dir), before);
@@ -952,7 +953,7 @@ fn a_node_is_failed_over_by_hand() {
         .expect("set the closed object's time");
     log_naming_a_piece(dir, "node-b", 1, PREFIX, (first[0], first[1]));
     let before = snapshot(dir);
-    let needed = walctl(dir, &["retire"]);
+    let needed = walctl(dir, &["retire", "--reclaim-grace-secs", "600"]);
     assert_eq!(needed.code, Some(1), "{}", needed.stderr);
     assert!(
         needed.stderr.contains("region 1 that node-b still needs"),
@@ -960,8 +961,17 @@ fn a_node_is_failed_over_by_hand() {
         needed.stderr
     );
     assert_eq!(snapshot(dir), before);
+    // A live prefix that holds no WAL (a typo) checks nothing: refused.
+    let typo = walctl(
+        dir,
+        &["retire", "--reclaim-grace-secs", "600", "--live", "node-c"],
+    );
+    assert_eq!(typo.code, Some(2), "{}", typo.stderr);
+    assert_eq!(snapshot(dir), before);
 
-    let retired = walctl(dir, &["retire", "--live", "node-c"]).ok();
+    // node-b flushed past the piece: its log names it no more (here, it is gone).
+    std::fs::remove_dir_all(dir.join("node-b")).expect("remove node-b");
+    let retired = walctl(dir, &["retire", "--reclaim-grace-secs", "600"]).ok();
     assert_eq!(retired.len(), 1);
     assert_eq!(retired[0]["closed"], closed);
     assert_eq!(retired[0]["deleted"], closed - 1);

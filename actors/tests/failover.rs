@@ -179,6 +179,12 @@ async fn a_fenced_nodes_regions_are_taken_over_with_every_entry() {
     assert!(fenced.wrote);
     let listed: Vec<u64> = fenced.regions.iter().map(|r| r.region).collect();
     assert_eq!(listed, vec![1, 2, 5], "region 3 was released, not owned");
+    let released: Vec<(u64, Option<u64>)> = fenced
+        .released
+        .iter()
+        .map(|r| (r.region, r.released.last_id))
+        .collect();
+    assert_eq!(released, vec![(3, Some(on_a[3][1]))], "listed apart");
     for r in &fenced.regions {
         let ids = &on_a[r.region as usize];
         assert_eq!(r.ids, Some((ids[0], ids[1])), "region {}", r.region);

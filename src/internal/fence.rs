@@ -57,6 +57,11 @@ pub struct Fence {
     /// The regions the prefix owned, in region order: those with entries on the fenced
     /// chain or earlier pieces recorded, not those it had released.
     pub regions: Vec<FencedRegion>,
+    /// The regions the prefix had released, in region order, each with the last id
+    /// its release recorded: their next owner acquired them, or will. A coordinator
+    /// that never learned of such a release (the node died before its answer arrived)
+    /// takes the region over like the others, from these ids.
+    pub released: Vec<FencedRegion>,
     /// The recovery the answer rests on (what was read, what is orphaned or damaged).
     pub report: RecoveryReport,
 }
@@ -136,10 +141,30 @@ pub async fn fence_io(io: &WalIo, config: &Config) -> Result<Fence> {
             sequence: closed_sequence,
             reason: "the fence's closed object is not among the objects read".into(),
         })?;
-    let retired = recovery.report.chain_end.is_none_or(|end| !end.closed);
+    // The answer is the chain that ends at the closed object. Nothing of it left below
+    // the closed object: retired. Something left, but no chain to the closed object (a
+    // retirement under way, or point-in-time recovery stopping at damage below it): no
+    // answer can be given from it.
+    let ends_at_closed = recovery.report.chain_end == Some(closed);
+    let below = recovery
+        .report
+        .objects
+        .iter()
+        .any(|o| o.header.sequence < closed.sequence)
+        || !recovery.report.given_up_damaged.is_empty();
+    if !ends_at_closed && below {
+        return Err(Error::InconsistentChain {
+            sequence: closed.sequence,
+            reason: "the fenced chain, which ends at the closed object, cannot be recovered \
+                     whole (a retirement under way: retire again; or damage below it)"
+                .into(),
+        });
+    }
+    let retired = !ends_at_closed;
     let acquire_above = entry_id(closed.id_base(), MAX_SEGMENT_ENTRIES - 1);
     let prefix = io.prefix().to_string();
     let mut regions = Vec::new();
+    let mut released = Vec::new();
     if !retired {
         let holdings = read_open_holdings(io, config.recovery_mode, &mut recovery).await?;
         let catalog = &recovery.catalog;
@@ -165,6 +190,20 @@ pub async fn fence_io(io: &WalIo, config: &Config) -> Result<Fence> {
                 },
             });
         }
+        for (region, last_id) in holdings.released_regions() {
+            released.push(FencedRegion {
+                region,
+                ids: catalog
+                    .first_entry_id(region)
+                    .zip(catalog.last_entry_id(region)),
+                pieces: Vec::new(),
+                released: Released {
+                    last_id,
+                    acquire_above,
+                    sequence: Some(closed.sequence),
+                },
+            });
+        }
     }
     tracing::info!(prefix = %prefix, sequence = closed.sequence, wrote, retired,
         regions = regions.len(), "fenced");
@@ -175,6 +214,7 @@ pub async fn fence_io(io: &WalIo, config: &Config) -> Result<Fence> {
         retired,
         acquire_above,
         regions,
+        released,
         report: recovery.report,
     })
 }
@@ -186,6 +226,8 @@ pub struct PrefixHoldings {
     pub prefix: String,
     /// The closed opening object's sequence, if the prefix was fenced.
     pub closed: Option<u64>,
+    /// Whether the prefix holds a WAL (any WAL object listed).
+    pub has_wal: bool,
     /// Each region's ids on the live chain, release and earlier pieces, in region
     /// order (as a live WAL's `holdings` lists them). A release's `acquire_above` is
     /// above every id base present.
@@ -205,11 +247,16 @@ pub async fn holdings_of(stores: impl Into<WalStores>, config: &Config) -> Resul
 pub async fn holdings_io(io: &WalIo, config: &Config) -> Result<PrefixHoldings> {
     let recovered = recover_in(io, config.recovery_concurrency, config.recovery_mode).await?;
     let holdings = read_holdings(io, &recovered.catalog).await?;
-    let above = recovered.report.max_id_base.saturating_add(1);
+    let above = recovered
+        .report
+        .max_id_base
+        .saturating_add(1)
+        .min(crate::format::MAX_SEQUENCE);
     let acquire_above = entry_id(above, MAX_SEGMENT_ENTRIES - 1);
     Ok(PrefixHoldings {
         prefix: io.prefix().to_string(),
         closed: recovered.report.closed,
+        has_wal: recovered.report.max_sequence > 0,
         regions: holdings.region_holdings(&recovered.catalog, acquire_above),
     })
 }
@@ -246,8 +293,12 @@ pub struct Retired {
 /// the store's clock against this host's ([`Error::RetireTooEarly`]: a create of the
 /// old owner stalled in the air could still land on a key it frees); and while one of
 /// `others` (the prefixes of the live nodes) names it as a piece of a region, not
-/// flushed yet ([`Error::PieceStillNeeded`], naming the prefix and region). Asked again
-/// over a retired prefix it deletes nothing more.
+/// flushed yet ([`Error::PieceStillNeeded`], naming the prefix and region), or holds no
+/// WAL ([`Error::WalMissing`]: a misspelt prefix checks nothing). Asked again over a
+/// retired prefix it deletes nothing more; over several stores, ask again once every
+/// store is up (a store that was down keeps its copies). The check sees only what the
+/// live logs record: a region whose acquire is still under way, or not yet made, is the
+/// coordinator's to wait for.
 pub async fn retire(
     stores: impl Into<WalStores>,
     config: &Config,
@@ -303,6 +354,12 @@ pub async fn retire_at(
         let mut other_config = config.clone();
         other_config.prefix = other.clone();
         let held = holdings_of(stores.clone(), &other_config).await?;
+        // A live prefix that holds no WAL is a mistake (a typo), not a check passed.
+        if !held.has_wal {
+            return Err(Error::WalMissing {
+                location: format!("{location} (live prefix {other})"),
+            });
+        }
         let naming = held
             .regions
             .iter()

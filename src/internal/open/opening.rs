@@ -127,15 +127,17 @@ fn claims_ahead(fence_ahead: Option<u64>, attempt: u32) -> u64 {
         .min(most)
 }
 
-/// Claims created at once: twice `max_in_flight`, so that over several stores a burst
-/// of claims (a fence's, many) stays below the unanswered creates a store may hold
-/// before it is skipped as lagging (four times `max_in_flight`: a store's stragglers
-/// finish in the background), and at most `recovery_concurrency`.
-fn claim_concurrency(config: &Config) -> usize {
-    config
-        .max_in_flight
-        .saturating_mul(2)
-        .clamp(1, config.recovery_concurrency.max(1))
+/// Claims created at once: `recovery_concurrency`; over several stores at most twice
+/// `max_in_flight`, so that a burst of claims (a fence's, many) stays below the
+/// unanswered creates a store may hold before it is skipped as lagging (four times
+/// `max_in_flight`: a store's stragglers finish in the background).
+fn claim_concurrency(io: &WalIo, config: &Config) -> usize {
+    let most = config.recovery_concurrency.max(1);
+    if io.replicas().is_empty() {
+        most
+    } else {
+        config.max_in_flight.saturating_mul(2).clamp(1, most)
+    }
 }
 
 /// The open's steps for a writer or a fence ([`OpenAs`]).
@@ -187,7 +189,11 @@ pub(crate) async fn open_as(
                 // A listing or a read that failed, or a key no quorum settles yet:
                 // start over, keeping the summaries read (a large prefix under
                 // occasional read errors still opens).
-                Err(e @ (Error::Store { .. } | Error::NoQuorum { .. })) => {
+                Err(
+                    e @ (Error::Store { .. }
+                    | Error::NoQuorum { .. }
+                    | Error::RequestTimeout { .. }),
+                ) => {
                     let why = format!("recovery failed: {e}");
                     *failed_read = Some(e);
                     return Ok(Err(why));
@@ -234,18 +240,18 @@ pub(crate) async fn open_as(
                 }
                 // A fence asked again: answered from the chain that ends at the closed
                 // object; or, retired, from what is left. A closed copy no quorum
-                // holds yet (another fence's create under way) is waited for.
+                // holds (a fence that crashed or timed out with its create on one
+                // store, or one under way) is an undecided key like any other: this
+                // fence plans past it, claiming it where it is absent, and puts its
+                // own closed object above (writers stay refused by the lone copy).
                 let decided = recovery
                     .report
                     .objects
                     .iter()
                     .any(|o| o.header.sequence == sequence && o.header.closed);
-                if !decided {
-                    return Ok(Err(format!(
-                        "a copy of the closed object {sequence} is not decided yet"
-                    )));
+                if decided {
+                    return Ok(Ok(OpenedAs::Closed(recovery)));
                 }
-                return Ok(Ok(OpenedAs::Closed(recovery)));
             }
             // Nothing to recover: a new WAL only when the caller said so, and never
             // for a fence (there is nothing to fence).
@@ -289,7 +295,7 @@ pub(crate) async fn open_as(
                     let io = io.clone();
                     async move { io.create(&c, CreateKind::Claim).await }
                 })
-                .buffer_unordered(claim_concurrency(config))
+                .buffer_unordered(claim_concurrency(io, config))
                 .collect()
                 .await;
             for outcome in outcomes {

@@ -102,10 +102,12 @@ pub struct UnreadObject {
     /// otherwise: nothing tells that the object did not raise the offset.
     pub entry_ids: RangeInclusive<u64>,
     /// Whether it may be a fence's closed opening object (FORMAT.md "Version 4"):
-    /// listed at a closed object's size ([`CLOSED_OBJECT_LEN`]) with no readable object
-    /// linking to it (nothing ever links to a closed object). A writer's point-in-time
-    /// open refuses to go on without such an object: stepping over it could reopen a
-    /// prefix fenced for good (DESIGN.md "A node's regions after it died").
+    /// listed at a closed object's size ([`CLOSED_OBJECT_LEN`], which an empty object
+    /// with an id offset has too: a keep-alive, an opening object, a claim), and no
+    /// readable object proves it is not one (an opening object of a later epoch linking
+    /// to it, or a complete open above it). A writer's point-in-time open refuses to go
+    /// on without such an object: stepping over it could reopen a prefix fenced for
+    /// good (DESIGN.md "A node's regions after it died").
     pub may_be_closed: bool,
 }
 
@@ -414,6 +416,20 @@ fn closed_sized<'a>(
         .collect()
 }
 
+/// Whether the readable `headers` prove that the object at `sequence` is no closed
+/// opening object: an opening object of a later epoch links to it (an open read it as
+/// its chain end, and an open refuses a closed one; a data object's link to its own
+/// epoch's predecessor proves nothing: a zombie's orphan links to its own failed
+/// create at the fence's key), or a complete open above it (a non-claim object of an
+/// epoch above `sequence + 1`, a closed object's own epoch) claimed that key first.
+fn not_closed(headers: &BTreeMap<u64, Header>, sequence: u64) -> bool {
+    headers.values().any(|h| {
+        let opened_on_it = h.link.sequence == sequence && h.link.epoch != h.epoch;
+        let opened_above = !h.claim && h.epoch > sequence.saturating_add(1);
+        opened_on_it || opened_above
+    })
+}
+
 /// Whether a failed read is definite damage (the bytes at rest fail their checks),
 /// which point-in-time recovery may give up, rather than a read that failed for a
 /// while (a throttle, a timeout, a store's error, an object deleted since the
@@ -481,12 +497,11 @@ fn assemble(
         for (sequence, error) in std::mem::take(&mut needed) {
             warn!(key = %io.key(sequence), error = %error,
                 "point-in-time recovery goes on without an object it cannot read");
-            let linked = headers.values().any(|h| h.link.sequence == sequence);
             given_up_damaged.push(UnreadObject {
                 sequence,
                 error,
                 entry_ids: hidden.entry_ids(sequence),
-                may_be_closed: closed_sized.contains(&sequence) && !linked,
+                may_be_closed: closed_sized.contains(&sequence) && !not_closed(&headers, sequence),
             });
         }
     }

@@ -403,16 +403,22 @@ impl CatchUpGrowth {
 
 impl CatchUpGrowth {
     /// Fails once the chain ends at a closed object (a fenced prefix, DESIGN.md "A
-    /// node's regions after it died"): it never grows, so an id the follow has not
-    /// met on it is not, and will never be, there. No wait for a poll.
+    /// node's regions after it died") and holds nothing of the region at or above
+    /// `through`: it never grows, so `through` is not, and will never be, there. No
+    /// wait for a poll. (A poll may have brought the closed object after the follow's
+    /// last pass, with objects before it the follow has not read: while the catalog
+    /// holds the region's ids up to `through`, the follow passes again.)
     fn check_closed(&self) -> Result<()> {
         let catalog = self.catalog.read().unwrap_or_else(|p| p.into_inner());
+        let last = catalog.last_entry_id(self.region);
         match catalog.tip() {
-            Some((_, tip)) if tip.closed => Err(Error::NotOnChain {
-                region: self.region,
-                id: self.through,
-                found: catalog.last_entry_id(self.region),
-            }),
+            Some((_, tip)) if tip.closed && last.is_none_or(|l| l < self.through) => {
+                Err(Error::NotOnChain {
+                    region: self.region,
+                    id: self.through,
+                    found: last,
+                })
+            }
             _ => Ok(()),
         }
     }
