@@ -279,8 +279,17 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         };
         if zombie {
             // Fenced while it runs: it goes on appending until its next create meets
-            // the fence, and acknowledges nothing after.
-            fenced.insert(cycle, fence_now().await?);
+            // the fence, and acknowledges nothing after. A fence that fails ends the
+            // run, and the child with it (never left running).
+            let answer = match fence_now().await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(e);
+                }
+            };
+            fenced.insert(cycle, answer);
             zombies += 1;
             tokio::time::sleep(Duration::from_millis(args.zombie_ms)).await;
         }
