@@ -131,7 +131,9 @@
 //! What a node uses is re-exported here at the root: [`ObjectStoreLogStore`] (the
 //! sequential front end; the actor runtime in `object-store-wal-actors` is the other),
 //! [`Config`], [`WalStores`], [`Error`] with its [`Durability`], [`Entry`], the
-//! receipts, [`ChainSummary`], [`RequestCounts`], and [`store_from_url`]. [`format`](mod@format) restates
+//! receipts, [`ChainSummary`], [`RequestCounts`], and [`store_from_url`]; and for a
+//! coordinator failing a dead or zombie node over (DESIGN.md "A node's regions after it
+//! died"), [`fence`], [`holdings_of`] and [`retire`]. [`format`](mod@format) restates
 //! the normative byte layout; [`inspect`] looks at a prefix's objects store by store for
 //! tools (`walctl` is built on it and the rest of this public API alone). The steps
 //! both front ends are built from live in one hidden module, `internal`: public only so
@@ -184,11 +186,9 @@ pub use error::{
 };
 pub use format::{entry_id, FormatError, Header, Link};
 pub use internal::chain::holdings::{Piece, RegionHolding};
-/// The fence of a dead or zombie node's prefix (DESIGN.md "A node's regions after it
-/// died"). Hidden until its exhaustive model and its takeover are done.
-#[doc(hidden)]
+#[doc(inline)]
 pub use internal::fence::{
-    fence, holdings_of, retire, Fence, FencedRegion, PrefixHoldings, Retired,
+    fence, holdings_of, retire, retire_after, Fence, FencedRegion, PrefixHoldings, Retired,
 };
 pub use internal::open::{
     DamagedSegment, GivenUp, GivenUpHoldings, ObjectInfo, RecoveryReport, UnreadObject,
