@@ -68,9 +68,12 @@
 //!   example's moves pass none) and **retires** the prefix (`object_store_wal::retire`,
 //!   naming every prefix not retired as the others, retried while it answers
 //!   `RetireTooEarly` or `PieceStillNeeded`). Then the checker's history of each region
-//!   starts with its archived entries and goes on with the pieces after them: what it
+//!   starts with its archived entries and goes on with the pieces not archived: what it
 //!   checks of a retired prefix's entries is what the bare store held after the fence,
-//!   with the chain final, read the same way as at the end. The node **restarts** on a
+//!   with the chain final, read the same way as at the end. (That a new owner replays
+//!   them is the takeover's catch-up, which must end exactly at the fence's last id, and
+//!   `read_history` in `actors/tests/failover.rs`; the checker checks what was
+//!   acknowledged is in the region's pieces, as for the moves.) The node **restarts** on a
 //!   new prefix (`node-0-2`, ...) right after the flush, and the coordinator moves
 //!   regions to it until it holds its share (migrations like the others).
 //! - **Zombie acknowledgements.** The coordinator records the instant each fence call
@@ -79,12 +82,14 @@
 //!   is there, with that id, it was durable before the fence (the fence's claims come
 //!   after it; only its answer was late) and counts as `zombie_acks_late_on_chain`,
 //!   which the takeover caught up; otherwise it counts as `zombie_acks_after_fence`,
-//!   which must be 0. (An acknowledgement received before the instant must be on the
-//!   fenced chain too: the checker's piece of the node ends at the fence's last id, so
-//!   one off it shows as lost.)
+//!   which must be 0 (an entry the zombie acknowledged that no new owner caught up).
+//!   An acknowledgement received before the instant must be on the fenced chain too:
+//!   the checker's piece of the node ends at the fence's last id, so one off it shows
+//!   as lost. The fence's instant is when `fence` returned to the coordinator, a little
+//!   after the closed object became durable, so the count errs towards checking more.
 //! - **The checker**, once the load stopped and every WAL stopped, opens every prefix not
-//!   retired read-only on the bare store, reads each region's pieces (node, ids after
-//!   the previous piece's last id, up to its own; after the archived entries) and
+//!   retired read-only on the bare store, reads each region's pieces not archived (node,
+//!   ids above the owner's acquire, up to the piece's last id) after the archived ones and
 //!   compares them with what the frontends were acknowledged: `lost`, `duplicated`,
 //!   `out_of_order`.
 //!
@@ -117,8 +122,14 @@
 //! One JSON line goes to stdout; the exit code is non-zero if anything was lost,
 //! duplicated or out of order, a zombie acknowledged an entry off its fenced chain, an
 //! append failed or could not be resolved, or a move or a failover failed.
-//! `migration_window_ms_*_beside_failover` are the windows of the moves that ran while
-//! a failover was under way, `*_apart` the others.
+//! `migration_window_ms_p50`/`_p99`/`_max` cover every move; `*_apart` the random
+//! moves that ran while no failover was under way, `*_beside_failover` those that did,
+//! and `*_rebalance` the moves to a restarted node (`--moves` at a time, from the node
+//! that owns the most: bursts from one source, slower than the random moves). Compare
+//! `*_apart` with a run without failovers (`--kills 0 --zombies 0`) for the migration
+//! window targets. `zombie_acks_before_fence` counts acknowledgements a killed or zombie
+//! node gave after its kill and before its fence returned (fine: on the fenced chain,
+//! or the checker counts them lost).
 //!
 //! ```text
 //! cargo run --release --example cluster
@@ -282,11 +293,15 @@ struct Piece {
 }
 
 /// What the coordinator read back of a region's closed pieces at a flush, before the
-/// owner's `obsolete` or the prefix's retirement: its entries with ids up to `through`.
+/// owner's `obsolete` or the prefix's retirement: the entries of its first `pieces`
+/// pieces. (Counted in pieces, not ids: a piece's last id can be below its first, when
+/// the node released the region again before writing to it, and its last id is then an
+/// earlier tenure's.)
 #[derive(Debug, Default)]
 struct Archived {
-    through: Option<u64>,
-    entries: Vec<(u64, Bytes)>,
+    pieces: usize,
+    /// Id, payload, the instance read.
+    entries: Vec<(u64, Bytes, usize)>,
 }
 
 /// An acknowledged append: its region, its payload's number, its id.
@@ -412,6 +427,9 @@ struct Counters {
     zombie_sends: AtomicU64,
     zombie_acks_after_fence: AtomicU64,
     zombie_acks_late_on_chain: AtomicU64,
+    /// Acknowledgements from a killed or zombie node received after its kill, before its
+    /// fence returned.
+    zombie_acks_before_fence: AtomicU64,
     /// Failovers under way, and begun: a move's window beside one or not.
     failing_over: AtomicU64,
     failovers_begun: AtomicU64,
@@ -421,6 +439,8 @@ struct Counters {
 
 struct Cluster {
     args: Args,
+    /// When the run began.
+    started: Instant,
     /// The store the nodes and the coordinator use (latency, faults, counts), and the
     /// bare one the checker reads.
     store: Arc<dyn ObjectStore>,
@@ -442,6 +462,8 @@ struct Cluster {
     windows: Mutex<Histogram<u64>>,
     windows_beside: Mutex<Histogram<u64>>,
     windows_apart: Mutex<Histogram<u64>>,
+    /// The windows of the moves to a restarted node.
+    windows_rebalance: Mutex<Histogram<u64>>,
     /// The window's parts (µs): the release, the acquire, the catch-up of the tail.
     releases: Mutex<Histogram<u64>>,
     acquires: Mutex<Histogram<u64>>,
@@ -457,6 +479,9 @@ struct Cluster {
     /// The epochs the appends saw end (`EpochEnded`, any durability): instance and epoch.
     epochs_ended: Mutex<HashSet<(usize, u64)>>,
     next_n: Vec<AtomicU64>,
+    /// The appends sent again after a resolve found them nowhere, and why (what the
+    /// checker prints of a duplicate): at most one a `MayBeDurable` error.
+    resent: Mutex<HashMap<(u64, u64), Vec<String>>>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -619,7 +644,10 @@ impl Cluster {
     fn owned(&self) -> HashMap<usize, Vec<u64>> {
         let mut owned: HashMap<usize, Vec<u64>> = HashMap::new();
         for region in 0..self.args.regions {
-            owned.entry(self.route(region).owner).or_default().push(region);
+            owned
+                .entry(self.route(region).owner)
+                .or_default()
+                .push(region);
         }
         owned
     }
@@ -741,7 +769,15 @@ impl Cluster {
                     }
                     match resolved {
                         Ok(Some(id)) => break id,
-                        Ok(None) => {}
+                        Ok(None) => {
+                            let why = format!(
+                                "{} (life {}) answered not found after `{e}`, read from {tenure}",
+                                instance.prefix,
+                                instance.life()
+                            );
+                            let mut resent = self.resent.lock().expect("resent");
+                            resent.entry((region, n)).or_default().push(why);
+                        }
                         Err(why) => {
                             eprintln!(
                                 "cluster: append {n} of region {region} failed `{e}` on {} \
@@ -790,15 +826,18 @@ impl Cluster {
         let arrived = Instant::now();
         let fenced_at = *instance.fence_at.lock().expect("fence_at");
         if !fenced_at.is_some_and(|at| at < arrived) {
+            if instance.life() != ALIVE {
+                self.c
+                    .zombie_acks_before_fence
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             return;
         }
         let found = match instance.fenced_log(Duration::from_secs(60)).await {
-            Some(log) => {
-                find_in(&log, region, from, &payload(region, n))
-                    .await
-                    .ok()
-                    .flatten()
-            }
+            Some(log) => find_in(&log, region, from, &payload(region, n))
+                .await
+                .ok()
+                .flatten(),
             None => None,
         };
         if found == Some(id) {
@@ -811,7 +850,9 @@ impl Cluster {
                  fence, and the fenced chain has {found:?}",
                 instance.prefix
             );
-            self.c.zombie_acks_after_fence.fetch_add(1, Ordering::Relaxed);
+            self.c
+                .zombie_acks_after_fence
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -954,8 +995,9 @@ impl Cluster {
         Some((from, to))
     }
 
-    /// A move started by [`start_move`](Self::start_move), to its end.
-    async fn run_move(&self, region: u64, from: usize, to: usize) {
+    /// A move started by [`start_move`](Self::start_move), to its end (`rebalance`: to
+    /// a restarted node).
+    async fn run_move(&self, region: u64, from: usize, to: usize, rebalance: bool) {
         self.moved[region as usize].store(true, Ordering::Relaxed);
         let (source, target) = (self.instance(from), self.instance(to));
         let begun = self.c.failovers_begun.load(Ordering::SeqCst);
@@ -968,7 +1010,9 @@ impl Cluster {
                 let beside = beside
                     || self.c.failing_over.load(Ordering::SeqCst) > 0
                     || begun != self.c.failovers_begun.load(Ordering::SeqCst);
-                let h = if beside {
+                let h = if rebalance {
+                    &self.windows_rebalance
+                } else if beside {
                     &self.windows_beside
                 } else {
                     &self.windows_apart
@@ -998,7 +1042,10 @@ impl Cluster {
         let gone = || Error::Stopped {
             durability: Durability::NotWritten,
         };
-        let (from_wal, to_wal) = (source.wal().ok_or_else(gone)?, target.wal().ok_or_else(gone)?);
+        let (from_wal, to_wal) = (
+            source.wal().ok_or_else(gone)?,
+            target.wal().ok_or_else(gone)?,
+        );
         let after = self.pieces[region as usize]
             .lock()
             .expect("pieces")
@@ -1114,6 +1161,7 @@ impl Cluster {
         for region in 0..self.args.regions {
             let mut route = self.routes[region as usize].lock().expect("route");
             if route.owner == victim {
+                self.moved[region as usize].store(true, Ordering::Relaxed);
                 route.failing = true;
                 route.moving = true;
                 if zombie {
@@ -1155,8 +1203,7 @@ impl Cluster {
             let (store, config, inst) = (self.store.clone(), config.clone(), inst.clone());
             tokio::spawn(async move {
                 for _ in 0..100 {
-                    match ObjectStoreLogStore::open_read_only(store.clone(), config.clone()).await
-                    {
+                    match ObjectStoreLogStore::open_read_only(store.clone(), config.clone()).await {
                         Ok(log) => {
                             inst.fenced.send_replace(Some(Arc::new(log)));
                             return true;
@@ -1213,8 +1260,9 @@ impl Cluster {
             .regions_failed_over
             .fetch_add(regions.len() as u64, Ordering::Relaxed);
         eprintln!(
-            "cluster: {} {}: {} regions failed over in {} ms (fence {} ms, {} objects on \
-             the fenced chain)",
+            "cluster: {:.1} s: {} {}: {} regions failed over in {} ms (fence {} ms, {} objects \
+             on the fenced chain)",
+            killed.duration_since(self.started).as_secs_f64(),
             inst.prefix,
             if zombie { "left as a zombie" } else { "killed" },
             regions.len(),
@@ -1253,7 +1301,12 @@ impl Cluster {
     /// One region of a fenced instance to instance `to`: the catch-up from the fenced
     /// chain beside the acquire with its pieces, then the route. Answers the last id of
     /// the pieces recorded (the new owner's flush obsoletes through it), if any.
-    async fn take_over(&self, region: u64, fenced: &Fence, to: usize) -> Result<Option<u64>, Error> {
+    async fn take_over(
+        &self,
+        region: u64,
+        fenced: &Fence,
+        to: usize,
+    ) -> Result<Option<u64>, Error> {
         let target = self.instance(to);
         let wal = target.wal().ok_or(Error::Stopped {
             durability: Durability::NotWritten,
@@ -1295,8 +1348,7 @@ impl Cluster {
                 .await?;
             drain_through(entries, region, None, through).await
         };
-        let (acquired, caught) =
-            tokio::join!(acquire_with(&wal, region, above, pieces), catch_up);
+        let (acquired, caught) = tokio::join!(acquire_with(&wal, region, above, pieces), catch_up);
         acquired?;
         caught?;
         self.switch(region, to, last.or(after).unwrap_or(0), above, true);
@@ -1311,18 +1363,22 @@ impl Cluster {
         let mut plan = Vec::new();
         let mut needed = HashSet::new();
         for &region in regions {
-            let through = self.archived[region as usize].lock().expect("archived").through;
+            let done = self.archived[region as usize]
+                .lock()
+                .expect("archived")
+                .pieces;
             let pieces = self.pieces[region as usize].lock().expect("pieces").clone();
             let closed: Vec<Piece> = pieces
                 .into_iter()
+                .skip(done)
                 .take_while(|p| p.through.is_some())
-                .filter(|p| p.through > through)
                 .collect();
-            let Some(end) = closed.last().and_then(|p| p.through) else {
+            if closed.is_empty() {
                 continue;
-            };
+            }
             needed.extend(closed.iter().map(|p| p.node));
-            plan.push((region, through, closed, end));
+            let end = done + closed.len();
+            plan.push((region, closed, end));
         }
         // Opened after the pieces were read: every closed piece is on its chain.
         let mut logs = HashMap::new();
@@ -1342,11 +1398,11 @@ impl Cluster {
             .map_err(|e| format!("opening {}: {e}", inst.prefix))?;
             logs.insert(node, log);
         }
-        for (region, done, closed, end) in plan {
+        for (region, closed, end) in plan {
             let mut entries = Vec::new();
             for piece in closed {
                 let through = piece.through.unwrap_or(0);
-                let from = piece.after.map_or(0, |a| a + 1).max(done.map_or(0, |d| d + 1));
+                let from = piece.after.map_or(0, |a| a + 1);
                 if from > through {
                     continue;
                 }
@@ -1356,7 +1412,7 @@ impl Cluster {
                     if entry.id > through {
                         break;
                     }
-                    entries.push((entry.id, entry.payload));
+                    entries.push((entry.id, entry.payload, piece.node));
                 }
             }
             self.c
@@ -1364,7 +1420,7 @@ impl Cluster {
                 .fetch_add(entries.len() as u64, Ordering::Relaxed);
             let mut archived = self.archived[region as usize].lock().expect("archived");
             archived.entries.extend(entries);
-            archived.through = Some(end);
+            archived.pieces = end;
         }
         Ok(())
     }
@@ -1415,8 +1471,11 @@ impl Cluster {
             match retire(self.store.clone(), &config, &others).await {
                 Ok(retired) => {
                     eprintln!(
-                        "cluster: {} retired ({} keys deleted, tombstone {})",
-                        inst.prefix, retired.deleted, retired.closed
+                        "cluster: {:.1} s: {} retired ({} keys deleted, tombstone {})",
+                        self.started.elapsed().as_secs_f64(),
+                        inst.prefix,
+                        retired.deleted,
+                        retired.closed
                     );
                     break;
                 }
@@ -1485,7 +1544,7 @@ impl Cluster {
             }
             let moves = batch
                 .into_iter()
-                .map(|(region, from, to)| self.run_move(region, from, to));
+                .map(|(region, from, to)| self.run_move(region, from, to, true));
             futures::future::join_all(moves).await;
         }
     }
@@ -1519,10 +1578,16 @@ impl Cluster {
         let mut retirements = tokio::task::JoinSet::new();
         let mut generation = vec![1usize; args.nodes];
         for (i, zombie) in kinds.into_iter().enumerate() {
-            let slot = if args.failover_bench { 0 } else { i % args.nodes };
+            let slot = if args.failover_bench {
+                0
+            } else {
+                i % args.nodes
+            };
             if !args.failover_bench {
                 let at = started
-                    + Duration::from_secs_f64(args.seconds as f64 * (i as f64 + 0.5) / total as f64);
+                    + Duration::from_secs_f64(
+                        args.seconds as f64 * (i as f64 + 0.5) / total as f64,
+                    );
                 tokio::time::sleep_until(at.into()).await;
                 if Instant::now() + Duration::from_secs(2) > deadline {
                     break;
@@ -1550,24 +1615,35 @@ impl Cluster {
                     if (objects >= args.live_objects && regions >= share)
                         || waiting.elapsed() > Duration::from_secs(120)
                     {
-                        self.c.victim_objects_min.fetch_min(objects, Ordering::Relaxed);
-                        self.c.victim_regions_min.fetch_min(regions, Ordering::Relaxed);
+                        self.c
+                            .victim_objects_min
+                            .fetch_min(objects, Ordering::Relaxed);
+                        self.c
+                            .victim_regions_min
+                            .fetch_min(regions, Ordering::Relaxed);
                         break;
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             } else {
                 let regions = self.owned().get(&victim).map_or(0, Vec::len) as u64;
-                self.c.victim_regions_min.fetch_min(regions, Ordering::Relaxed);
+                self.c
+                    .victim_regions_min
+                    .fetch_min(regions, Ordering::Relaxed);
                 if let Some(wal) = self.instance(victim).wal() {
                     let objects = wal.stats().await.map_or(0, |s| s.chain_objects);
-                    self.c.victim_objects_min.fetch_min(objects, Ordering::Relaxed);
+                    self.c
+                        .victim_objects_min
+                        .fetch_min(objects, Ordering::Relaxed);
                 }
             }
             let fence_at = match self.fail_over(victim, zombie).await {
                 Ok(at) => at,
                 Err(e) => {
-                    eprintln!("cluster: failing {} over failed: {e}", self.instance(victim).prefix);
+                    eprintln!(
+                        "cluster: failing {} over failed: {e}",
+                        self.instance(victim).prefix
+                    );
                     self.c.failover_failures.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
@@ -1587,6 +1663,12 @@ impl Cluster {
                 Ok(new) => {
                     self.c.restarted.fetch_add(1, Ordering::Relaxed);
                     self.rebalance(new, &mut rng).await;
+                    eprintln!(
+                        "cluster: {:.1} s: {} started, owns {} regions",
+                        self.started.elapsed().as_secs_f64(),
+                        self.instance(new).prefix,
+                        self.owned().get(&new).map_or(0, Vec::len)
+                    );
                 }
                 Err(e) => {
                     eprintln!("cluster: restarting node {slot} failed: {e}");
@@ -1689,16 +1771,13 @@ async fn check(cluster: &Cluster) -> Result<Verdict, Error> {
             .expect("pieces")
             .clone();
         let (done, mut history) = {
-            let archived = cluster.archived[region as usize]
-                .lock()
-                .expect("archived");
-            (archived.through, archived.entries.clone())
+            let archived = cluster.archived[region as usize].lock().expect("archived");
+            (archived.pieces, archived.entries.clone())
         };
-        for piece in pieces {
-            let from = piece
-                .after
-                .map_or(0, |a| a + 1)
-                .max(done.map_or(0, |d| d + 1));
+        // Where each entry was read: archived (true) or at the end, and the instance.
+        let mut sources: Vec<(bool, usize)> = history.iter().map(|e| (true, e.2)).collect();
+        for piece in pieces.into_iter().skip(done) {
+            let from = piece.after.map_or(0, |a| a + 1);
             if piece.through.is_some_and(|t| from > t) {
                 continue;
             }
@@ -1712,21 +1791,28 @@ async fn check(cluster: &Cluster) -> Result<Verdict, Error> {
                 if piece.through.is_some_and(|t| entry.id > t) {
                     break;
                 }
-                history.push((entry.id, entry.payload));
+                history.push((entry.id, entry.payload, piece.node));
+                sources.push((false, piece.node));
             }
         }
         verdict.entries += history.len() as u64;
         let mut seen: HashMap<Bytes, u64> = HashMap::new();
         let mut previous = None;
-        for (id, payload) in &history {
+        let mut wrong = false;
+        for (id, payload, _) in &history {
             if previous.is_some_and(|p| *id <= p) {
                 verdict.out_of_order += 1;
+                wrong = true;
             }
             previous = Some(*id);
             *seen.entry(payload.clone()).or_default() += 1;
         }
-        verdict.duplicated += seen.values().filter(|c| **c > 1).count() as u64;
-        let ids: HashMap<Bytes, u64> = history.iter().map(|(i, p)| (p.clone(), *i)).collect();
+        let duplicated = seen.values().filter(|c| **c > 1).count() as u64;
+        verdict.duplicated += duplicated;
+        if wrong || duplicated > 0 {
+            explain(cluster, region, done, &history, &sources, &seen);
+        }
+        let ids: HashMap<Bytes, u64> = history.iter().map(|(i, p, _)| (p.clone(), *i)).collect();
         for a in by_region.remove(&region).unwrap_or_default() {
             if ids.get(&payload(region, a.n)) != Some(&a.id) {
                 verdict.lost += 1;
@@ -1734,6 +1820,45 @@ async fn check(cluster: &Cluster) -> Result<Verdict, Error> {
         }
     }
     Ok(verdict)
+}
+
+/// Prints what the checker read of a region with a duplicate or an entry out of order:
+/// its pieces, and each duplicated entry's copies and resends.
+fn explain(
+    cluster: &Cluster,
+    region: u64,
+    done: usize,
+    history: &[(u64, Bytes, usize)],
+    sources: &[(bool, usize)],
+    seen: &HashMap<Bytes, u64>,
+) {
+    let name = |i: usize| cluster.instance(i).prefix.clone();
+    let pieces: Vec<String> = cluster.pieces[region as usize]
+        .lock()
+        .expect("pieces")
+        .iter()
+        .map(|p| format!("{} ({:?}, {:?}]", name(p.node), p.after, p.through))
+        .collect();
+    eprintln!("cluster: region {region}: {done} pieces archived, pieces {pieces:?}");
+    let resent = cluster.resent.lock().expect("resent");
+    for (k, (id, payload, _)) in history.iter().enumerate() {
+        let out_of_order = k > 0 && history[k - 1].0 >= *id;
+        if seen.get(payload).is_some_and(|c| *c > 1) || out_of_order {
+            let (archived, node) = sources[k];
+            let n = std::str::from_utf8(payload)
+                .ok()
+                .and_then(|p| p.split(':').nth(1))
+                .and_then(|n| n.parse::<u64>().ok());
+            let why = n.and_then(|n| resent.get(&(region, n)));
+            eprintln!(
+                "cluster:   {:?} id {id} in {}{}{}; resent: {why:?}",
+                String::from_utf8_lossy(payload),
+                name(node),
+                if archived { " (archived)" } else { "" },
+                if out_of_order { ", out of order" } else { "" },
+            );
+        }
+    }
 }
 
 #[tokio::main]
@@ -1786,6 +1911,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     let regions = args.regions as usize;
     let cluster = Arc::new(Cluster {
         args: args.clone(),
+        started: Instant::now(),
         store: store.clone(),
         bare: bare.clone(),
         links: links.clone(),
@@ -1820,6 +1946,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         windows: Mutex::new(histogram()),
         windows_beside: Mutex::new(histogram()),
         windows_apart: Mutex::new(histogram()),
+        windows_rebalance: Mutex::new(histogram()),
         releases: Mutex::new(histogram()),
         acquires: Mutex::new(histogram()),
         tails: Mutex::new(histogram()),
@@ -1834,6 +1961,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         },
         epochs_ended: Mutex::new(HashSet::new()),
         next_n: (0..regions).map(|_| AtomicU64::new(0)).collect(),
+        resent: Mutex::new(HashMap::new()),
     });
     for node in 0..args.nodes {
         cluster.start_instance(node, prefix(node)).await?;
@@ -1863,7 +1991,13 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
     );
 
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(args.seconds);
+    // The bench's load runs until its last failover ended, an hour at most.
+    let seconds = if args.failover_bench {
+        3600
+    } else {
+        args.seconds
+    };
+    let deadline = started + Duration::from_secs(seconds);
     // The bench's load runs until its last failover ended (at most `seconds`).
     let stop_load = Arc::new(AtomicBool::new(false));
     // The load: arrivals with exponential gaps, each append its own task, at most this
@@ -1917,7 +2051,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
                         continue;
                     };
                     let cluster = cluster.clone();
-                    tasks.spawn(async move { cluster.run_move(region, from, to).await });
+                    tasks.spawn(async move { cluster.run_move(region, from, to, false).await });
                 }
                 while tasks.try_join_next().is_some() {}
             }
@@ -2057,6 +2191,9 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         "migrations_beside_failover": cluster.windows_beside.lock().expect("histogram").len(),
         "migration_window_ms_p50_beside_failover": ms(&cluster.windows_beside, 0.5),
         "migration_window_ms_p99_beside_failover": ms(&cluster.windows_beside, 0.99),
+        "migrations_rebalance": cluster.windows_rebalance.lock().expect("histogram").len(),
+        "migration_window_ms_p50_rebalance": ms(&cluster.windows_rebalance, 0.5),
+        "migration_window_ms_p99_rebalance": ms(&cluster.windows_rebalance, 0.99),
         "release_ms_p50": ms(&cluster.releases, 0.5),
         "release_ms_p99": ms(&cluster.releases, 0.99),
         "acquire_ms_p99": ms(&cluster.acquires, 0.99),
@@ -2078,6 +2215,7 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         "zombie_sends": c.zombie_sends.load(Ordering::Relaxed),
         "zombie_acks_after_fence": zombie_acks,
         "zombie_acks_late_on_chain": c.zombie_acks_late_on_chain.load(Ordering::Relaxed),
+        "zombie_acks_before_fence": c.zombie_acks_before_fence.load(Ordering::Relaxed),
         "retired": c.retired.load(Ordering::Relaxed),
         "restarted": c.restarted.load(Ordering::Relaxed),
         "gets_per_s": (gets as f64 / seconds).round(),
