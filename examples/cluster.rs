@@ -75,7 +75,8 @@
 //!   `read_history` in `actors/tests/failover.rs`; the checker checks what was
 //!   acknowledged is in the region's pieces, as for the moves.) The node **restarts** on a
 //!   new prefix (`node-0-2`, ...) right after the flush, and the coordinator moves
-//!   regions to it until it holds its share (migrations like the others).
+//!   regions to it until it holds its share (`--rebalance-moves` at a time; migrations
+//!   like the others).
 //! - **Zombie acknowledgements.** The coordinator records the instant each fence call
 //!   returned. Every acknowledgement a fenced node's WAL gave that a frontend received
 //!   after that instant is checked against the fenced chain (read-only): if the entry
@@ -124,8 +125,8 @@
 //! append failed or could not be resolved, or a move or a failover failed.
 //! `migration_window_ms_p50`/`_p99`/`_max` cover every move; `*_apart` the random
 //! moves that ran while no failover was under way, `*_beside_failover` those that did,
-//! and `*_rebalance` the moves to a restarted node (`--moves` at a time, from the node
-//! that owns the most: bursts from one source, slower than the random moves). Compare
+//! and `*_rebalance` the moves to a restarted node (`--rebalance-moves` at a time, from
+//! the node that owns the most). Compare
 //! `*_apart` with a run without failovers (`--kills 0 --zombies 0`) for the migration
 //! window targets. `zombie_acks_before_fence` counts acknowledgements a killed or zombie
 //! node gave after its kill and before its fence returned (fine: on the fenced chain,
@@ -209,6 +210,11 @@ struct Args {
     /// after its fence (at least twice `--max-create-ms`).
     #[arg(long, default_value_t = 3000)]
     reclaim_grace_ms: u64,
+    /// Moves to a restarted node at once (until it owns its share). More at once queue
+    /// at the new node's catch-ups from the same source, and the random moves to it wait
+    /// behind them (10 at once: window p99 about 250 ms).
+    #[arg(long, default_value_t = 3)]
+    rebalance_moves: usize,
     /// Issue 44's failover target: no random moves; node 0 killed `--bench-failovers`
     /// times, each time once its live log holds `--live-objects` objects and it owns
     /// its share of the regions.
@@ -422,6 +428,11 @@ struct Counters {
     failover_failures: AtomicU64,
     regions_failed_over: AtomicU64,
     retired: AtomicU64,
+    /// Retirements refused and asked again: a new owner had not yet recorded the flush
+    /// (`PieceStillNeeded`), the store's clock was behind (`RetireTooEarly`), other.
+    retire_piece_still_needed: AtomicU64,
+    retire_too_early: AtomicU64,
+    retire_retried: AtomicU64,
     restarted: AtomicU64,
     archived_entries: AtomicU64,
     zombie_sends: AtomicU64,
@@ -1480,6 +1491,12 @@ impl Cluster {
                     break;
                 }
                 Err(e) if e.is_retryable() && started.elapsed() < Duration::from_secs(60) => {
+                    let refused = match e {
+                        Error::PieceStillNeeded { .. } => &self.c.retire_piece_still_needed,
+                        Error::RetireTooEarly { .. } => &self.c.retire_too_early,
+                        _ => &self.c.retire_retried,
+                    };
+                    refused.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err(e) => return Err(format!("retire: {e}")),
@@ -1506,7 +1523,8 @@ impl Cluster {
         Ok(instances.len() - 1)
     }
 
-    /// Moves regions to instance `to` until it owns its share, `moves` at a time.
+    /// Moves regions to instance `to` until it owns its share, `--rebalance-moves` at a
+    /// time.
     async fn rebalance(&self, to: usize, rng: &mut SplitMix64) {
         let live = self
             .all_instances()
@@ -1531,7 +1549,7 @@ impl Cluster {
             };
             let mut batch = Vec::new();
             for &region in from_regions.iter() {
-                if batch.len() >= self.args.moves.min(share - have) {
+                if batch.len() >= self.args.rebalance_moves.max(1).min(share - have) {
                     break;
                 }
                 if let Some((from, to)) = self.start_move(region, Some(to), rng) {
@@ -2217,6 +2235,9 @@ async fn run(args: Args) -> Result<bool, Box<dyn std::error::Error>> {
         "zombie_acks_late_on_chain": c.zombie_acks_late_on_chain.load(Ordering::Relaxed),
         "zombie_acks_before_fence": c.zombie_acks_before_fence.load(Ordering::Relaxed),
         "retired": c.retired.load(Ordering::Relaxed),
+        "retire_refused_piece_still_needed": c.retire_piece_still_needed.load(Ordering::Relaxed),
+        "retire_refused_too_early": c.retire_too_early.load(Ordering::Relaxed),
+        "retire_refused_other": c.retire_retried.load(Ordering::Relaxed),
         "restarted": c.restarted.load(Ordering::Relaxed),
         "gets_per_s": (gets as f64 / seconds).round(),
         "get_mb_per_s": (get_bytes as f64 / seconds / 1e5).round() / 10.0,
