@@ -704,7 +704,7 @@ impl Cluster {
         let n = self.next_n[region as usize].fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         // This append's frontend has a stale route (even numbers) until it learns.
-        let mut stale_route = n % 2 == 0;
+        let mut stale_route = n.is_multiple_of(2);
         let id = loop {
             let route = self.route(region);
             let mut owner = route.owner;
@@ -836,7 +836,7 @@ impl Cluster {
     async fn check_late_ack(&self, instance: &Instance, region: u64, n: u64, id: u64, from: u64) {
         let arrived = Instant::now();
         let fenced_at = *instance.fence_at.lock().expect("fence_at");
-        if !fenced_at.is_some_and(|at| at < arrived) {
+        if fenced_at.is_none_or(|at| at >= arrived) {
             if instance.life() != ALIVE {
                 self.c
                     .zombie_acks_before_fence
@@ -1332,7 +1332,7 @@ impl Cluster {
         let start = after.map_or(0, |a| a + 1);
         let held = fenced.regions.iter().find(|r| r.region == region);
         let released = match held {
-            Some(r) => r.released.clone(),
+            Some(r) => r.released,
             None => Released {
                 last_id: None,
                 acquire_above: fenced.acquire_above,
