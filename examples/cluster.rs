@@ -390,6 +390,15 @@ impl Instance {
     }
 }
 
+/// A task aborted when dropped.
+struct Aborting<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for Aborting<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Decrements a counter when dropped.
 struct Count<'a>(&'a AtomicU64);
 
@@ -1209,8 +1218,9 @@ impl Cluster {
         let fence_at = Instant::now();
         *inst.fence_at.lock().expect("fence_at") = Some(fence_at);
         record(&self.fences, killed);
-        // The fenced chain, read-only, for the frontends' resolves (beside the takeover).
-        let reader = {
+        // The fenced chain, read-only, for the frontends' resolves (beside the takeover);
+        // aborted if the failover fails first.
+        let mut reader = Aborting({
             let (store, config, inst) = (self.store.clone(), config.clone(), inst.clone());
             tokio::spawn(async move {
                 for _ in 0..100 {
@@ -1227,7 +1237,7 @@ impl Cluster {
                 }
                 false
             })
-        };
+        });
         // The takeover, every region at once, to the live nodes in turn.
         let targets: Vec<usize> = self
             .all_instances()
@@ -1303,7 +1313,7 @@ impl Cluster {
             }
             self.routes[region as usize].lock().expect("route").moving = false;
         }
-        if !reader.await.unwrap_or(false) {
+        if !(&mut reader.0).await.unwrap_or(false) {
             return Err("its fenced chain could not be read".into());
         }
         Ok(fence_at)
