@@ -300,3 +300,84 @@ async fn history_ids(wal: &WalHandle, region: u64, within: Duration) -> Vec<u64>
         .expect("a history");
     ids_of(stream).await.expect("the history")
 }
+
+/// A region that came back to node A (A, then B, then A again) when A is fenced: A's own
+/// piece is its current tenure only (its first tenure's ids are below the earlier
+/// pieces, which name them), so the new owner C acquires with three pieces that do not
+/// overlap and replays each entry once, in id order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_taken_back_before_the_fence_is_taken_over_by_tenure() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let within = Duration::from_secs(3600);
+    let append = |wal: &WalHandle, tag: &'static str| {
+        let wal = wal.clone();
+        async move {
+            bounded("an append", wal.append(1, vec![payload(tag)]))
+                .await
+                .expect("append")
+                .parts[0]
+                .first_id
+        }
+    };
+    let (a, join_a) = spawn(&store, &node("node-a")).await;
+    let (b, join_b) = spawn(&store, &node("node-b")).await;
+    let first = append(&a, "a0").await;
+    let from_a = bounded("a release", a.release(1)).await.expect("released");
+    let piece_a = Piece {
+        prefix: "node-a".into(),
+        first_id: first,
+        last_id: first,
+    };
+    bounded(
+        "the acquire",
+        b.acquire_with_pieces(1, from_a.acquire_above, vec![piece_a.clone()]),
+    )
+    .await
+    .expect("acquired");
+    let second = append(&b, "b1").await;
+    let from_b = bounded("a release", b.release(1)).await.expect("released");
+    let piece_b = Piece {
+        prefix: "node-b".into(),
+        first_id: second,
+        last_id: second,
+    };
+    bounded(
+        "the take-back",
+        a.acquire_with_pieces(
+            1,
+            from_b.acquire_above,
+            vec![piece_a.clone(), piece_b.clone()],
+        ),
+    )
+    .await
+    .expect("taken back");
+    let third = append(&a, "a2").await;
+
+    let fenced = bounded("the fence", fence(store.clone(), &node("node-a")))
+        .await
+        .expect("fenced");
+    let region = fenced
+        .regions
+        .iter()
+        .find(|r| r.region == 1)
+        .expect("region 1");
+    assert_eq!(region.ids, Some((third, third)), "the current tenure only");
+    let pieces = region.pieces_with(&fenced.prefix);
+    assert_eq!(pieces.len(), 3);
+    assert_eq!(pieces[2].first_id, third);
+
+    let (c, join_c) = spawn(&store, &node("node-c")).await;
+    bounded(
+        "the acquire",
+        c.acquire_with_pieces(1, region.released.acquire_above, pieces),
+    )
+    .await
+    .expect("the pieces do not overlap");
+    let fourth = append(&c, "c3").await;
+    let history = history_ids(&c, 1, within).await;
+    assert_eq!(history, vec![first, second, third, fourth]);
+    stop(c, join_c).await;
+    stop(b, join_b).await;
+    let _ = bounded("the zombie to stop", a.stop()).await;
+    let _ = bounded("the zombie's supervisor", join_a).await;
+}

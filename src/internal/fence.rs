@@ -71,8 +71,10 @@ pub struct Fence {
 pub struct FencedRegion {
     /// The region.
     pub region: u64,
-    /// Its ids on the fenced chain, first and last (`None`: no entry of it is live
-    /// there). A catch-up from the fenced prefix ends at the last.
+    /// Its ids on the fenced chain in the prefix's current tenure of it, first and last
+    /// (`None`: no entry of it is live there): above its earlier pieces' ids (a region
+    /// released and taken back has an earlier tenure's ids below them). A catch-up from
+    /// the fenced prefix ends at the last.
     pub ids: Option<(u64, u64)>,
     /// Its pieces in earlier owners' logs that the prefix recorded, by first id.
     pub pieces: Vec<Piece>,
@@ -176,13 +178,24 @@ pub async fn fence_io(io: &WalIo, config: &Config) -> Result<Fence> {
         owned.sort_unstable();
         owned.dedup();
         for region in owned {
-            let ids = catalog
-                .first_entry_id(region)
-                .zip(catalog.last_entry_id(region));
+            let pieces = holdings.pieces_of(region);
+            // The prefix's own piece is its current tenure: the region's ids above its
+            // earlier pieces (a region it had released and took back holds an earlier
+            // tenure's ids below them, which one of those pieces names).
+            let from = pieces
+                .iter()
+                .map(|p| p.last_id.saturating_add(1))
+                .max()
+                .unwrap_or(0);
+            let first = catalog
+                .segments_from(region, from)
+                .first()
+                .map(|s| s.record.first_entry_id.max(from));
+            let ids = first.zip(catalog.last_entry_id(region));
             regions.push(FencedRegion {
                 region,
                 ids,
-                pieces: holdings.pieces_of(region),
+                pieces,
                 released: Released {
                     last_id: ids.map(|(_, last)| last),
                     acquire_above,
