@@ -49,6 +49,19 @@ async fn put(store: &dyn ObjectStore, sequence: u64, bytes: Bytes) {
     store.put(&key, PutPayload::from(bytes)).await.expect("put");
 }
 
+/// One entry of `region` appended and flushed by a writer opened on `stores` (which
+/// then goes away): its id.
+async fn one_entry(stores: WalStores, region: u64) -> u64 {
+    let mut wal = ObjectStoreLogStore::open(stores, config())
+        .await
+        .expect("open");
+    let receipt = wal
+        .append_and_flush(vec![(region, vec![Bytes::from_static(b"a")])])
+        .await
+        .expect("append");
+    receipt.parts[0].first_id
+}
+
 /// Three empty memory stores, for one log over three.
 fn three_stores() -> Vec<Arc<dyn ObjectStore>> {
     (0..3)
@@ -154,13 +167,7 @@ async fn a_tombstone_alone_refuses_a_new_wal() {
 async fn one_copy_of_a_closed_object_refuses_over_a_quorum() {
     let memory = three_stores();
     let stores = || WalStores::quorum(memory.iter().cloned()).expect("three stores");
-    let mut wal = ObjectStoreLogStore::open(stores(), config())
-        .await
-        .expect("open");
-    wal.append_and_flush(vec![(1, vec![Bytes::from_static(b"a")])])
-        .await
-        .expect("append");
-    drop(wal);
+    one_entry(stores(), 1).await;
     let end = decode_header(&get(memory[0].as_ref(), 2).await).expect("object 2");
     put(memory[2].as_ref(), 3, closed_above(&end)).await;
     is_closed(ObjectStoreLogStore::open(stores(), config()).await, 3);
@@ -303,14 +310,7 @@ async fn a_fence_of_a_retired_prefix_answers_retired() {
 async fn a_fence_over_three_stores_lands_on_a_quorum() {
     let memory = three_stores();
     let stores = || WalStores::quorum(memory.iter().cloned()).expect("three stores");
-    let mut wal = ObjectStoreLogStore::open(stores(), config())
-        .await
-        .expect("open");
-    let receipt = wal
-        .append_and_flush(vec![(5, vec![Bytes::from_static(b"a")])])
-        .await
-        .expect("append");
-    let id = receipt.parts[0].first_id;
+    let id = one_entry(stores(), 5).await;
     let fenced = fence(stores(), &config()).await.expect("fence");
     assert_eq!(fenced.regions.len(), 1);
     assert_eq!(fenced.regions[0].ids, Some((id, id)));
@@ -462,14 +462,7 @@ async fn point_in_time_does_not_give_up_an_object_it_could_not_read_for_a_while(
 async fn a_fence_goes_past_a_lone_closed_copy() {
     let memory = three_stores();
     let stores = || WalStores::quorum(memory.iter().cloned()).expect("three stores");
-    let mut wal = ObjectStoreLogStore::open(stores(), config())
-        .await
-        .expect("open");
-    let receipt = wal
-        .append_and_flush(vec![(1, vec![Bytes::from_static(b"a")])])
-        .await
-        .expect("append");
-    drop(wal);
+    let id = one_entry(stores(), 1).await;
     let end = decode_header(&get(memory[0].as_ref(), 2).await).expect("object 2");
     put(memory[1].as_ref(), 3, closed_above(&end)).await;
     is_closed(ObjectStoreLogStore::open(stores(), config()).await, 3);
@@ -478,7 +471,6 @@ async fn a_fence_goes_past_a_lone_closed_copy() {
     assert!(fenced.wrote);
     assert!(fenced.closed.sequence > 3);
     assert_eq!(fenced.closed.link.sequence, 2, "linked to the chain end");
-    let id = receipt.parts[0].first_id;
     assert_eq!(fenced.regions.len(), 1);
     assert_eq!(fenced.regions[0].ids, Some((id, id)));
     is_closed(

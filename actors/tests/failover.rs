@@ -23,7 +23,10 @@ use object_store_wal::internal::fence::{retire_after, retire_at};
 use object_store_wal::testing::{CreateFault, FaultStore};
 use object_store_wal::{fence, holdings_of, Durability, Error, ObjectStoreLogStore, Piece};
 use object_store_wal_actors::{spawn_wal, WalHandle};
-use support::harness::{bounded, config_no_reclaim, key, payload, restart_policy, spawn, stop};
+use support::harness::{
+    back_at_the_first_owner, bounded, config_no_reclaim, first_id_of, key, payload, restart_policy,
+    spawn, stop,
+};
 
 /// The zombie's create of object 3 fails unapplied, again and again (an unknown
 /// outcome each time) until its retries run out and its epoch ends, while another
@@ -309,49 +312,11 @@ async fn history_ids(wal: &WalHandle, region: u64, within: Duration) -> Vec<u64>
 async fn a_region_taken_back_before_the_fence_is_taken_over_by_tenure() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let within = Duration::from_secs(3600);
-    let append = |wal: &WalHandle, tag: &'static str| {
-        let wal = wal.clone();
-        async move {
-            bounded("an append", wal.append(1, vec![payload(tag)]))
-                .await
-                .expect("append")
-                .parts[0]
-                .first_id
-        }
-    };
     let (a, join_a) = spawn(&store, &node("node-a")).await;
     let (b, join_b) = spawn(&store, &node("node-b")).await;
-    let first = append(&a, "a0").await;
-    let from_a = bounded("a release", a.release(1)).await.expect("released");
-    let piece_a = Piece {
-        prefix: "node-a".into(),
-        first_id: first,
-        last_id: first,
-    };
-    bounded(
-        "the acquire",
-        b.acquire_with_pieces(1, from_a.acquire_above, vec![piece_a.clone()]),
-    )
-    .await
-    .expect("acquired");
-    let second = append(&b, "b1").await;
-    let from_b = bounded("a release", b.release(1)).await.expect("released");
-    let piece_b = Piece {
-        prefix: "node-b".into(),
-        first_id: second,
-        last_id: second,
-    };
-    bounded(
-        "the take-back",
-        a.acquire_with_pieces(
-            1,
-            from_b.acquire_above,
-            vec![piece_a.clone(), piece_b.clone()],
-        ),
-    )
-    .await
-    .expect("taken back");
-    let third = append(&a, "a2").await;
+    let [piece_a, piece_b] = back_at_the_first_owner(&a, &b, 1).await;
+    let (first, second) = (piece_a.first_id, piece_b.first_id);
+    let third = first_id_of(&a, 1, "a2").await;
 
     let fenced = bounded("the fence", fence(store.clone(), &node("node-a")))
         .await
@@ -373,7 +338,7 @@ async fn a_region_taken_back_before_the_fence_is_taken_over_by_tenure() {
     )
     .await
     .expect("the pieces do not overlap");
-    let fourth = append(&c, "c3").await;
+    let fourth = first_id_of(&c, 1, "c3").await;
     let history = history_ids(&c, 1, within).await;
     assert_eq!(history, vec![first, second, third, fourth]);
     stop(c, join_c).await;

@@ -33,8 +33,8 @@ use object_store_wal::{
 use object_store_wal_actors::{spawn_wal, WalHandle};
 
 use support::harness::{
-    bounded, config_no_reclaim, key, object_at, payload, read, restart_policy, spawn, stats,
-    stats_until, stop,
+    back_at_the_first_owner, bounded, config_no_reclaim, first_id_of, key, object_at, payload,
+    read, restart_policy, spawn, stats, stats_until, stop,
 };
 
 fn memory() -> (Arc<FaultStore>, Arc<dyn ObjectStore>) {
@@ -1037,15 +1037,6 @@ async fn a_source_log_says_when_its_polling_failed() {
     stop(a, join_a).await;
 }
 
-/// Appends one entry tagged `tag` to region 1 of `wal` and returns its id.
-async fn first_id_of(wal: &WalHandle, tag: u64) -> u64 {
-    bounded("an append", wal.append(1, vec![payload(tag)]))
-        .await
-        .expect("append")
-        .parts[0]
-        .first_id
-}
-
 /// A region that comes back to an earlier owner: A's own entries of its first tenure are
 /// still on A's chain, and also its first piece; `read_history` replays each entry once,
 /// in id order (A's piece, B's piece, then A's entries after the acquire), even under a
@@ -1060,37 +1051,9 @@ async fn a_region_back_at_an_earlier_owner_replays_each_entry_once() {
     };
     let (a, join_a) = spawn(&store, &config_of("node-a")).await;
     let (b, join_b) = spawn(&store, &config_of("node-b")).await;
-    let first = first_id_of(&a, 0).await;
-    let from_a = bounded("the release", a.release(1))
-        .await
-        .expect("released");
-    let piece_a = Piece {
-        prefix: "node-a".into(),
-        first_id: first,
-        last_id: first,
-    };
-    bounded(
-        "the acquire",
-        b.acquire_with_pieces(1, from_a.acquire_above, vec![piece_a.clone()]),
-    )
-    .await
-    .expect("acquired");
-    let second = first_id_of(&b, 1).await;
-    let from_b = bounded("the release", b.release(1))
-        .await
-        .expect("released");
-    let piece_b = Piece {
-        prefix: "node-b".into(),
-        first_id: second,
-        last_id: second,
-    };
-    bounded(
-        "the acquire",
-        a.acquire_with_pieces(1, from_b.acquire_above, vec![piece_a, piece_b]),
-    )
-    .await
-    .expect("taken back");
-    let third = first_id_of(&a, 2).await;
+    let [piece_a, piece_b] = back_at_the_first_owner(&a, &b, 1).await;
+    let (first, second) = (piece_a.first_id, piece_b.first_id);
+    let third = first_id_of(&a, 1, 2).await;
     let history = history_of(&a, 1, 0, Duration::MAX).await;
     assert_eq!(history, vec![first, second, third]);
     stop(a, join_a).await;
@@ -1195,7 +1158,7 @@ async fn a_source_is_kept_while_used_and_closed_once_idle(
 async fn a_catch_up_over_a_lagging_source_judges_by_the_newest_release() {
     let (counting, (a, join_a), (b, join_b)) = nodes_a_and_b().await;
     let within = Duration::from_secs(10);
-    let first = first_id_of(&a, 0).await;
+    let first = first_id_of(&a, 1, 0).await;
     let from_a = bounded("the release", a.release(1))
         .await
         .expect("released");
@@ -1219,7 +1182,7 @@ async fn a_catch_up_over_a_lagging_source_judges_by_the_newest_release() {
     bounded("the acquire", a.acquire(1, from_b.acquire_above))
         .await
         .expect("taken back");
-    let second = first_id_of(&a, 2).await;
+    let second = first_id_of(&a, 1, 2).await;
     let again = bounded("the release", a.release(1))
         .await
         .expect("released again");

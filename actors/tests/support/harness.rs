@@ -20,7 +20,7 @@ use futures::stream::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use object_store_wal::internal::store::keys::{object_key, parse_key};
-use object_store_wal::{Config, Entry, RetryPolicy};
+use object_store_wal::{Config, Entry, Piece, RetryPolicy};
 use object_store_wal_actors::{spawn_wal, EntryReceiver, RestartPolicy, WalHandle, WalStats};
 use tokio::task::JoinHandle;
 
@@ -195,4 +195,52 @@ pub async fn listing(store: &Arc<dyn ObjectStore>) -> (Vec<u64>, Vec<String>) {
 /// `(id, payload)` of each entry, for comparisons that print well.
 pub fn ids(entries: &[Entry]) -> Vec<(u64, Bytes)> {
     entries.iter().map(|e| (e.id, e.payload.clone())).collect()
+}
+
+/// The first id of one append (`payload(tag)`) to `region` at `wal`.
+pub async fn first_id_of(wal: &WalHandle, region: u64, tag: impl fmt::Display) -> u64 {
+    bounded("an append", wal.append(region, vec![payload(tag)]))
+        .await
+        .expect("append")
+        .parts[0]
+        .first_id
+}
+
+/// `region` moves from node A (prefix `node-a`) to B (`node-b`) and back to A, one
+/// entry written at each stop (tags 0 and 1): A releases it, B acquires it with A's
+/// piece, writes, releases it, and A takes it back with both pieces. The pieces (A's
+/// first tenure, then B's), in id order.
+pub async fn back_at_the_first_owner(a: &WalHandle, b: &WalHandle, region: u64) -> [Piece; 2] {
+    let first = first_id_of(a, region, 0).await;
+    let from_a = bounded("the release", a.release(region))
+        .await
+        .expect("released");
+    let piece_a = Piece {
+        prefix: "node-a".into(),
+        first_id: first,
+        last_id: first,
+    };
+    bounded(
+        "the acquire",
+        b.acquire_with_pieces(region, from_a.acquire_above, vec![piece_a.clone()]),
+    )
+    .await
+    .expect("acquired");
+    let second = first_id_of(b, region, 1).await;
+    let from_b = bounded("the release", b.release(region))
+        .await
+        .expect("released");
+    let piece_b = Piece {
+        prefix: "node-b".into(),
+        first_id: second,
+        last_id: second,
+    };
+    let pieces = vec![piece_a.clone(), piece_b.clone()];
+    bounded(
+        "the take-back",
+        a.acquire_with_pieces(region, from_b.acquire_above, pieces),
+    )
+    .await
+    .expect("taken back");
+    [piece_a, piece_b]
 }
