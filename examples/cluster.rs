@@ -130,7 +130,9 @@
 //! `*_apart` with a run without failovers (`--kills 0 --zombies 0`) for the migration
 //! window targets. `zombie_acks_before_fence` counts acknowledgements a killed or zombie
 //! node gave after its kill and before its fence returned (fine: on the fenced chain,
-//! or the checker counts them lost).
+//! or the checker counts them lost). A move whose window passes 100 ms is named on
+//! stderr with its parts (release, acquire, tail catch-up) and what was under way
+//! then (failovers, archive reads, retirements, restarts): where a tail comes from.
 //!
 //! ```text
 //! cargo run --release --example cluster
@@ -453,6 +455,11 @@ struct Counters {
     /// Failovers under way, and begun: a move's window beside one or not.
     failing_over: AtomicU64,
     failovers_begun: AtomicU64,
+    /// Under way now, for the slow moves' lines: archive reads, retirements (from the
+    /// grace's end), node restarts with their rebalance.
+    archiving: AtomicU64,
+    retiring: AtomicU64,
+    restarting: AtomicU64,
     victim_objects_min: AtomicU64,
     victim_regions_min: AtomicU64,
 }
@@ -1108,28 +1115,48 @@ impl Cluster {
         let acquire = async {
             acquire_with(&to_wal, region, above, Vec::new()).await?;
             record(&self.acquires, after_release);
-            Ok::<(), Error>(())
+            Ok::<Duration, Error>(after_release.elapsed())
         };
         let catch_up = async {
             let Some(through) = last else {
-                return Ok(0u64);
+                return Ok((0u64, Duration::ZERO));
             };
             let from_id = caught_up.map_or(0, |a| a + 1);
             if from_id > through {
-                return Ok(0);
+                return Ok((0, Duration::ZERO));
             }
             let entries = to_wal
                 .catch_up_released(source_prefix, region, from_id, &released, within)
                 .await?;
             let count = drain_through(entries, region, caught_up, through).await?;
             record(&self.tails, after_release);
-            Ok(count)
+            Ok((count, after_release.elapsed()))
         };
         let (acquired, caught) = tokio::join!(acquire, catch_up);
-        acquired?;
-        caught?;
+        let acquired = acquired?;
+        let (tail, caught) = caught?;
         self.switch(region, to, last.or(after).unwrap_or(0), above, false);
         let window = started.elapsed().as_micros() as u64;
+        if window > 100_000 {
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            let gauge = |c: &AtomicU64| c.load(Ordering::SeqCst);
+            eprintln!(
+                "cluster: {:.1} s: slow move of region {region} from {} to {}: {:.1} ms \
+                 (release {:.1}, acquire {:.1}, tail of {tail} entries {:.1}; under way: \
+                 {} failovers, {} archives, {} retirements, {} restarts)",
+                self.started.elapsed().as_secs_f64(),
+                source.prefix,
+                target.prefix,
+                window as f64 / 1e3,
+                ms(after_release.duration_since(started)),
+                ms(acquired),
+                ms(caught),
+                gauge(&self.c.failing_over),
+                gauge(&self.c.archiving),
+                gauge(&self.c.retiring),
+                gauge(&self.c.restarting),
+            );
+        }
         let _ = self.windows.lock().expect("windows").record(window.max(1));
         self.c.migrations.fetch_add(1, Ordering::Relaxed);
         Ok(window)
@@ -1381,6 +1408,7 @@ impl Cluster {
     /// retirement is about to delete.
     async fn archive(&self, regions: &[u64]) -> Result<(), String> {
         let _one = self.archiving.lock().await;
+        let _archiving = Count::up(&self.c.archiving);
         let mut plan = Vec::new();
         let mut needed = HashSet::new();
         for &region in regions {
@@ -1462,6 +1490,7 @@ impl Cluster {
         if let Some(join) = join {
             let _ = tokio::time::timeout(Duration::from_secs(30), join).await;
         }
+        let _retiring = Count::up(&self.c.retiring);
         let waiting = Instant::now();
         while inst.sent.load(Ordering::SeqCst) > 0 {
             if waiting.elapsed() > Duration::from_secs(150) {
@@ -1687,6 +1716,7 @@ impl Cluster {
             // The node comes back on a new prefix and gets its share of the regions.
             generation[slot] += 1;
             let prefix = format!("{}-{}", prefix(slot), generation[slot]);
+            let restarting = Count::up(&self.c.restarting);
             match self.start_instance(slot, prefix).await {
                 Ok(new) => {
                     self.c.restarted.fetch_add(1, Ordering::Relaxed);
@@ -1703,6 +1733,7 @@ impl Cluster {
                     self.c.failover_failures.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            drop(restarting);
         }
         while retirements.join_next().await.is_some() {}
     }

@@ -28,6 +28,20 @@ pub const IDLE_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// Keys a read-only follower probes at once, at most (while it catches up).
 pub const MAX_PROBES: usize = 8;
 
+/// Keys probed at once at most to reach an object whose sequence is known (a
+/// release's, [`Refresh::Probe`]), where one round's reads fit in
+/// [`KNOWN_ROUND_BYTES`]; a poll's rounds stay at [`MAX_PROBES`].
+pub const MAX_KNOWN_PROBES: usize = 32;
+
+/// The bytes one round of probes toward a known object reads at most (each probe
+/// reads a tail, or a small object whole): the size of a source's cache of whole
+/// objects (`SOURCE_OBJECT_BYTES`), so one round is what the cache holds.
+pub const KNOWN_ROUND_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Refreshes asked of one polling task that wait at most while one runs (each follow
+/// or catch-up over the source asks for one at a time); more wait to be queued.
+const REFRESHES_QUEUED: usize = 64;
+
 /// The least a probe reads from the end of a key: an empty object whole, and the
 /// footer of a few dozen segments.
 const MIN_PROBE_TAIL: u64 = 2048;
@@ -114,6 +128,45 @@ impl PolledGrowth {
                 .min(IDLE_POLL_INTERVAL.max(self.poll_interval))
         };
         Ok(true)
+    }
+
+    /// Probes now, round after round while every probed key holds an object, until
+    /// `known` is on the chain ([`Refresh::Probe`]); nothing when it already is (an
+    /// earlier catch-up's probe found it).
+    async fn probe_through(&mut self, known: Option<u64>) -> Result<()> {
+        if let Some(known) = known {
+            if self.last != Link::NONE && known <= self.last.sequence {
+                return Ok(());
+            }
+        }
+        // Active: each probe reads the header beside the tail, or the object whole (one
+        // round trip), however idle the source was.
+        self.wait = self.wait.min(self.poll_interval);
+        if let Some(known) = known {
+            // Every key up to it in one round (a region's catch-up starts where its
+            // last entry was, often dozens of objects behind the release), as many as
+            // one round's reads fit in `KNOWN_ROUND_BYTES`.
+            let wanted = known.saturating_sub(self.next_key).saturating_add(1);
+            let wanted = usize::try_from(wanted).unwrap_or(MAX_KNOWN_PROBES);
+            let read = self
+                .io
+                .whole_probe_len(self.last_length)
+                .map_or(self.tail_len, |largest| largest.max(self.tail_len))
+                .max(1);
+            let fit = usize::try_from(KNOWN_ROUND_BYTES / read).unwrap_or(MAX_KNOWN_PROBES);
+            let most = fit.clamp(MAX_PROBES, MAX_KNOWN_PROBES);
+            self.probes = self.probes.max(wanted.min(most));
+        }
+        let through = known.unwrap_or(u64::MAX);
+        loop {
+            match self.probe().await {
+                // Up to the object asked for: another round would only meet the absent
+                // key after the chain end.
+                Ok(true) if self.last.sequence < through => continue,
+                Ok(_) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// One round of probes after the chain end; extends the catalog by what links on.
@@ -506,26 +559,28 @@ impl PolledGrowth {
                     let _ = reply.send(self.extend().await);
                 }
                 Next::Refresh((Refresh::Probe(known), reply)) => {
-                    // Active: each probe reads the header beside the tail, or the
-                    // object whole (one round trip), however idle the source was.
-                    self.wait = self.wait.min(self.poll_interval);
-                    if let Some(known) = known {
-                        let wanted = known.saturating_sub(self.next_key).saturating_add(1);
-                        let wanted = usize::try_from(wanted).unwrap_or(MAX_PROBES);
-                        self.probes = self.probes.max(wanted.min(MAX_PROBES));
-                    }
-                    let through = known.unwrap_or(u64::MAX);
-                    let probed = loop {
-                        match self.probe().await {
-                            // Up to the object asked for: another round would only
-                            // meet the absent key after the chain end.
-                            Ok(true) if self.last.sequence < through => continue,
-                            Ok(true) => break Ok(()),
-                            Ok(false) => break Ok(()),
-                            Err(e) => break Err(e),
+                    // The probes asked for meanwhile (catch-ups of regions moved
+                    // together) share this one: one round trip for all, not one each
+                    // in turn. The listings asked for wait for it.
+                    let mut replies = vec![reply];
+                    let mut lists = Vec::new();
+                    let mut known = known;
+                    while let Ok((how, reply)) = refreshes.try_recv() {
+                        match how {
+                            Refresh::Probe(also) => {
+                                known = known.zip(also).map(|(a, b)| a.max(b));
+                                replies.push(reply);
+                            }
+                            Refresh::List => lists.push(reply),
                         }
-                    };
-                    let _ = reply.send(probed);
+                    }
+                    let probed = self.probe_through(known).await;
+                    for reply in replies {
+                        let _ = reply.send(probed.clone());
+                    }
+                    for reply in lists {
+                        let _ = reply.send(self.extend().await);
+                    }
                 }
                 Next::Polled(Ok(_)) => {}
                 Next::Polled(Err(e)) => {
@@ -555,7 +610,9 @@ impl TailedGrowth {
     pub(super) fn spawn(growth: PolledGrowth, span: tracing::Span) -> Self {
         let (grown_tx, grown) = tokio::sync::watch::channel(0);
         let failed = Arc::new(std::sync::Mutex::new(None));
-        let (refreshes, refresh_rx) = tokio::sync::mpsc::channel(1);
+        // Bounded: a catch-up or follow asks for one refresh at a time; those asked for
+        // while one runs are answered together.
+        let (refreshes, refresh_rx) = tokio::sync::mpsc::channel(REFRESHES_QUEUED);
         tokio::spawn(
             growth
                 .run(grown_tx, failed.clone(), refresh_rx)
