@@ -155,6 +155,9 @@ struct Leader {
     regions: Vec<Mutex<RegionState>>,
     /// Nodes whose failover is under way.
     failing: Mutex<HashSet<String>>,
+    /// The longest acquire and catch-up of the takeovers since the last failover's
+    /// report (for the log).
+    timings: Mutex<(Duration, Duration)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -212,6 +215,7 @@ impl Leader {
             store,
             regions: regions.into_iter().map(Mutex::new).collect(),
             failing: Mutex::default(),
+            timings: Mutex::default(),
         })
     }
 
@@ -486,17 +490,16 @@ impl Leader {
         record.regions += taken;
         self.put(&self.keys.failover(name), serde_json::to_vec(&record)?)
             .await?;
+        let (acquire, catch_up) = std::mem::take(&mut *lock(&self.timings));
         eprintln!(
-            "{}: {name}: {taken} regions taken over, {} ms from detection ({} ms fence)",
+            "{}: {name}: {taken} regions taken over, {} ms from detection ({} ms fence, \
+             {} objects on the fenced chain; slowest acquire {} ms, catch-up {} ms)",
             self.args.id,
-            record
-                .done_ms
-                .unwrap_or(0)
-                .saturating_sub(record.detected_ms),
-            record
-                .fenced_ms
-                .unwrap_or(0)
-                .saturating_sub(record.detected_ms),
+            record.done_ms.unwrap_or(0).saturating_sub(record.detected_ms),
+            record.fenced_ms.unwrap_or(0).saturating_sub(record.detected_ms),
+            fenced.report.objects.len(),
+            acquire.as_millis(),
+            catch_up.as_millis(),
         );
         Ok(())
     }
@@ -546,8 +549,9 @@ impl Leader {
                 last_id: p.last_id,
             })
             .collect();
+        let began = Instant::now();
         let acquire = async {
-            match self
+            let result = match self
                 .pool
                 .call(
                     &to.addr,
@@ -561,11 +565,12 @@ impl Leader {
             {
                 Ok(Reply::Done) => Ok(()),
                 other => Err(anyhow::anyhow!("acquire at {}: {other:?}", to.name)),
-            }
+            };
+            (result, began.elapsed())
         };
         let catch_up = async {
             let Some(through) = last else {
-                return Ok(());
+                return (Ok(()), began.elapsed());
             };
             let request = Request::CatchUp {
                 source: fenced.prefix.clone(),
@@ -574,17 +579,22 @@ impl Leader {
                 through,
                 sequence: released.sequence,
             };
-            match self.pool.call(&to.addr, &request).await {
+            let result = match self.pool.call(&to.addr, &request).await {
                 Ok(Reply::CaughtUp { last: Some(at), .. }) if at == through => Ok(()),
                 other => Err(anyhow::anyhow!(
                     "catch-up at {} through {through}: {other:?}",
                     to.name
                 )),
-            }
+            };
+            (result, began.elapsed())
         };
-        let (acquired, caught) = tokio::join!(acquire, catch_up);
+        let ((acquired, acquire_took), (caught, catch_up_took)) = tokio::join!(acquire, catch_up);
         acquired?;
         caught?;
+        if let Ok(mut t) = self.timings.lock() {
+            t.0 = t.0.max(acquire_took);
+            t.1 = t.1.max(catch_up_took);
+        }
         self.switch(
             region,
             to,
