@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use etcd_client::GetOptions;
@@ -108,7 +107,42 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
             None => anyhow::bail!("an acks line that does not parse: {line:?}"),
         }
     }
-    let mut logs: HashMap<String, Option<Arc<ObjectStoreLogStore>>> = HashMap::new();
+    // Each prefix read once, every region of it in one replay (each object fetched
+    // once), from the lowest id any piece on it starts at; the pieces then take their
+    // ids from it. All entries are held at once: the checker's memory is the run's size.
+    let mut starts: HashMap<String, HashMap<u64, u64>> = HashMap::new();
+    for (region, pieces) in &histories {
+        for piece in pieces {
+            let from = piece.after.map_or(0, |a| a.saturating_add(1));
+            let lowest = starts
+                .entry(piece.prefix.clone())
+                .or_default()
+                .entry(*region)
+                .or_insert(from);
+            *lowest = (*lowest).min(from);
+        }
+    }
+    let mut read: HashMap<String, HashMap<u64, Vec<(u64, Bytes)>>> = HashMap::new();
+    for (prefix, from) in starts {
+        let log =
+            match ObjectStoreLogStore::open_read_only(store.clone(), wal_config(&prefix)).await {
+                Ok(log) => log,
+                Err(e) => {
+                    eprintln!("check: opening {prefix} read-only: {e}");
+                    continue;
+                }
+            };
+        let mut by_region: HashMap<u64, Vec<(u64, Bytes)>> = HashMap::new();
+        let mut entries = log.replay(from);
+        while let Some(entry) = entries.next().await {
+            let entry = entry?;
+            by_region
+                .entry(entry.region)
+                .or_default()
+                .push((entry.id, entry.payload));
+        }
+        read.insert(prefix, by_region);
+    }
     let mut migrations = 0u64;
     for (region, pieces) in &histories {
         let mut history: Vec<(u64, Bytes)> = Vec::new();
@@ -120,27 +154,17 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
             if piece.through.is_some_and(|t| from > t) {
                 continue;
             }
-            if !logs.contains_key(&piece.prefix) {
-                let log =
-                    ObjectStoreLogStore::open_read_only(store.clone(), wal_config(&piece.prefix))
-                        .await;
-                if let Err(e) = &log {
-                    eprintln!("check: opening {} read-only: {e}", piece.prefix);
-                }
-                logs.insert(piece.prefix.clone(), log.ok().map(Arc::new));
-            }
-            let Some(Some(log)) = logs.get(&piece.prefix) else {
+            let Some(on_prefix) = read.get(&piece.prefix) else {
                 verdict.unreadable_pieces += 1;
                 continue;
             };
-            let mut entries = log.read(*region, from);
-            while let Some(entry) = entries.next().await {
-                let entry = entry?;
-                if piece.through.is_some_and(|t| entry.id > t) {
-                    break;
-                }
-                history.push((entry.id, entry.payload));
-            }
+            let entries = on_prefix.get(region).map_or(&[][..], Vec::as_slice);
+            history.extend(
+                entries
+                    .iter()
+                    .filter(|(id, _)| *id >= from && piece.through.is_none_or(|t| *id <= t))
+                    .cloned(),
+            );
         }
         verdict.entries += history.len() as u64;
         let mut seen: HashMap<Bytes, u64> = HashMap::new();

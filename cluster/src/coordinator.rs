@@ -465,11 +465,13 @@ impl Leader {
             }
             // Collected before awaiting: a future built by a closure that borrows is not
             // `Send` for every lifetime (the failover runs in a task).
+            let assigned: Vec<(u64, NodeRecord)> = regions
+                .iter()
+                .enumerate()
+                .filter_map(|(k, &region)| Some((region, targets.get(k % targets.len())?.clone())))
+                .collect();
             let mut takeovers = Vec::new();
-            for (k, &region) in regions.iter().enumerate() {
-                let Some(to) = targets.get(k % targets.len()).cloned() else {
-                    continue;
-                };
+            for (region, to) in assigned {
                 let fenced = fenced.clone();
                 takeovers.push(Box::pin(async move {
                     (region, self.take_over(region, &fenced, &to).await)
@@ -495,8 +497,14 @@ impl Leader {
             "{}: {name}: {taken} regions taken over, {} ms from detection ({} ms fence, \
              {} objects on the fenced chain; slowest acquire {} ms, catch-up {} ms)",
             self.args.id,
-            record.done_ms.unwrap_or(0).saturating_sub(record.detected_ms),
-            record.fenced_ms.unwrap_or(0).saturating_sub(record.detected_ms),
+            record
+                .done_ms
+                .unwrap_or(0)
+                .saturating_sub(record.detected_ms),
+            record
+                .fenced_ms
+                .unwrap_or(0)
+                .saturating_sub(record.detected_ms),
             fenced.report.objects.len(),
             acquire.as_millis(),
             catch_up.as_millis(),

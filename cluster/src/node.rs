@@ -197,19 +197,32 @@ fn failure(e: &Error) -> Failure {
 
 /// Runs `op` again while it fails retryable or may be durable (the control requests are
 /// idempotent), for at most [`CONTROL_WITHIN`].
-async fn again<T, F, Fut>(mut op: F) -> Result<T, Error>
+async fn again<T, F, Fut>(what: &str, mut op: F) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, Error>>,
 {
     let started = Instant::now();
+    let mut retries = 0u64;
     loop {
         match op().await {
-            Ok(v) => return Ok(v),
+            Ok(v) => {
+                if retries > 0 {
+                    eprintln!(
+                        "{what}: answered after {retries} retries, {} ms",
+                        started.elapsed().as_millis()
+                    );
+                }
+                return Ok(v);
+            }
             Err(e)
                 if (e.is_retryable() || e.durability() == Durability::MayBeDurable)
                     && started.elapsed() < CONTROL_WITHIN =>
             {
+                if retries == 0 {
+                    eprintln!("{what}: {e}; asking again");
+                }
+                retries += 1;
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             Err(e) => return Err(e),
@@ -238,7 +251,7 @@ async fn handle(wal: &WalHandle, request: Request) -> Reply {
             }
         }
         Request::Release { region } => {
-            let released = again(|| async {
+            let released = again("release", || async {
                 match wal.release(region).await {
                     Ok(released) => Ok(released),
                     // Recorded by an earlier attempt whose answer was lost.
@@ -269,7 +282,15 @@ async fn handle(wal: &WalHandle, request: Request) -> Reply {
                     last_id: p.last_id,
                 })
                 .collect();
-            match again(|| wal.acquire_with_pieces(region, above, pieces.clone())).await {
+            let started = Instant::now();
+            let acquired = again("acquire", || {
+                wal.acquire_with_pieces(region, above, pieces.clone())
+            })
+            .await;
+            if started.elapsed() > Duration::from_secs(1) {
+                eprintln!("acquire of {region}: {} ms", started.elapsed().as_millis());
+            }
+            match acquired {
                 Ok(()) => Reply::Done,
                 Err(e) => other(&e),
             }
@@ -310,10 +331,12 @@ async fn handle(wal: &WalHandle, request: Request) -> Reply {
             }
             Reply::CaughtUp { last, count }
         }
-        Request::Obsolete { region, id } => match again(|| wal.obsolete(region, id)).await {
-            Ok(()) => Reply::Done,
-            Err(e) => other(&e),
-        },
+        Request::Obsolete { region, id } => {
+            match again("obsolete", || wal.obsolete(region, id)).await {
+                Ok(()) => Reply::Done,
+                Err(e) => other(&e),
+            }
+        }
         Request::LastEntryId { region } => match wal.last_entry_id(region).await {
             Ok(id) => Reply::Id { id },
             Err(e) => other(&e),

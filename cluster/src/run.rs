@@ -231,6 +231,7 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
     let summary = dir.join("load.json");
     let events = dir.join("events.jsonl");
     let result = drive(&mut cluster, &acks, &summary, &events, &run_id).await;
+    let stopping = Instant::now();
     // Everything stops however the run ended: coordinators first (no failover of a
     // node stopped on purpose), then the nodes.
     let coordinators: Vec<Proc> = cluster
@@ -245,6 +246,10 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         .filter_map(|(_, p)| p.take())
         .collect();
     Cluster::stop_all(nodes, Duration::from_secs(30)).await;
+    eprintln!(
+        "run: stopped in {} ms; checking",
+        stopping.elapsed().as_millis()
+    );
     result?;
     let check_args = check::Args {
         common: Common {
@@ -256,7 +261,14 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         summary: Some(summary),
         events: Some(events),
     };
-    let (line, ok) = check::check(&check_args).await?;
+    let checking = Instant::now();
+    let (mut line, ok) = check::check(&check_args).await?;
+    if let Some(out) = line.as_object_mut() {
+        out.insert(
+            "check_seconds".into(),
+            serde_json::json!((checking.elapsed().as_secs_f64() * 10.0).round() / 10.0),
+        );
+    }
     println!("{line}");
     Ok(if ok { 0 } else { 1 })
 }
@@ -445,5 +457,9 @@ async fn drive(
     if !settled {
         eprintln!("run: the failovers did not settle within 120 s");
     }
+    eprintln!(
+        "run: {:.1} s: the load ended and the failovers settled",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
