@@ -284,3 +284,16 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
         && unfinished == 0;
     Ok((line, ok))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_ack;
+
+    #[test]
+    fn acks_lines_parse_and_bad_ones_do_not() {
+        assert_eq!(parse_ack("7 42 7:3"), Some((7, 42, "7:3".to_string())));
+        assert_eq!(parse_ack("7 x 7:3"), None);
+        assert_eq!(parse_ack("7 42"), None);
+        assert_eq!(parse_ack(""), None);
+    }
+}

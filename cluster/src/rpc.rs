@@ -366,3 +366,93 @@ impl Pool {
         conn.call(request).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server on a loopback port with `handler`, stopped when the sender is dropped
+    /// or sent to.
+    async fn server(
+        handler: Handler,
+    ) -> (String, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve(listener, handler, async move {
+            let _ = stopped.await;
+        }));
+        (addr, stop, task)
+    }
+
+    #[tokio::test]
+    async fn answers_come_back_to_their_callers() {
+        let handler: Handler = Arc::new(|request| {
+            Box::pin(async move {
+                match request {
+                    Request::Append { region, .. } => Reply::Appended { id: region * 10 },
+                    _ => Reply::Done,
+                }
+            })
+        });
+        let (addr, _stop, _task) = server(handler).await;
+        let conn = Conn::connect(&addr).await.expect("connect");
+        let calls = (0..50u64).map(|region| {
+            let conn = conn.clone();
+            async move {
+                let request = Request::Append {
+                    region,
+                    payload: format!("{region}:0"),
+                };
+                (region, conn.call(&request).await)
+            }
+        });
+        for (region, reply) in futures::future::join_all(calls).await {
+            match reply {
+                Ok(Reply::Appended { id }) => assert_eq!(id, region * 10),
+                other => panic!("region {region}: {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_in_flight_when_the_connection_breaks_is_lost_and_later_ones_not_sent() {
+        // The handler tells the test it holds the request, then never answers.
+        let (held_tx, held_rx) = mpsc::channel::<()>(1);
+        let handler: Handler = Arc::new(move |_| {
+            let held = held_tx.clone();
+            Box::pin(async move {
+                let _ = held.send(()).await;
+                futures::future::pending::<Reply>().await
+            })
+        });
+        let (addr, stop, task) = server(handler).await;
+        let conn = Conn::connect(&addr).await.expect("connect");
+        let request = Request::LastEntryId { region: 1 };
+        let call = tokio::spawn({
+            let conn = conn.clone();
+            let request = request.clone();
+            async move { conn.call(&request).await }
+        });
+        let mut held_rx = held_rx;
+        held_rx.recv().await.expect("the server holds the request");
+        let _ = stop.send(());
+        task.await.expect("the server stopped");
+        assert_eq!(
+            call.await.expect("the call ended").err(),
+            Some(CallError::Lost)
+        );
+        assert!(conn.is_broken());
+        assert_eq!(conn.call(&request).await.err(), Some(CallError::NotSent));
+    }
+
+    #[tokio::test]
+    async fn a_pool_calls_nothing_it_cannot_reach() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        drop(listener);
+        let pool = Pool::default();
+        let reply = pool.call(&addr, &Request::LastEntryId { region: 1 }).await;
+        assert_eq!(reply.err(), Some(CallError::NotSent));
+    }
+}
