@@ -51,6 +51,19 @@ pub struct Args {
     /// long after it stopped.
     #[arg(long, default_value_t = 2)]
     ttl_secs: i64,
+    /// No moves for balance (a restarted node then gets no regions).
+    #[arg(long)]
+    no_moves: bool,
+    /// Regions moved at once when balancing.
+    #[arg(long, default_value_t = 5)]
+    moves_at_once: usize,
+}
+
+/// A move under way, as `moves/<region>` records it: a new leader finishes it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct MoveIntent {
+    from: String,
+    to: String,
 }
 
 /// Runs a coordinator instance: standby until elected, then the leader until it stops
@@ -141,6 +154,10 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
 struct RegionState {
     route: Option<Route>,
     history: Vec<Piece>,
+    /// A move of it is under way: a failover leaves it to the move until the move
+    /// switched its route or gave up (its source died: the failover takes it over from
+    /// the fence's `released`).
+    moving: bool,
 }
 
 /// The elected coordinator.
@@ -155,6 +172,8 @@ struct Leader {
     regions: Vec<Mutex<RegionState>>,
     /// Nodes whose failover is under way.
     failing: Mutex<HashSet<String>>,
+    /// Moves a former leader began and did not finish (read back at election).
+    intents: Mutex<HashMap<u64, MoveIntent>>,
     /// The longest acquire and catch-up of the takeovers since the last failover's
     /// report (for the log).
     timings: Mutex<(Duration, Duration)>,
@@ -205,7 +224,23 @@ impl Leader {
                 state.history = history;
             }
         }
+        let mut intents = HashMap::new();
+        let moves = client
+            .get(keys.moves(), Some(GetOptions::new().with_prefix()))
+            .await?;
+        for kv in moves.kvs() {
+            let region = kv
+                .key_str()
+                .ok()
+                .and_then(|k| k.strip_prefix(&keys.moves()))
+                .and_then(|r| r.parse::<u64>().ok());
+            let intent = serde_json::from_slice::<MoveIntent>(kv.value()).ok();
+            if let (Some(region), Some(intent)) = (region, intent) {
+                intents.insert(region, intent);
+            }
+        }
         Ok(Leader {
+            intents: Mutex::new(intents),
             args,
             keys,
             client,
@@ -222,9 +257,19 @@ impl Leader {
     /// A guarded transaction of `puts`; a refused one means this instance was deposed,
     /// and the process exits.
     async fn write(&self, puts: Vec<(String, Vec<u8>)>) -> anyhow::Result<()> {
+        self.write_and_delete(puts, Vec::new()).await
+    }
+
+    /// [`write`](Self::write), deleting `deletes` in the same transaction.
+    async fn write_and_delete(
+        &self,
+        puts: Vec<(String, Vec<u8>)>,
+        deletes: Vec<String>,
+    ) -> anyhow::Result<()> {
         let ops: Vec<TxnOp> = puts
             .into_iter()
             .map(|(k, v)| TxnOp::put(k, v, None::<PutOptions>))
+            .chain(deletes.into_iter().map(|k| TxnOp::delete(k, None)))
             .collect();
         let txn = Txn::new().when([self.guard.clone()]).and_then(ops);
         let mut client = self.client.clone();
@@ -254,15 +299,54 @@ impl Leader {
     /// The leader's work: the regions assigned, then failovers as nodes die.
     async fn lead(self: Arc<Self>) -> anyhow::Result<()> {
         self.assign().await?;
+        // Moves a former leader left half done: their source may have released the
+        // region, which its route still names; finished before anything else moves.
+        let intents: Vec<(u64, MoveIntent)> = std::mem::take(&mut *lock(&self.intents))
+            .into_iter()
+            .collect();
+        let mut moves = tokio::task::JoinSet::new();
+        for (region, intent) in intents {
+            let named = self.route_name(region);
+            if named.as_deref() != Some(intent.from.as_str()) {
+                continue;
+            }
+            if let Some(state) = self.regions.get(region as usize) {
+                lock(state).moving = true;
+            }
+            eprintln!(
+                "{}: finishing the move of {region} from {}",
+                self.args.id, intent.from
+            );
+            let leader = self.clone();
+            moves.spawn(async move { leader.migrate(region, &intent.from, &intent.to).await });
+        }
         let mut tick = tokio::time::interval(Duration::from_millis(50));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut failovers = tokio::task::JoinSet::new();
+        let mut balance_at = Instant::now() + Duration::from_secs(1);
         loop {
             tick.tick().await;
             while let Some(done) = failovers.try_join_next() {
                 if let Ok(Err(e)) = done {
                     eprintln!("{}: a failover failed: {e}", self.args.id);
                 }
+            }
+            while let Some(done) = moves.try_join_next() {
+                if let Ok(Err(e)) = done {
+                    eprintln!("{}: a move failed: {e}", self.args.id);
+                }
+            }
+            // Balance: a round of moves at a time, while no failover runs.
+            if !self.args.no_moves
+                && moves.is_empty()
+                && lock(&self.failing).is_empty()
+                && Instant::now() >= balance_at
+            {
+                for (region, from, to) in self.balance_round() {
+                    let leader = self.clone();
+                    moves.spawn(async move { leader.migrate(region, &from, &to).await });
+                }
+                balance_at = Instant::now() + Duration::from_millis(200);
             }
             let live = self.view.nodes();
             let mut dead = HashSet::new();
@@ -283,6 +367,196 @@ impl Leader {
                     lock(&leader.failing).remove(&name);
                     result
                 });
+            }
+        }
+    }
+
+    /// The name region `region`'s route names.
+    fn route_name(&self, region: u64) -> Option<String> {
+        self.regions
+            .get(region as usize)
+            .and_then(|s| lock(s).route.as_ref().map(|r| r.name.clone()))
+    }
+
+    /// The next round of moves for balance: from the live node owning the most regions
+    /// to the one owning the fewest, while they differ by more than one, at most
+    /// `--moves-at-once`. Marks the regions moving.
+    fn balance_round(&self) -> Vec<(u64, String, String)> {
+        let live = self.view.nodes();
+        if live.len() < 2 {
+            return Vec::new();
+        }
+        let mut owned: HashMap<String, Vec<u64>> =
+            live.keys().map(|n| (n.clone(), Vec::new())).collect();
+        for (region, state) in self.regions.iter().enumerate() {
+            let state = lock(state);
+            if state.moving {
+                // A move or a failover under way: no round now.
+                return Vec::new();
+            }
+            match &state.route {
+                Some(route) => match owned.get_mut(&route.name) {
+                    Some(regions) => regions.push(region as u64),
+                    // A route on a node that is not live: its failover comes first.
+                    None => return Vec::new(),
+                },
+                None => return Vec::new(),
+            }
+        }
+        let most = owned.iter().max_by_key(|(n, r)| (r.len(), (*n).clone()));
+        let fewest = owned.iter().min_by_key(|(n, r)| (r.len(), (*n).clone()));
+        let (Some((from, from_regions)), Some((to, to_regions))) = (most, fewest) else {
+            return Vec::new();
+        };
+        let surplus = from_regions.len().saturating_sub(to_regions.len()) / 2;
+        if from_regions.len() <= to_regions.len() + 1 {
+            return Vec::new();
+        }
+        let count = surplus.clamp(1, self.args.moves_at_once.max(1));
+        let mut round = Vec::new();
+        for &region in from_regions.iter().rev().take(count) {
+            if let Some(state) = self.regions.get(region as usize) {
+                lock(state).moving = true;
+                round.push((region, from.clone(), to.clone()));
+            }
+        }
+        round
+    }
+
+    /// Moves `region` from node `from` to node `to` (`examples/cluster.rs`'s
+    /// `migrate`): the intent recorded, the source's release, then the acquire at the
+    /// target above the release's ids beside the catch-up of the released piece, then
+    /// the route (which clears the intent). A target that fails is replaced by another
+    /// live node; a source that dies leaves the region to its failover (from the
+    /// fence's `released`, if the release landed). The region is marked moving by the
+    /// caller and no longer when this ends.
+    async fn migrate(&self, region: u64, from: &str, to: &str) -> anyhow::Result<()> {
+        let result = self.migrate_inner(region, from, to).await;
+        if let Some(state) = self.regions.get(region as usize) {
+            lock(state).moving = false;
+        }
+        result
+    }
+
+    async fn migrate_inner(&self, region: u64, from: &str, to: &str) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let nodes = self.view.nodes();
+        let Some(source) = nodes.get(from).cloned() else {
+            anyhow::bail!("{from} is not live");
+        };
+        let intent = MoveIntent {
+            from: from.to_string(),
+            to: to.to_string(),
+        };
+        self.put(&self.keys.move_intent(region), serde_json::to_vec(&intent)?)
+            .await?;
+        let after = self
+            .regions
+            .get(region as usize)
+            .and_then(|s| lock(s).history.last().and_then(|p| p.after));
+        let released = loop {
+            if !self.view.nodes().contains_key(from) {
+                anyhow::bail!("{from} died before its release of {region} answered");
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                anyhow::bail!("{from} never released {region}");
+            }
+            match self
+                .pool
+                .call(&source.addr, &Request::Release { region })
+                .await
+            {
+                Ok(Reply::Released {
+                    last_id,
+                    acquire_above,
+                    sequence,
+                }) => {
+                    break Released {
+                        last_id,
+                        acquire_above,
+                        sequence,
+                    }
+                }
+                other => {
+                    eprintln!("{}: release of {region} at {from}: {other:?}", self.args.id);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        let released_at = Instant::now();
+        let last = released.last_id;
+        let above = released.acquire_above.max(after.unwrap_or(0));
+        let from_id = after.map_or(0, |a| a + 1);
+        let through = last.filter(|l| *l >= from_id);
+        let mut target = to.to_string();
+        loop {
+            if started.elapsed() > Duration::from_secs(120) {
+                anyhow::bail!("region {region} released by {from} never acquired");
+            }
+            let live = self.view.nodes();
+            if !live.contains_key(from) {
+                anyhow::bail!("{from} died during the move of {region}: its failover takes it");
+            }
+            let Some(node) = live.get(&target).cloned() else {
+                // Another live node than the source.
+                let Some(other) = live.values().find(|n| n.name != from) else {
+                    anyhow::bail!("no live target for {region}");
+                };
+                target = other.name.clone();
+                continue;
+            };
+            let acquire_request = Request::Acquire {
+                region,
+                above,
+                pieces: Vec::new(),
+            };
+            let acquire = self.pool.call(&node.addr, &acquire_request);
+            let catch_up = async {
+                let Some(through) = through else {
+                    return Ok(());
+                };
+                let request = Request::CatchUp {
+                    source: source.prefix.clone(),
+                    region,
+                    from: from_id,
+                    through,
+                    sequence: released.sequence,
+                };
+                match self.pool.call(&node.addr, &request).await {
+                    Ok(Reply::CaughtUp { last: Some(at), .. }) if at == through => Ok(()),
+                    other => Err(format!("catch-up through {through}: {other:?}")),
+                }
+            };
+            let (acquired, caught) = tokio::join!(acquire, catch_up);
+            match (acquired, caught) {
+                (Ok(Reply::Done), Ok(())) => {
+                    self.switch(
+                        region,
+                        &node,
+                        Some(last.or(after).unwrap_or(0)),
+                        Some(above),
+                        "move",
+                    )
+                    .await?;
+                    eprintln!(
+                        "{}: moved {region} from {from} to {} (window {} ms, release {} ms)",
+                        self.args.id,
+                        node.name,
+                        started.elapsed().as_millis(),
+                        released_at.duration_since(started).as_millis()
+                    );
+                    return Ok(());
+                }
+                (acquired, caught) => {
+                    eprintln!(
+                        "{}: moving {region} to {}: acquire {acquired:?}, catch-up {caught:?}",
+                        self.args.id, node.name
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if !self.view.nodes().contains_key(&target) {
+                        target = String::new();
+                    }
+                }
             }
         }
     }
@@ -389,10 +663,15 @@ impl Leader {
             };
             (route, history)
         };
-        self.write(vec![
-            (self.keys.route(region), serde_json::to_vec(&route)?),
-            (self.keys.history(region), serde_json::to_vec(&history)?),
-        ])
+        // The move's intent, if any, goes with the switch (a takeover of a region whose
+        // move never finished ends it too).
+        self.write_and_delete(
+            vec![
+                (self.keys.route(region), serde_json::to_vec(&route)?),
+                (self.keys.history(region), serde_json::to_vec(&history)?),
+            ],
+            vec![self.keys.move_intent(region)],
+        )
         .await?;
         let mut state = lock(slot);
         state.route = Some(route);
@@ -435,18 +714,25 @@ impl Leader {
         let mut taken = 0u64;
         let deadline = Instant::now() + Duration::from_secs(300);
         loop {
-            let regions: Vec<u64> = (0..self.args.regions)
-                .filter(|r| {
-                    self.regions.get(*r as usize).is_some_and(|s| {
-                        lock(s)
-                            .route
-                            .as_ref()
-                            .is_some_and(|route| route.name == name)
-                    })
-                })
-                .collect();
-            if regions.is_empty() {
+            let mut regions = Vec::new();
+            let mut moving = 0usize;
+            for (region, state) in self.regions.iter().enumerate() {
+                let state = lock(state);
+                if state.route.as_ref().is_some_and(|route| route.name == name) {
+                    // A move of it ends first: switched, or left to this failover.
+                    if state.moving {
+                        moving += 1;
+                    } else {
+                        regions.push(region as u64);
+                    }
+                }
+            }
+            if regions.is_empty() && moving == 0 {
                 break;
+            }
+            if regions.is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
             }
             if Instant::now() > deadline {
                 anyhow::bail!("{} regions of {name} never taken over", regions.len());

@@ -8,6 +8,7 @@
 //! | `routes/<region>` | [`Route`]: owner, prefix, address, tenure start, version | the leader, once the owner's acquire answered |
 //! | `history/<region>` | the region's [`Piece`]s in order | the leader, in the same transaction as the route |
 //! | `failovers/<name>` | [`FailoverRecord`]: state, times | the leader, at detection, fence, last route |
+//! | `moves/<region>` | a move under way: source and target | the leader, before the source's release; deleted with the route's switch |
 //!
 //! Every write of the leader's is a transaction guarded by its election key's create
 //! revision, so a deposed leader (its lease expired, a new one elected) writes nothing.
@@ -73,6 +74,16 @@ impl Keys {
     /// The failover record of node `name`'s prefix.
     pub fn failover(&self, name: &str) -> String {
         format!("{}{name}", self.failovers())
+    }
+
+    /// The move intents' keys.
+    pub fn moves(&self) -> String {
+        format!("{}moves/", self.root)
+    }
+
+    /// Region `region`'s move intent.
+    pub fn move_intent(&self, region: u64) -> String {
+        format!("{}{region:06}", self.moves())
     }
 
     /// The coordinators' election name.
