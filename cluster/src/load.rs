@@ -177,11 +177,7 @@ impl Frontends {
                 region,
                 payload: payload.clone(),
             };
-            let call = self.pool.call(&route.addr, &request);
-            let answer = match tokio::time::timeout(Duration::from_secs(60), call).await {
-                Ok(answer) => answer,
-                Err(_) => Err(CallError::Lost),
-            };
+            let answer = self.pool.call(&route.addr, &request).await;
             let epoch = match answer {
                 Ok(Reply::Appended { id }) => {
                     self.check_late_ack(&route, region, &payload, id, tenure)

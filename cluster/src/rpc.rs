@@ -25,6 +25,9 @@ const MAX_FRAME: usize = 1 << 20;
 const SERVER_IN_FLIGHT: usize = 4096;
 /// Frames queued for a connection's writer.
 const QUEUE: usize = 1024;
+/// How long a pool's call waits for its answer: above a node's own bound on a control
+/// request (30 s) and a catch-up's.
+pub const CALL_WITHIN: std::time::Duration = std::time::Duration::from_secs(90);
 
 /// A piece for `acquire_with_pieces`: prefix, first id, last id.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -360,10 +363,14 @@ impl Pool {
         Ok(conn)
     }
 
-    /// Calls `request` on `addr`: a connection that cannot be made is `NotSent`.
+    /// Calls `request` on `addr`: a connection that cannot be made is `NotSent`; an
+    /// answer that does not come within [`CALL_WITHIN`] is `Lost` (a node paused for
+    /// good, say).
     pub async fn call(&self, addr: &str, request: &Request) -> Result<Reply, CallError> {
         let conn = self.get(addr).await.map_err(|_| CallError::NotSent)?;
-        conn.call(request).await
+        tokio::time::timeout(CALL_WITHIN, conn.call(request))
+            .await
+            .unwrap_or(Err(CallError::Lost))
     }
 }
 
