@@ -69,7 +69,14 @@ pub struct Args {
 struct Proc {
     name: String,
     child: Child,
+    /// When it was started: one that exits at once is started again no sooner than a
+    /// second later.
+    started: Instant,
 }
+
+/// Restarts of one node slot or coordinator at most in a run: beyond, something is
+/// wrong with every start (the run fails rather than spawning without end).
+const MAX_RESTARTS: u64 = 50;
 
 /// The children, by role.
 struct Cluster {
@@ -110,6 +117,7 @@ impl Cluster {
         Ok(Proc {
             name: name.to_string(),
             child,
+            started: Instant::now(),
         })
     }
 
@@ -154,22 +162,37 @@ impl Cluster {
     /// Restarts every node or coordinator that exited (a node that lost its lease, a
     /// deposed coordinator).
     fn restart_exited(&mut self) -> anyhow::Result<()> {
+        let soon = Duration::from_secs(1);
         for slot in 0..self.nodes.len() {
             let exited = match self.nodes.get_mut(slot).and_then(|(_, p)| p.as_mut()) {
-                Some(p) => p.child.try_wait()?.map(|status| (p.name.clone(), status)),
-                None => None,
+                Some(p) if p.started.elapsed() >= soon => {
+                    p.child.try_wait()?.map(|status| (p.name.clone(), status))
+                }
+                _ => None,
             };
             if let Some((name, status)) = exited {
+                if self.nodes.get(slot).is_some_and(|(g, _)| *g > MAX_RESTARTS) {
+                    anyhow::bail!("node slot {slot} was started {MAX_RESTARTS} times");
+                }
                 eprintln!("run: {name} exited ({status}); starting its next generation");
                 self.start_node(slot)?;
             }
         }
         for k in 0..self.coordinators.len() {
             let exited = match self.coordinators.get_mut(k).and_then(|(_, p)| p.as_mut()) {
-                Some(p) => p.child.try_wait()?.map(|status| (p.name.clone(), status)),
-                None => None,
+                Some(p) if p.started.elapsed() >= soon => {
+                    p.child.try_wait()?.map(|status| (p.name.clone(), status))
+                }
+                _ => None,
             };
             if let Some((name, status)) = exited {
+                if self
+                    .coordinators
+                    .get(k)
+                    .is_some_and(|(g, _)| *g > MAX_RESTARTS)
+                {
+                    anyhow::bail!("coordinator {k} was started {MAX_RESTARTS} times");
+                }
                 eprintln!("run: {name} exited ({status}); starting it again");
                 self.start_coordinator(k)?;
             }
