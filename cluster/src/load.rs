@@ -108,12 +108,19 @@ struct Counters {
 }
 
 type FencedLog = Arc<OnceCell<Arc<ObjectStoreLogStore>>>;
+/// A region's entries on a fenced chain (id, payload), read once: the chain is final.
+type FencedRegion = Arc<OnceCell<Arc<Vec<(u64, Bytes)>>>>;
 
 struct Frontends {
     view: View,
     pool: Pool,
     store: Arc<dyn ObjectStore>,
     fenced: Mutex<HashMap<String, FencedLog>>,
+    /// Regions of fenced chains read so far, by prefix and region: every resolve and
+    /// late acknowledgement of a region looks there, rather than reading the chain
+    /// again (thousands of appends in flight on a killed node would each read it).
+    /// Grows with the regions of the fenced prefixes the frontends had to look at.
+    fenced_regions: Mutex<HashMap<(String, u64), FencedRegion>>,
     next_n: Vec<AtomicU64>,
     acks: mpsc::Sender<String>,
     c: Counters,
@@ -255,6 +262,44 @@ impl Frontends {
         )
     }
 
+    /// The id of entry `want` of `region` on `route`'s fenced chain, from id `from`:
+    /// `None` until the failover record says the prefix is fenced, then the answer
+    /// (or why the chain could not be read).
+    async fn find_fenced(
+        &self,
+        route: &Route,
+        region: u64,
+        from: u64,
+        want: &Bytes,
+    ) -> Option<Result<Option<u64>, String>> {
+        let log = match self.fenced_log(route).await? {
+            Ok(log) => log,
+            Err(e) => return Some(Err(e)),
+        };
+        let cell = lock(&self.fenced_regions)
+            .entry((route.prefix.clone(), region))
+            .or_default()
+            .clone();
+        let entries = cell
+            .get_or_try_init(|| async {
+                let mut read = log.read(region, 0);
+                let mut entries = Vec::new();
+                while let Some(entry) = read.next().await {
+                    let entry = entry?;
+                    entries.push((entry.id, entry.payload));
+                }
+                Ok::<_, object_store_wal::Error>(Arc::new(entries))
+            })
+            .await;
+        Some(match entries {
+            Ok(entries) => Ok(entries
+                .iter()
+                .find(|(id, payload)| *id >= from && payload == want)
+                .map(|(id, _)| *id)),
+            Err(e) => Err(format!("reading the fenced chain: {e}")),
+        })
+    }
+
     /// Resolves an ambiguous append sent on `route` (see the module docs). `epoch`:
     /// `Some` for a `MayBeDurable` answer (with the epoch that ended, if named), `None`
     /// for a connection that broke with it in flight (only the fence can tell then).
@@ -271,18 +316,15 @@ impl Frontends {
         let mut asked_node = false;
         let mut last_error = String::new();
         while started.elapsed() < APPEND_WITHIN {
-            match self.fenced_log(route).await {
-                Some(Ok(log)) => match find_in(&log, region, tenure, &want).await {
-                    Ok(found) => {
-                        let counter = match found {
-                            Some(_) => &self.c.resolved_on_fence_found,
-                            None => &self.c.resolved_on_fence_resent,
-                        };
-                        counter.fetch_add(1, Ordering::Relaxed);
-                        return Resolved::Known(found);
-                    }
-                    Err(e) => last_error = format!("reading the fenced chain: {e}"),
-                },
+            match self.find_fenced(route, region, tenure, &want).await {
+                Some(Ok(found)) => {
+                    let counter = match found {
+                        Some(_) => &self.c.resolved_on_fence_found,
+                        None => &self.c.resolved_on_fence_resent,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    return Resolved::Known(found);
+                }
                 Some(Err(e)) => last_error = e,
                 None => {}
             }
@@ -329,8 +371,8 @@ impl Frontends {
             return;
         }
         let want = Bytes::from(payload.to_string());
-        let found = match self.fenced_log(route).await {
-            Some(Ok(log)) => find_in(&log, region, from, &want).await.ok().flatten(),
+        let found = match self.find_fenced(route, region, from, &want).await {
+            Some(Ok(found)) => found,
             _ => None,
         };
         if found == Some(id) {
@@ -347,23 +389,6 @@ impl Frontends {
                 .fetch_add(1, Ordering::Relaxed);
         }
     }
-}
-
-/// The id of the entry `want` of `region` on a read-only log, from id `from`.
-async fn find_in(
-    log: &ObjectStoreLogStore,
-    region: u64,
-    from: u64,
-    want: &Bytes,
-) -> Result<Option<u64>, object_store_wal::Error> {
-    let mut entries = log.read(region, from);
-    while let Some(entry) = entries.next().await {
-        let entry = entry?;
-        if entry.payload == *want {
-            return Ok(Some(entry.id));
-        }
-    }
-    Ok(None)
 }
 
 /// Runs the load for `--seconds`, then waits for every append to end.
@@ -394,6 +419,7 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         pool: Pool::default(),
         store: store_from_url(&args.common.store)?,
         fenced: Mutex::default(),
+        fenced_regions: Mutex::default(),
         next_n: (0..regions).map(|_| AtomicU64::new(0)).collect(),
         acks,
         c: Counters::default(),
