@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Local object-store servers for the tests: an S3-API server (moto, from PyPI) and Azure
-# Blob (Azurite, from npm), both listening on 127.0.0.1 only.
+# Local servers for the tests: an S3-API server (moto, from PyPI), Azure Blob (Azurite,
+# from npm) and etcd (Debian's etcd-server, for the cluster package's coordination), all
+# listening on 127.0.0.1 only.
 #
-#   scripts/servers.sh start    install (once, quietly), start both, wait until they answer,
+#   scripts/servers.sh start    install (once, quietly), start them, wait until they answer,
 #                               create the bucket and the container, print `export` lines
 #   scripts/servers.sh env      print the `export` lines of the running servers
-#   scripts/servers.sh stop     stop both (by their pid files) and delete their data
+#   scripts/servers.sh stop     stop them (by their pid files) and delete their data
 #
 # moto runs through scripts/s3_server.py (moto's server with its writes serialized).
 #
@@ -15,7 +16,12 @@
 #
 # The exports name the servers for the tests (WAL_TEST_S3, WAL_TEST_AZURE: store URLs)
 # and set what object_store's builders read from the environment (AWS_*, AZURE_*,
-# AZURITE_BLOB_STORAGE_URL). Without them the server tests are skipped.
+# AZURITE_BLOB_STORAGE_URL), and etcd's client URL for the cluster package
+# (OSW_ETCD_ENDPOINT). Without them the server tests are skipped.
+#
+# etcd comes from Debian's etcd-server package (3.4), installed with apt-get only when no
+# `etcd` is on the PATH. Ours runs on a free port with its data in $OSW_SERVERS_STATE; the
+# package's own service (which Debian may start on 2379 where systemd runs) is not used.
 #
 # OSW_SERVERS_HOME   where the tools are installed (default ~/.cache/osw-servers)
 # OSW_SERVERS_STATE  pid files, logs, data and the env file of one running pair
@@ -83,6 +89,28 @@ install_azurite() {
     echo "$AZURITE_VERSION" >"$NODE_DIR/.osw-azurite"
 }
 
+install_etcd() {
+    command -v etcd >/dev/null && return 0
+    say "installing Debian's etcd-server"
+    local sudo=()
+    [ "$(id -u)" = 0 ] || sudo=(sudo)
+    {
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends etcd-server ||
+            {
+                "${sudo[@]}" apt-get update &&
+                    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends etcd-server
+            }
+    } >"$HOME_DIR/apt.log" 2>&1 || {
+        cat "$HOME_DIR/apt.log" >&2
+        return 1
+    }
+    # Where systemd runs, the package starts its own etcd on 2379: not ours, stopped.
+    if command -v systemctl >/dev/null && systemctl is-system-running >/dev/null 2>&1; then
+        "${sudo[@]}" systemctl disable --now etcd >/dev/null 2>&1 || true
+    fi
+    command -v etcd >/dev/null
+}
+
 install() {
     command -v python3 >/dev/null || die "python3 is needed (moto, azure-storage-blob)"
     command -v npm >/dev/null || die "node and npm are needed (azurite)"
@@ -93,9 +121,12 @@ install() {
     local moto=$!
     install_azurite &
     local azurite=$!
+    install_etcd &
+    local etcd=$!
     local failed=0
     wait "$moto" || failed=1
     wait "$azurite" || failed=1
+    wait "$etcd" || failed=1
     [ "$failed" = 0 ] || die "installation failed"
 }
 
@@ -108,7 +139,7 @@ free_port() {
 alive() {
     local pid
     pid=$(cat "$STATE/$1.pid" 2>/dev/null) || return 1
-    grep -qaE 's3_server.py|azurite' "/proc/$pid/cmdline" 2>/dev/null
+    grep -qaE 's3_server.py|azurite|etcd' "/proc/$pid/cmdline" 2>/dev/null
 }
 
 # Waits until `curl` gets any HTTP answer from $2 (a refused connection gives 000).
@@ -128,9 +159,10 @@ wait_http() {
 }
 
 write_env() {
-    local s3_port azure_port
+    local s3_port azure_port etcd_port
     s3_port=$(cat "$STATE/s3.port")
     azure_port=$(cat "$STATE/azure.port")
+    etcd_port=$(cat "$STATE/etcd.port")
     cat >"$STATE/env" <<EOF
 export WAL_TEST_S3=s3://$BUCKET
 export WAL_TEST_S3_2=s3://$BUCKET-2
@@ -143,12 +175,13 @@ export AWS_SECRET_ACCESS_KEY=osw-test
 export WAL_TEST_AZURE=az://$CONTAINER
 export AZURE_STORAGE_USE_EMULATOR=true
 export AZURITE_BLOB_STORAGE_URL=http://127.0.0.1:$azure_port
+export OSW_ETCD_ENDPOINT=http://127.0.0.1:$etcd_port
 export OSW_SERVERS_STATE=$STATE
 EOF
 }
 
 start() {
-    if alive s3 && alive azure && [ -f "$STATE/env" ]; then
+    if alive s3 && alive azure && alive etcd && [ -f "$STATE/env" ]; then
         say "already running (state in $STATE)"
         cat "$STATE/env"
         return 0
@@ -156,11 +189,15 @@ start() {
     stop_servers
     install
     mkdir -p "$STATE/azurite"
-    local s3_port azure_port
+    rm -rf "$STATE/etcd"
+    local s3_port azure_port etcd_port etcd_peer_port
     s3_port=${OSW_S3_PORT:-$(free_port)}
     azure_port=${OSW_AZURE_PORT:-$(free_port)}
+    etcd_port=${OSW_ETCD_PORT:-$(free_port)}
+    etcd_peer_port=$(free_port)
     echo "$s3_port" >"$STATE/s3.port"
     echo "$azure_port" >"$STATE/azure.port"
+    echo "$etcd_port" >"$STATE/etcd.port"
 
     # stdin and stdout away from the caller, so that a pipe reading this script's output
     # (eval "$(...)", CI's log) is not held open by a server.
@@ -172,9 +209,19 @@ start() {
         --blobHost 127.0.0.1 --blobPort "$azure_port" --location "$STATE/azurite" --silent \
         </dev/null >"$STATE/azure.log" 2>&1 &
     echo $! >"$STATE/azure.pid"
+    # One member, its peer port on loopback too (nothing joins it).
+    etcd --name osw --data-dir "$STATE/etcd" \
+        --listen-client-urls "http://127.0.0.1:$etcd_port" \
+        --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+        --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+        --initial-cluster "osw=http://127.0.0.1:$etcd_peer_port" \
+        </dev/null >"$STATE/etcd.log" 2>&1 &
+    echo $! >"$STATE/etcd.pid"
 
     wait_http s3 "http://127.0.0.1:$s3_port/"
     wait_http azure "http://127.0.0.1:$azure_port/$AZ_ACCOUNT?comp=list"
+    wait_http etcd "http://127.0.0.1:$etcd_port/health"
 
     local code
     code=$(curl -s -o "$STATE/bucket.out" -w '%{http_code}' -X PUT "http://127.0.0.1:$s3_port/$BUCKET")
@@ -194,13 +241,13 @@ service = BlobServiceClient(os.environ["AZ_URL"], credential={
 service.create_container(sys.argv[1])
 EOF
     write_env
-    say "moto $MOTO_VERSION on 127.0.0.1:$s3_port (bucket $BUCKET), azurite $AZURITE_VERSION on 127.0.0.1:$azure_port (container $CONTAINER); env in $STATE/env"
+    say "moto $MOTO_VERSION on 127.0.0.1:$s3_port (bucket $BUCKET), azurite $AZURITE_VERSION on 127.0.0.1:$azure_port (container $CONTAINER), etcd on 127.0.0.1:$etcd_port; env in $STATE/env"
     cat "$STATE/env"
 }
 
 stop_servers() {
     local name pid
-    for name in s3 azure; do
+    for name in s3 azure etcd; do
         [ -f "$STATE/$name.pid" ] || continue
         pid=$(cat "$STATE/$name.pid")
         if alive "$name"; then
@@ -217,8 +264,8 @@ stop_servers() {
 
 stop() {
     stop_servers
-    rm -rf "$STATE/azurite"
-    rm -f "$STATE"/{env,s3.port,azure.port,s3.log,azure.log,bucket.out}
+    rm -rf "$STATE/azurite" "$STATE/etcd"
+    rm -f "$STATE"/{env,s3.port,azure.port,etcd.port,s3.log,azure.log,etcd.log,bucket.out}
     rmdir "$STATE" 2>/dev/null || true
     say "stopped"
 }

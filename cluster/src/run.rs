@@ -1,0 +1,488 @@
+//! The driver: starts the nodes, two coordinators and the load as child processes of
+//! this executable, does the chaos (kill -9 of nodes, SIGSTOP of a node past the lease
+//! TTL then SIGCONT, kill -9 of the coordinator leader), restarts what it killed and
+//! what exited by itself (a node that lost its lease comes back as its next
+//! generation, on a new prefix), stops everything however the run ends (children are
+//! killed when dropped), then runs the checker and prints its JSON line last.
+//!
+//! Each chaos event is written to the events file with the host's wall clock, which the
+//! checker compares with the coordinator's failover records (the same clock).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+
+use crate::check::{self, Event};
+use crate::keys::Keys;
+use crate::view::View;
+use crate::{etcd_connect, node, now_ms, Common};
+
+/// The driver's flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// etcd's client URL.
+    #[arg(long, env = "OSW_ETCD_ENDPOINT")]
+    etcd: String,
+    /// The store's URL (the bucket).
+    #[arg(long, env = "WAL_TEST_S3")]
+    store: String,
+    /// Where the children's logs, the acks and the events go (a new directory under the
+    /// temporary directory by default).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: u64,
+    /// Regions.
+    #[arg(long, default_value_t = 300)]
+    regions: u64,
+    /// Appends per second offered.
+    #[arg(long, default_value_t = 2000.0)]
+    rate: f64,
+    /// Seconds of load.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+    /// The nodes' and coordinators' lease TTL, seconds.
+    #[arg(long, default_value_t = 2)]
+    ttl_secs: i64,
+    /// Nodes killed with SIGKILL over the run.
+    #[arg(long, default_value_t = 0)]
+    kills: u64,
+    /// Nodes paused (SIGSTOP) past the TTL over the run, then resumed: zombies.
+    #[arg(long, default_value_t = 0)]
+    pauses: u64,
+    /// How long a pause lasts, ms (more than the TTL).
+    #[arg(long, default_value_t = 4000)]
+    pause_ms: u64,
+    /// Coordinator leaders killed with SIGKILL over the run.
+    #[arg(long, default_value_t = 0)]
+    coordinator_kills: u64,
+    /// Seed of the load.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+/// A child process of the run.
+struct Proc {
+    name: String,
+    child: Child,
+    /// When it was started: one that exits at once is started again no sooner than a
+    /// second later.
+    started: Instant,
+}
+
+/// Restarts of one node slot or coordinator at most in a run: beyond, something is
+/// wrong with every start (the run fails rather than spawning without end).
+const MAX_RESTARTS: u64 = 50;
+
+/// The children, by role.
+struct Cluster {
+    exe: PathBuf,
+    dir: PathBuf,
+    common: Vec<String>,
+    args: Args,
+    /// Per slot: the generation running and its process.
+    nodes: Vec<(u64, Option<Proc>)>,
+    /// Per coordinator instance (two): its generation and process.
+    coordinators: Vec<(u64, Option<Proc>)>,
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) with our own child's pid and a valid signal number.
+        unsafe {
+            libc::kill(pid as libc::pid_t, sig);
+        }
+    }
+}
+
+impl Cluster {
+    fn spawn(&self, name: &str, role: &str, extra: &[String]) -> anyhow::Result<Proc> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{name}.log")))?;
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg(role)
+            .args(&self.common)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true);
+        let child = cmd.spawn()?;
+        Ok(Proc {
+            name: name.to_string(),
+            child,
+            started: Instant::now(),
+        })
+    }
+
+    fn start_node(&mut self, slot: usize) -> anyhow::Result<()> {
+        let generation = self.nodes.get(slot).map_or(1, |(g, _)| g + 1);
+        let name = node::name(slot as u64, generation);
+        let extra = vec![
+            "--slot".to_string(),
+            slot.to_string(),
+            "--generation".into(),
+            generation.to_string(),
+            "--ttl-secs".into(),
+            self.args.ttl_secs.to_string(),
+        ];
+        let proc = self.spawn(&name, "node", &extra)?;
+        if let Some(entry) = self.nodes.get_mut(slot) {
+            *entry = (generation, Some(proc));
+        }
+        Ok(())
+    }
+
+    fn start_coordinator(&mut self, k: usize) -> anyhow::Result<()> {
+        let generation = self.coordinators.get(k).map_or(1, |(g, _)| g + 1);
+        let name = format!("coordinator-{k}-{generation}");
+        let extra = vec![
+            "--id".to_string(),
+            name.clone(),
+            "--nodes".into(),
+            self.args.nodes.to_string(),
+            "--regions".into(),
+            self.args.regions.to_string(),
+            "--ttl-secs".into(),
+            self.args.ttl_secs.to_string(),
+        ];
+        let proc = self.spawn(&name, "coordinator", &extra)?;
+        if let Some(entry) = self.coordinators.get_mut(k) {
+            *entry = (generation, Some(proc));
+        }
+        Ok(())
+    }
+
+    /// Restarts every node or coordinator that exited (a node that lost its lease, a
+    /// deposed coordinator).
+    fn restart_exited(&mut self) -> anyhow::Result<()> {
+        let soon = Duration::from_secs(1);
+        for slot in 0..self.nodes.len() {
+            let exited = match self.nodes.get_mut(slot).and_then(|(_, p)| p.as_mut()) {
+                Some(p) if p.started.elapsed() >= soon => {
+                    p.child.try_wait()?.map(|status| (p.name.clone(), status))
+                }
+                _ => None,
+            };
+            if let Some((name, status)) = exited {
+                if self.nodes.get(slot).is_some_and(|(g, _)| *g > MAX_RESTARTS) {
+                    anyhow::bail!("node slot {slot} was started {MAX_RESTARTS} times");
+                }
+                eprintln!("run: {name} exited ({status}); starting its next generation");
+                self.start_node(slot)?;
+            }
+        }
+        for k in 0..self.coordinators.len() {
+            let exited = match self.coordinators.get_mut(k).and_then(|(_, p)| p.as_mut()) {
+                Some(p) if p.started.elapsed() >= soon => {
+                    p.child.try_wait()?.map(|status| (p.name.clone(), status))
+                }
+                _ => None,
+            };
+            if let Some((name, status)) = exited {
+                if self
+                    .coordinators
+                    .get(k)
+                    .is_some_and(|(g, _)| *g > MAX_RESTARTS)
+                {
+                    anyhow::bail!("coordinator {k} was started {MAX_RESTARTS} times");
+                }
+                eprintln!("run: {name} exited ({status}); starting it again");
+                self.start_coordinator(k)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every child: SIGTERM, then SIGKILL after `within`.
+    async fn stop_all(procs: Vec<Proc>, within: Duration) {
+        for p in &procs {
+            signal(&p.child, libc::SIGCONT);
+            signal(&p.child, libc::SIGTERM);
+        }
+        for mut p in procs {
+            if tokio::time::timeout(within, p.child.wait()).await.is_err() {
+                eprintln!("run: {} did not stop; killing it", p.name);
+                let _ = p.child.kill().await;
+            }
+        }
+    }
+}
+
+fn record(path: &Path, event: &Event) -> anyhow::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    writeln!(file, "{}", serde_json::to_string(event)?)?;
+    Ok(())
+}
+
+/// Runs the cluster, the chaos and the checker; answers the checker's exit code.
+pub async fn main(args: Args) -> anyhow::Result<i32> {
+    let run_id = format!("run-{}", now_ms());
+    let dir = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!("osw-cluster-{run_id}")),
+    };
+    std::fs::create_dir_all(&dir)?;
+    let exe = std::env::current_exe()?;
+    let common = vec![
+        "--etcd".to_string(),
+        args.etcd.clone(),
+        "--store".into(),
+        args.store.clone(),
+        "--run-id".into(),
+        run_id.clone(),
+    ];
+    eprintln!("run: {run_id}, logs in {}", dir.display());
+    let mut cluster = Cluster {
+        exe,
+        dir: dir.clone(),
+        common: common.clone(),
+        args: args.clone(),
+        nodes: (0..args.nodes).map(|_| (0, None)).collect(),
+        coordinators: (0..2).map(|_| (0, None)).collect(),
+    };
+    let acks = dir.join("acks.txt");
+    let summary = dir.join("load.json");
+    let events = dir.join("events.jsonl");
+    let result = drive(&mut cluster, &acks, &summary, &events, &run_id).await;
+    let stopping = Instant::now();
+    // Everything stops however the run ended: coordinators first (no failover of a
+    // node stopped on purpose), then the nodes.
+    let coordinators: Vec<Proc> = cluster
+        .coordinators
+        .iter_mut()
+        .filter_map(|(_, p)| p.take())
+        .collect();
+    Cluster::stop_all(coordinators, Duration::from_secs(10)).await;
+    let nodes: Vec<Proc> = cluster
+        .nodes
+        .iter_mut()
+        .filter_map(|(_, p)| p.take())
+        .collect();
+    Cluster::stop_all(nodes, Duration::from_secs(30)).await;
+    eprintln!(
+        "run: stopped in {} ms; checking",
+        stopping.elapsed().as_millis()
+    );
+    result?;
+    let check_args = check::Args {
+        common: Common {
+            etcd: args.etcd.clone(),
+            store: args.store.clone(),
+            run_id,
+        },
+        acks,
+        summary: Some(summary),
+        events: Some(events),
+    };
+    let checking = Instant::now();
+    let (mut line, ok) = check::check(&check_args).await?;
+    if let Some(out) = line.as_object_mut() {
+        out.insert(
+            "check_seconds".into(),
+            serde_json::json!((checking.elapsed().as_secs_f64() * 10.0).round() / 10.0),
+        );
+    }
+    println!("{line}");
+    Ok(if ok { 0 } else { 1 })
+}
+
+/// The run between the start and the stop: answers once the load ended and every
+/// failover finished.
+async fn drive(
+    cluster: &mut Cluster,
+    acks: &Path,
+    summary: &Path,
+    events: &Path,
+    run_id: &str,
+) -> anyhow::Result<()> {
+    let args = cluster.args.clone();
+    for slot in 0..args.nodes as usize {
+        cluster.start_node(slot)?;
+    }
+    for k in 0..2 {
+        cluster.start_coordinator(k)?;
+    }
+    let keys = Keys::new(run_id);
+    let mut client = etcd_connect(&args.etcd).await?;
+    let view = View::start(client.clone(), keys.clone()).await?;
+    let regions = args.regions;
+    if !view
+        .wait_for(Duration::from_secs(120), |s| {
+            s.routes.len() as u64 >= regions
+        })
+        .await
+    {
+        anyhow::bail!("the regions were never all routed");
+    }
+    let load_args = vec![
+        "--regions".to_string(),
+        args.regions.to_string(),
+        "--rate".into(),
+        args.rate.to_string(),
+        "--seconds".into(),
+        args.seconds.to_string(),
+        "--seed".into(),
+        args.seed.to_string(),
+        "--acks".into(),
+        acks.display().to_string(),
+        "--summary".into(),
+        summary.display().to_string(),
+    ];
+    let mut load = cluster.spawn("load", "load", &load_args)?;
+    let started = Instant::now();
+
+    // The chaos: events spread over the load's first three quarters, in turn a node
+    // kill, a pause, a coordinator kill (while each kind is left).
+    let mut plan = Vec::new();
+    let (mut kills, mut pauses, mut coords) = (args.kills, args.pauses, args.coordinator_kills);
+    while kills + pauses + coords > 0 {
+        if kills > 0 {
+            plan.push("kill");
+            kills -= 1;
+        }
+        if pauses > 0 {
+            plan.push("pause");
+            pauses -= 1;
+        }
+        if coords > 0 {
+            plan.push("coordinator_kill");
+            coords -= 1;
+        }
+    }
+    let span = args.seconds as f64 * 0.75;
+    let total = plan.len().max(1) as f64;
+    let mut next_event = 0usize;
+    let mut node_turn = 0usize;
+    let mut resume: Option<(Instant, usize)> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tick.tick().await;
+        if let Some(status) = load.child.try_wait()? {
+            if !status.success() {
+                anyhow::bail!("the load failed ({status})");
+            }
+            break;
+        }
+        if let Some((at, slot)) = resume {
+            if Instant::now() >= at {
+                if let Some(p) = cluster.nodes.get(slot).and_then(|(_, p)| p.as_ref()) {
+                    signal(&p.child, libc::SIGCONT);
+                    eprintln!("run: {} resumed (SIGCONT)", p.name);
+                }
+                resume = None;
+            }
+        }
+        if resume.is_none() {
+            cluster.restart_exited()?;
+        }
+        let Some(kind) = plan.get(next_event) else {
+            continue;
+        };
+        let at = Duration::from_secs_f64(span * (next_event as f64 + 0.5) / total);
+        if started.elapsed() < at || resume.is_some() {
+            continue;
+        }
+        next_event += 1;
+        match *kind {
+            "kill" | "pause" => {
+                let slot = node_turn % cluster.nodes.len().max(1);
+                node_turn += 1;
+                let Some(p) = cluster.nodes.get_mut(slot).and_then(|(_, p)| p.as_mut()) else {
+                    continue;
+                };
+                let name = p.name.clone();
+                record(
+                    events,
+                    &Event {
+                        kind: kind.to_string(),
+                        name: name.clone(),
+                        ms: now_ms(),
+                    },
+                )?;
+                if *kind == "kill" {
+                    eprintln!(
+                        "run: {:.1} s: kill -9 {name}",
+                        started.elapsed().as_secs_f64()
+                    );
+                    p.child.kill().await?;
+                    cluster.start_node(slot)?;
+                } else {
+                    eprintln!(
+                        "run: {:.1} s: SIGSTOP {name} for {} ms",
+                        started.elapsed().as_secs_f64(),
+                        args.pause_ms
+                    );
+                    signal(&p.child, libc::SIGSTOP);
+                    resume = Some((Instant::now() + Duration::from_millis(args.pause_ms), slot));
+                }
+            }
+            _ => {
+                let leader = client.leader(keys.election()).await?;
+                let Some(id) = leader
+                    .kv()
+                    .and_then(|kv| kv.value_str().ok())
+                    .map(str::to_string)
+                else {
+                    eprintln!("run: no coordinator leader to kill");
+                    continue;
+                };
+                let k = cluster
+                    .coordinators
+                    .iter()
+                    .position(|(_, p)| p.as_ref().is_some_and(|p| p.name == id));
+                let Some(p) = k
+                    .and_then(|k| cluster.coordinators.get_mut(k))
+                    .and_then(|(_, p)| p.as_mut())
+                else {
+                    continue;
+                };
+                record(
+                    events,
+                    &Event {
+                        kind: "coordinator_kill".into(),
+                        name: id.clone(),
+                        ms: now_ms(),
+                    },
+                )?;
+                eprintln!(
+                    "run: {:.1} s: kill -9 {id} (the leader)",
+                    started.elapsed().as_secs_f64()
+                );
+                p.child.kill().await?;
+                if let Some(k) = k {
+                    cluster.start_coordinator(k)?;
+                }
+            }
+        }
+    }
+    if let Some((_, slot)) = resume {
+        if let Some(p) = cluster.nodes.get(slot).and_then(|(_, p)| p.as_ref()) {
+            signal(&p.child, libc::SIGCONT);
+        }
+    }
+    // Every failover finished and every route on a live node before the stop.
+    let settled = view
+        .wait_for(Duration::from_secs(120), |s| {
+            s.failovers.values().all(|r| r.done_ms.is_some())
+                && s.routes.values().all(|r| s.nodes.contains_key(&r.name))
+        })
+        .await;
+    if !settled {
+        eprintln!("run: the failovers did not settle within 120 s");
+    }
+    eprintln!(
+        "run: {:.1} s: the load ended and the failovers settled",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
