@@ -29,7 +29,7 @@ pub const IDLE_POLL_INTERVAL: Duration = Duration::from_secs(1);
 pub const MAX_PROBES: usize = 8;
 
 /// Keys probed at once at most to reach an object whose sequence is known (a
-/// release's, [`Refresh::Probe`]), where one round's reads fit in
+/// release's, a catch-up's refresh), where one round's reads fit in
 /// [`KNOWN_ROUND_BYTES`]; a poll's rounds stay at [`MAX_PROBES`].
 pub const MAX_KNOWN_PROBES: usize = 32;
 
