@@ -126,6 +126,17 @@ impl Cluster {
             .stdout(log.try_clone()?)
             .stderr(log)
             .kill_on_drop(true);
+        // A child outlives no driver: killed with it, however the driver ends (a kill
+        // -9 of the driver, a ^C) where `kill_on_drop` cannot run.
+        // SAFETY: prctl(2) between fork and exec touches only the child's own state.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let child = cmd.spawn()?;
         Ok(Proc {
             name: name.to_string(),
