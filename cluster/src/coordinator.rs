@@ -1026,13 +1026,12 @@ impl Leader {
                     region,
                     id: through,
                 };
-                if let Ok(other) = self.pool.call(&node.addr, &request).await {
-                    if !matches!(other, Reply::Done) {
-                        eprintln!(
-                            "{}: obsolete of {region} through {through} at {}: {other:?}",
-                            self.args.id, node.name
-                        );
-                    }
+                let answer = self.pool.call(&node.addr, &request).await;
+                if !matches!(answer, Ok(Reply::Done)) {
+                    eprintln!(
+                        "{}: obsolete of {region} through {through} at {}: {answer:?}",
+                        self.args.id, node.name
+                    );
                 }
             }
         }
@@ -1064,6 +1063,15 @@ impl Leader {
                 Err(e) if e.is_retryable() && started.elapsed() < Duration::from_secs(60) => {
                     if refused == 0 {
                         eprintln!("{}: retiring {prefix}: {e}; again", self.args.id);
+                        if let object_store_wal::Error::PieceStillNeeded { region, .. } = &e {
+                            if let Some(state) = self.regions.get(*region as usize) {
+                                let state = lock(state);
+                                eprintln!(
+                                    "{}: region {region}: archived {}, history {:?}",
+                                    self.args.id, state.archived.archived, state.history
+                                );
+                            }
+                        }
                     }
                     refused += 1;
                     tokio::time::sleep(Duration::from_millis(200)).await;
