@@ -15,11 +15,12 @@ use bytes::Bytes;
 use etcd_client::GetOptions;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
+use object_store::ObjectStoreExt;
 use object_store_wal::{store_from_url, ObjectStoreLogStore};
 use serde::Deserialize;
 
 use crate::coordinator::{failover_records, takeovers};
-use crate::keys::{Keys, Piece};
+use crate::keys::{ArchiveRecord, Keys, Piece};
 use crate::{etcd_connect, wal_config, Common};
 
 /// The checker's flags.
@@ -96,6 +97,22 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
             histories.push((region, pieces));
         }
     }
+    // The histories' first pieces flushed into archive objects (with `--retire`).
+    let resp = client
+        .get(keys.archives(), Some(GetOptions::new().with_prefix()))
+        .await?;
+    let mut archives: HashMap<u64, ArchiveRecord> = HashMap::new();
+    for kv in resp.kvs() {
+        let region = kv
+            .key_str()
+            .ok()
+            .and_then(|k| k.strip_prefix(&keys.archives()))
+            .and_then(|r| r.parse::<u64>().ok());
+        let record = serde_json::from_slice::<ArchiveRecord>(kv.value()).ok();
+        if let (Some(region), Some(record)) = (region, record) {
+            archives.insert(region, record);
+        }
+    }
     let mut acked: HashMap<u64, Vec<(u64, String)>> = HashMap::new();
     let mut verdict = Verdict::default();
     for line in std::fs::read_to_string(&args.acks)?.lines() {
@@ -112,7 +129,8 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
     // ids from it. All entries are held at once: the checker's memory is the run's size.
     let mut starts: HashMap<String, HashMap<u64, u64>> = HashMap::new();
     for (region, pieces) in &histories {
-        for piece in pieces {
+        let done = archives.get(region).map_or(0, |a| a.archived);
+        for piece in pieces.iter().skip(done) {
             let from = piece.after.map_or(0, |a| a.saturating_add(1));
             let lowest = starts
                 .entry(piece.prefix.clone())
@@ -124,14 +142,18 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
     }
     let mut read: HashMap<String, HashMap<u64, Vec<(u64, Bytes)>>> = HashMap::new();
     for (prefix, from) in starts {
-        let log =
-            match ObjectStoreLogStore::open_read_only(store.clone(), wal_config(&prefix)).await {
-                Ok(log) => log,
-                Err(e) => {
-                    eprintln!("check: opening {prefix} read-only: {e}");
-                    continue;
-                }
-            };
+        let log = match ObjectStoreLogStore::open_read_only(
+            store.clone(),
+            wal_config(&prefix, &args.common),
+        )
+        .await
+        {
+            Ok(log) => log,
+            Err(e) => {
+                eprintln!("check: opening {prefix} read-only: {e}");
+                continue;
+            }
+        };
         let mut by_region: HashMap<u64, Vec<(u64, Bytes)>> = HashMap::new();
         let mut entries = log.replay(from);
         while let Some(entry) = entries.next().await {
@@ -144,12 +166,19 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
         read.insert(prefix, by_region);
     }
     let mut migrations = 0u64;
+    let mut archived_entries = 0u64;
     for (region, pieces) in &histories {
         let mut history: Vec<(u64, Bytes)> = Vec::new();
-        for piece in pieces {
-            if piece.kind == "move" {
-                migrations += 1;
-            }
+        migrations += pieces.iter().filter(|p| p.kind == "move").count() as u64;
+        let archive = archives.get(region).cloned().unwrap_or_default();
+        for object in &archive.objects {
+            let path = object_store::path::Path::from(object.as_str());
+            let bytes = store.get(&path).await?.bytes().await?;
+            let entries: Vec<(u64, String)> = serde_json::from_slice(&bytes)?;
+            archived_entries += entries.len() as u64;
+            history.extend(entries.into_iter().map(|(id, p)| (id, Bytes::from(p))));
+        }
+        for piece in pieces.iter().skip(archive.archived) {
             let from = piece.after.map_or(0, |a| a.saturating_add(1));
             if piece.through.is_some_and(|t| from > t) {
                 continue;
@@ -259,6 +288,8 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
         "detection_ms_p50": ms(&detections, 0.5),
         "detection_ms_max": ms(&detections, 1.0),
         "migrations": migrations,
+        "archived_entries": archived_entries,
+        "retired": records.values().filter(|r| r.state == "retired").count(),
         "coordinator_takeovers": coordinator_takeovers,
     });
     let mut failed = 0;

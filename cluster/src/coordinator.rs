@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use futures::StreamExt;
-use object_store::ObjectStore;
-use object_store_wal::{fence, store_from_url, Fence, Released};
+use object_store::{ObjectStore, ObjectStoreExt};
+use object_store_wal::{fence, retire, store_from_url, Fence, ObjectStoreLogStore, Released};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::keys::{FailoverRecord, Keys, NodeRecord, Piece, Route};
+use crate::keys::{ArchiveRecord, FailoverRecord, Keys, NodeRecord, Piece, Route};
 use crate::rpc::{PieceMsg, Pool, Reply, Request};
 use crate::view::View;
 use crate::{etcd_connect, etcd_connect_waiting, now_ms, wal_config, Common};
@@ -54,6 +54,10 @@ pub struct Args {
     /// No moves for balance (a restarted node then gets no regions).
     #[arg(long)]
     no_moves: bool,
+    /// Flush failed-over regions into archives and retire fenced prefixes after the
+    /// grace (`--reclaim-grace-ms` plus `--max-create-ms` after the fence).
+    #[arg(long)]
+    retire: bool,
     /// Regions moved at once when balancing.
     #[arg(long, default_value_t = 5)]
     moves_at_once: usize,
@@ -158,6 +162,8 @@ struct RegionState {
     /// switched its route or gave up (its source died: the failover takes it over from
     /// the fence's `released`).
     moving: bool,
+    /// The history's first pieces flushed into archive objects.
+    archived: ArchiveRecord,
 }
 
 /// The elected coordinator.
@@ -172,6 +178,8 @@ struct Leader {
     regions: Vec<Mutex<RegionState>>,
     /// Nodes whose failover is under way.
     failing: Mutex<HashSet<String>>,
+    /// One archive at a time.
+    archiving: tokio::sync::Mutex<()>,
     /// Moves a former leader began and did not finish (read back at election).
     intents: Mutex<HashMap<u64, MoveIntent>>,
     /// The longest acquire and catch-up of the takeovers since the last failover's
@@ -224,6 +232,20 @@ impl Leader {
                 state.history = history;
             }
         }
+        let archives = client
+            .get(keys.archives(), Some(GetOptions::new().with_prefix()))
+            .await?;
+        for kv in archives.kvs() {
+            let region = kv
+                .key_str()
+                .ok()
+                .and_then(|k| k.strip_prefix(&keys.archives()))
+                .and_then(|r| r.parse::<usize>().ok());
+            let record = serde_json::from_slice::<ArchiveRecord>(kv.value()).ok();
+            if let (Some(state), Some(record)) = (region.and_then(|r| regions.get_mut(r)), record) {
+                state.archived = record;
+            }
+        }
         let mut intents = HashMap::new();
         let moves = client
             .get(keys.moves(), Some(GetOptions::new().with_prefix()))
@@ -240,6 +262,7 @@ impl Leader {
             }
         }
         Ok(Leader {
+            archiving: tokio::sync::Mutex::new(()),
             intents: Mutex::new(intents),
             args,
             keys,
@@ -323,12 +346,41 @@ impl Leader {
         let mut tick = tokio::time::interval(Duration::from_millis(50));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut failovers = tokio::task::JoinSet::new();
+        let mut retirements = tokio::task::JoinSet::new();
+        let mut retiring: HashSet<String> = HashSet::new();
         let mut balance_at = Instant::now() + Duration::from_secs(1);
         loop {
             tick.tick().await;
             while let Some(done) = failovers.try_join_next() {
                 if let Ok(Err(e)) = done {
                     eprintln!("{}: a failover failed: {e}", self.args.id);
+                }
+            }
+            // Every failover done and not retired (this leader's, or a former one's) is
+            // retired after its grace.
+            if self.args.retire {
+                for record in self.view.failovers() {
+                    let (Some(fenced_ms), true) = (record.fenced_ms, record.state == "done") else {
+                        continue;
+                    };
+                    if !retiring.insert(record.name.clone()) {
+                        continue;
+                    }
+                    let leader = self.clone();
+                    retirements.spawn(async move {
+                        let name = record.name.clone();
+                        let result = leader
+                            .retire_prefix(record.name, record.prefix, fenced_ms)
+                            .await;
+                        (name, result)
+                    });
+                }
+                while let Some(done) = retirements.try_join_next() {
+                    if let Ok((name, Err(e))) = done {
+                        // Asked again at the next tick.
+                        eprintln!("{}: a retirement failed: {e}", self.args.id);
+                        retiring.remove(&name);
+                    }
                 }
             }
             while let Some(done) = moves.try_join_next() {
@@ -694,7 +746,7 @@ impl Leader {
         eprintln!("{}: {name} is gone: fencing {prefix}", self.args.id);
         self.put(&self.keys.failover(name), serde_json::to_vec(&record)?)
             .await?;
-        let config = wal_config(prefix);
+        let config = wal_config(prefix, &self.args.common);
         let started = Instant::now();
         let fenced: Fence = loop {
             match fence(self.store.clone(), &config).await {
@@ -712,6 +764,7 @@ impl Leader {
             .await?;
         let fenced = Arc::new(fenced);
         let mut taken = 0u64;
+        let mut flushes: Vec<(u64, NodeRecord, Option<u64>)> = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(300);
         loop {
             let mut regions = Vec::new();
@@ -760,13 +813,17 @@ impl Leader {
             for (region, to) in assigned {
                 let fenced = fenced.clone();
                 takeovers.push(Box::pin(async move {
-                    (region, self.take_over(region, &fenced, &to).await)
+                    let result = self.take_over(region, &fenced, &to).await;
+                    (region, to, result)
                 }));
             }
             let results = futures::future::join_all(takeovers).await;
-            for (region, result) in results {
+            for (region, to, result) in results {
                 match result {
-                    Ok(()) => taken += 1,
+                    Ok(flush) => {
+                        taken += 1;
+                        flushes.push((region, to, flush));
+                    }
                     Err(e) => {
                         eprintln!("{}: taking region {region} over failed: {e}", self.args.id);
                     }
@@ -795,13 +852,250 @@ impl Leader {
             acquire.as_millis(),
             catch_up.as_millis(),
         );
+        if self.args.retire {
+            self.flush(&flushes).await?;
+        }
+        Ok(())
+    }
+
+    /// The flush after a takeover (as a database flushes a memtable): the regions'
+    /// closed pieces into archive objects, then each new owner obsoletes the pieces it
+    /// recorded, so that no live log names the fenced prefix any more.
+    async fn flush(&self, flushes: &[(u64, NodeRecord, Option<u64>)]) -> anyhow::Result<()> {
+        let regions: Vec<u64> = flushes.iter().map(|(r, _, _)| *r).collect();
+        self.archive(&regions).await?;
+        for (region, owner, through) in flushes {
+            let Some(through) = through else { continue };
+            let request = Request::Obsolete {
+                region: *region,
+                id: *through,
+            };
+            match self.pool.call(&owner.addr, &request).await {
+                Ok(Reply::Done) => {}
+                other => eprintln!(
+                    "{}: obsolete of {region} through {through} at {}: {other:?}",
+                    self.args.id, owner.name
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the closed pieces of `regions` not archived yet into archive objects on
+    /// the bucket (each prefix read once, as the checker reads it) and records them in
+    /// `archives/<region>`. One archive at a time.
+    async fn archive(&self, regions: &[u64]) -> anyhow::Result<()> {
+        let _one = self.archiving.lock().await;
+        let mut plan = Vec::new();
+        let mut starts: HashMap<String, HashMap<u64, u64>> = HashMap::new();
+        for &region in regions {
+            let Some(slot) = self.regions.get(region as usize) else {
+                continue;
+            };
+            let (done, closed): (usize, Vec<Piece>) = {
+                let state = lock(slot);
+                let closed = state
+                    .history
+                    .iter()
+                    .skip(state.archived.archived)
+                    .take_while(|p| p.through.is_some())
+                    .cloned()
+                    .collect();
+                (state.archived.archived, closed)
+            };
+            if closed.is_empty() {
+                continue;
+            }
+            for piece in &closed {
+                let from = piece.after.map_or(0, |a| a.saturating_add(1));
+                let lowest = starts
+                    .entry(piece.prefix.clone())
+                    .or_default()
+                    .entry(region)
+                    .or_insert(from);
+                *lowest = (*lowest).min(from);
+            }
+            plan.push((region, done, closed));
+        }
+        let mut read: HashMap<String, HashMap<u64, Vec<(u64, String)>>> = HashMap::new();
+        for (prefix, from) in starts {
+            let config = wal_config(&prefix, &self.args.common);
+            let log = ObjectStoreLogStore::open_read_only(self.store.clone(), config)
+                .await
+                .map_err(|e| anyhow::anyhow!("opening {prefix} to archive: {e}"))?;
+            let mut by_region: HashMap<u64, Vec<(u64, String)>> = HashMap::new();
+            let mut entries = log.replay(from);
+            while let Some(entry) = entries.next().await {
+                let entry = entry?;
+                by_region.entry(entry.region).or_default().push((
+                    entry.id,
+                    String::from_utf8_lossy(&entry.payload).into_owned(),
+                ));
+            }
+            read.insert(prefix, by_region);
+        }
+        for (region, done, closed) in plan {
+            let mut entries: Vec<(u64, String)> = Vec::new();
+            for piece in &closed {
+                let from = piece.after.map_or(0, |a| a.saturating_add(1));
+                let on_prefix = read
+                    .get(&piece.prefix)
+                    .and_then(|r| r.get(&region))
+                    .map_or(&[][..], Vec::as_slice);
+                entries.extend(
+                    on_prefix
+                        .iter()
+                        .filter(|(id, _)| *id >= from && piece.through.is_none_or(|t| *id <= t))
+                        .cloned(),
+                );
+            }
+            let end = done + closed.len();
+            let object = format!(
+                "{}/archives/{region:06}-{end:04}.json",
+                self.args.common.run_id
+            );
+            self.store
+                .put(
+                    &object_store::path::Path::from(object.as_str()),
+                    serde_json::to_vec(&entries)?.into(),
+                )
+                .await?;
+            let Some(slot) = self.regions.get(region as usize) else {
+                continue;
+            };
+            let mut record = lock(slot).archived.clone();
+            record.archived = end;
+            record.objects.push(object);
+            self.put(&self.keys.archive(region), serde_json::to_vec(&record)?)
+                .await?;
+            lock(slot).archived = record;
+        }
+        Ok(())
+    }
+
+    /// Retires node `name`'s fenced prefix once the grace passed since its fence: every
+    /// closed piece still on it archived first, then `retire` (retried while a live log
+    /// still names it or the store's clock says too early), then the record.
+    async fn retire_prefix(
+        &self,
+        name: String,
+        prefix: String,
+        fenced_ms: u64,
+    ) -> anyhow::Result<()> {
+        let common = &self.args.common;
+        let at = fenced_ms + common.reclaim_grace_ms + common.max_create_ms + 1_000;
+        tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await;
+        let on_it: Vec<u64> = (0..self.args.regions)
+            .filter(|r| {
+                self.regions
+                    .get(*r as usize)
+                    .is_some_and(|s| lock(s).history.iter().any(|p| p.prefix == prefix))
+            })
+            .collect();
+        self.archive(&on_it).await?;
+        // Every live node that held one of those regions after the fenced prefix (it may
+        // have recorded a piece naming it) obsoletes what the archives now hold: ids
+        // through the last archived piece. Its own later ids are above them.
+        let live = self.view.nodes();
+        for &region in &on_it {
+            let Some(slot) = self.regions.get(region as usize) else {
+                continue;
+            };
+            let (through, holders): (Option<u64>, Vec<String>) = {
+                let state = lock(slot);
+                // Only what the archives hold: a move may have closed another piece
+                // since the archive, whose entries are not archived yet.
+                let through = state
+                    .history
+                    .iter()
+                    .take(state.archived.archived)
+                    .filter_map(|p| p.through)
+                    .max();
+                let position = state.history.iter().position(|p| p.prefix == prefix);
+                let holders = state
+                    .history
+                    .iter()
+                    .skip(position.map_or(0, |p| p + 1))
+                    .map(|p| p.prefix.clone())
+                    .collect();
+                (through, holders)
+            };
+            let Some(through) = through else { continue };
+            for node in live.values().filter(|n| holders.contains(&n.prefix)) {
+                let request = Request::Obsolete {
+                    region,
+                    id: through,
+                };
+                let answer = self.pool.call(&node.addr, &request).await;
+                if !matches!(answer, Ok(Reply::Done)) {
+                    eprintln!(
+                        "{}: obsolete of {region} through {through} at {}: {answer:?}",
+                        self.args.id, node.name
+                    );
+                }
+            }
+        }
+        let mut others: Vec<String> = self
+            .view
+            .nodes()
+            .values()
+            .map(|n| n.prefix.clone())
+            .collect();
+        others.extend(
+            self.view
+                .failovers()
+                .into_iter()
+                .filter(|r| r.state != "retired" && r.prefix != prefix)
+                .map(|r| r.prefix),
+        );
+        let config = wal_config(&prefix, common);
+        let started = Instant::now();
+        let mut refused = 0u64;
+        loop {
+            match retire(self.store.clone(), &config, &others).await {
+                Ok(retired) => {
+                    eprintln!(
+                        "{}: {prefix} retired ({} keys deleted, {refused} refusals first)",
+                        self.args.id, retired.deleted
+                    );
+                    break;
+                }
+                Err(e) if e.is_retryable() && started.elapsed() < Duration::from_secs(60) => {
+                    if refused == 0 {
+                        eprintln!("{}: retiring {prefix}: {e}; again", self.args.id);
+                        if let object_store_wal::Error::PieceStillNeeded { region, .. } = &e {
+                            if let Some(state) = self.regions.get(*region as usize) {
+                                let state = lock(state);
+                                eprintln!(
+                                    "{}: region {region}: archived {}, history {:?}",
+                                    self.args.id, state.archived.archived, state.history
+                                );
+                            }
+                        }
+                    }
+                    refused += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => anyhow::bail!("retiring {prefix}: {e}"),
+            }
+        }
+        if let Some(mut record) = self.view.failover(&name) {
+            record.state = "retired".into();
+            self.put(&self.keys.failover(&name), serde_json::to_vec(&record)?)
+                .await?;
+        }
         Ok(())
     }
 
     /// One region of a fenced prefix to `to` (`examples/cluster.rs`'s `take_over`): the
     /// catch-up from the fenced chain beside the acquire with its pieces, then the
     /// route.
-    async fn take_over(&self, region: u64, fenced: &Fence, to: &NodeRecord) -> anyhow::Result<()> {
+    async fn take_over(
+        &self,
+        region: u64,
+        fenced: &Fence,
+        to: &NodeRecord,
+    ) -> anyhow::Result<Option<u64>> {
         // The node's tenure started above `after` (its acquire); the region may have
         // entries below it on the fenced chain, of an earlier tenure there.
         let after = self
@@ -835,6 +1129,8 @@ impl Leader {
             own.first_id = own.first_id.max(start);
         }
         pieces.retain(|p| p.first_id <= p.last_id);
+        // The new owner's flush forgets the pieces through their last id.
+        let flush = pieces.iter().map(|p| p.last_id).max();
         let pieces: Vec<PieceMsg> = pieces
             .into_iter()
             .map(|p| PieceMsg {
@@ -896,7 +1192,8 @@ impl Leader {
             Some(above),
             "takeover",
         )
-        .await
+        .await?;
+        Ok(flush)
     }
 }
 

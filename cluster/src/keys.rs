@@ -8,6 +8,7 @@
 //! | `routes/<region>` | [`Route`]: owner, prefix, address, tenure start, version | the leader, once the owner's acquire answered |
 //! | `history/<region>` | the region's [`Piece`]s in order | the leader, in the same transaction as the route |
 //! | `failovers/<name>` | [`FailoverRecord`]: state, times | the leader, at detection, fence, last route |
+//! | `archives/<region>` | [`ArchiveRecord`]: how many of the history's first pieces are in archive objects, and those objects | the leader, after each flush |
 //! | `moves/<region>` | a move under way: source and target | the leader, before the source's release; deleted with the route's switch |
 //!
 //! Every write of the leader's is a transaction guarded by its election key's create
@@ -86,6 +87,16 @@ impl Keys {
         format!("{}{region:06}", self.moves())
     }
 
+    /// The archive records' keys.
+    pub fn archives(&self) -> String {
+        format!("{}archives/", self.root)
+    }
+
+    /// Region `region`'s archive record.
+    pub fn archive(&self, region: u64) -> String {
+        format!("{}{region:06}", self.archives())
+    }
+
     /// The coordinators' election name.
     pub fn election(&self) -> String {
         format!("{}coordinator", self.root)
@@ -147,6 +158,17 @@ pub struct Piece {
     pub kind: String,
 }
 
+/// What `archives/<region>` holds: the region's first `archived` pieces were flushed
+/// into `objects` (bucket paths, in order, each a JSON list of `[id, payload]`), which
+/// the checker reads before the pieces that follow.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ArchiveRecord {
+    /// Pieces of the history in the archives.
+    pub archived: usize,
+    /// The archive objects, in order.
+    pub objects: Vec<String>,
+}
+
 /// A fenced prefix's failover: what `failovers/<name>` holds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct FailoverRecord {
@@ -155,7 +177,8 @@ pub struct FailoverRecord {
     /// Its prefix.
     pub prefix: String,
     /// `fencing`, `fenced` (frontends may read the fenced chain), `done` (every region
-    /// routed to a new owner).
+    /// routed to a new owner), `retired` (only the tombstone is left: its entries are
+    /// in archives).
     pub state: String,
     /// When the leader saw the node's key gone (ms since the epoch).
     pub detected_ms: u64,

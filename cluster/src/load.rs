@@ -112,6 +112,7 @@ type FencedLog = Arc<OnceCell<Arc<ObjectStoreLogStore>>>;
 type FencedRegion = Arc<OnceCell<Arc<Vec<(u64, Bytes)>>>>;
 
 struct Frontends {
+    common: Common,
     view: View,
     pool: Pool,
     store: Arc<dyn ObjectStore>,
@@ -250,9 +251,12 @@ impl Frontends {
             .clone();
         let opened = cell
             .get_or_try_init(|| async {
-                ObjectStoreLogStore::open_read_only(self.store.clone(), wal_config(&route.prefix))
-                    .await
-                    .map(Arc::new)
+                ObjectStoreLogStore::open_read_only(
+                    self.store.clone(),
+                    wal_config(&route.prefix, &self.common),
+                )
+                .await
+                .map(Arc::new)
             })
             .await;
         Some(
@@ -415,6 +419,7 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         out.flush()
     });
     let frontends = Arc::new(Frontends {
+        common: args.common.clone(),
         view,
         pool: Pool::default(),
         store: store_from_url(&args.common.store)?,

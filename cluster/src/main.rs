@@ -70,6 +70,13 @@ pub struct Common {
     /// bucket.
     #[arg(long)]
     pub run_id: String,
+    /// The WALs' `reclaim_grace`, ms: a fenced prefix is retired no earlier than this
+    /// plus `--max-create-ms` after its fence (the library's default: 10 minutes).
+    #[arg(long, default_value_t = 600_000)]
+    pub reclaim_grace_ms: u64,
+    /// The WALs' `max_create_duration`, ms (the library's default: 60 s).
+    #[arg(long, default_value_t = 60_000)]
+    pub max_create_ms: u64,
 }
 
 /// Milliseconds since the Unix epoch on this host (the processes of a run share one
@@ -82,8 +89,11 @@ pub fn now_ms() -> u64 {
 
 /// The WAL configuration of prefix `prefix`, the same in the node that writes it, the
 /// coordinator that fences it and the readers (frontends, checker).
-pub fn wal_config(prefix: &str) -> Config {
-    Config::new(prefix).with_create_if_missing(true)
+pub fn wal_config(prefix: &str, common: &Common) -> Config {
+    let mut config = Config::new(prefix).with_create_if_missing(true);
+    config.reclaim_grace = Duration::from_millis(common.reclaim_grace_ms);
+    config.max_create_duration = Duration::from_millis(common.max_create_ms);
+    config
 }
 
 /// Connects to etcd with bounded request and connect times.

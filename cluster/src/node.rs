@@ -66,7 +66,7 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         Duration::from_millis(1),
         Duration::from_millis(20),
     );
-    let (wal, join) = spawn_wal(store, wal_config(&prefix), restarts).await?;
+    let (wal, join) = spawn_wal(store, wal_config(&prefix, &args.common), restarts).await?;
     wal.ready().await?;
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?.to_string();

@@ -63,6 +63,19 @@ pub struct Args {
     /// Seed of the load.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Flush and retire fenced prefixes: the new owners' entries of a failed-over node
+    /// go to archive objects, they obsolete them, and the prefix is retired after the
+    /// grace (the checker reads the archives, then the pieces).
+    #[arg(long)]
+    retire: bool,
+    /// The WALs' `reclaim_grace`, ms (with `--retire`: 10 s unless given; otherwise the
+    /// library's default).
+    #[arg(long)]
+    reclaim_grace_ms: Option<u64>,
+    /// The WALs' `max_create_duration`, ms (with `--retire`: 5 s unless given; otherwise
+    /// the library's default).
+    #[arg(long)]
+    max_create_ms: Option<u64>,
 }
 
 /// A child process of the run.
@@ -113,6 +126,17 @@ impl Cluster {
             .stdout(log.try_clone()?)
             .stderr(log)
             .kill_on_drop(true);
+        // A child outlives no driver: killed with it, however the driver ends (a kill
+        // -9 of the driver, a ^C) where `kill_on_drop` cannot run.
+        // SAFETY: prctl(2) between fork and exec touches only the child's own state.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let child = cmd.spawn()?;
         Ok(Proc {
             name: name.to_string(),
@@ -152,6 +176,10 @@ impl Cluster {
             "--ttl-secs".into(),
             self.args.ttl_secs.to_string(),
         ];
+        let mut extra = extra;
+        if self.args.retire {
+            extra.push("--retire".into());
+        }
         let proc = self.spawn(&name, "coordinator", &extra)?;
         if let Some(entry) = self.coordinators.get_mut(k) {
             *entry = (generation, Some(proc));
@@ -233,6 +261,12 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
     };
     std::fs::create_dir_all(&dir)?;
     let exe = std::env::current_exe()?;
+    let grace = args
+        .reclaim_grace_ms
+        .unwrap_or(if args.retire { 10_000 } else { 600_000 });
+    let max_create = args
+        .max_create_ms
+        .unwrap_or(if args.retire { 5_000 } else { 60_000 });
     let common = vec![
         "--etcd".to_string(),
         args.etcd.clone(),
@@ -240,6 +274,10 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         args.store.clone(),
         "--run-id".into(),
         run_id.clone(),
+        "--reclaim-grace-ms".into(),
+        grace.to_string(),
+        "--max-create-ms".into(),
+        max_create.to_string(),
     ];
     eprintln!("run: {run_id}, logs in {}", dir.display());
     let mut cluster = Cluster {
@@ -279,6 +317,8 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
             etcd: args.etcd.clone(),
             store: args.store.clone(),
             run_id,
+            reclaim_grace_ms: grace,
+            max_create_ms: max_create,
         },
         acks,
         summary: Some(summary),
@@ -470,10 +510,14 @@ async fn drive(
             signal(&p.child, libc::SIGCONT);
         }
     }
-    // Every failover finished and every route on a live node before the stop.
+    // Every failover finished (and its prefix retired, with `--retire`) and every route
+    // on a live node before the stop.
+    let retire = args.retire;
     let settled = view
         .wait_for(Duration::from_secs(120), |s| {
-            s.failovers.values().all(|r| r.done_ms.is_some())
+            s.failovers
+                .values()
+                .all(|r| r.done_ms.is_some() && (!retire || r.state == "retired"))
                 && s.routes.values().all(|r| s.nodes.contains_key(&r.name))
         })
         .await;

@@ -128,6 +128,14 @@ impl View {
             .and_then(|s| s.failovers.get(name).cloned())
     }
 
+    /// Every failover record.
+    pub fn failovers(&self) -> Vec<FailoverRecord> {
+        self.state
+            .lock()
+            .map(|s| s.failovers.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// The live nodes.
     pub fn nodes(&self) -> HashMap<String, NodeRecord> {
         self.state
