@@ -10,6 +10,8 @@
 #   scripts/cluster.sh --seconds 60 --kills 2 --pauses 1 --coordinator-kills 1
 #
 # Every flag goes to `osw-cluster run` (`--help` lists them). Builds cluster/ in release
+# (CLUSTER_PROFILE=dev: unoptimized, reusing the workspace's debug build of the shared
+# dependencies, as .ci/run does to keep its time)
 # (its own Cargo.lock, outside the workspace); etcd-client needs protoc and the protobuf
 # well-known types, installed from Debian (protobuf-compiler, libprotobuf-dev) when
 # missing.
@@ -31,7 +33,9 @@ if ! command -v protoc >/dev/null || [ ! -f /usr/include/google/protobuf/descrip
             }
     } >/dev/null
 fi
-cargo build --release --locked -j"${CLUSTER_JOBS:-2}" --manifest-path cluster/Cargo.toml
+PROFILE=${CLUSTER_PROFILE:-release}
+cargo build --profile "$PROFILE" --locked -j"${CLUSTER_JOBS:-2}" --manifest-path cluster/Cargo.toml
+BIN_DIR=$CARGO_TARGET_DIR/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")
 
 OSW_SERVERS_STATE=$(mktemp -d "${TMPDIR:-/tmp}/osw-cluster-servers.XXXXXX")
 export OSW_SERVERS_STATE
@@ -43,7 +47,7 @@ source "$OSW_SERVERS_STATE/env"
 : "${OSW_ETCD_ENDPOINT:?servers.sh did not name etcd}" "${WAL_TEST_S3:?servers.sh did not name the S3 server}"
 
 status=0
-"$CARGO_TARGET_DIR/release/osw-cluster" run --dir "$RUN_DIR" "$@" >"$RUN_DIR/result.json" || status=$?
+"$BIN_DIR/osw-cluster" run --dir "$RUN_DIR" "$@" >"$RUN_DIR/result.json" || status=$?
 if [ "$status" != 0 ]; then
     # What the children said, for the log.
     for f in "$RUN_DIR"/*.log; do
