@@ -16,7 +16,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use object_store_wal::format::{decode_header, encode_object, Header, Link};
 use object_store_wal::format::{entry_id, MAX_SEGMENT_ENTRIES};
-use object_store_wal::internal::fence::{retire_after, retire_at, FENCE_CLAIMS_AHEAD};
+use object_store_wal::internal::fence::{claims_ahead, retire_after, retire_at};
 use object_store_wal::internal::open::SUMMARY_READ_ATTEMPTS;
 use object_store_wal::internal::store::keys::object_key;
 use object_store_wal::testing::FaultStore;
@@ -206,7 +206,7 @@ async fn a_fence_closes_a_live_writers_prefix_and_answers_its_regions() {
     // Objects 1 (opening) to 4; the fence claims the keys from 5 up to 4 + ahead.
     let mut fence_config = config();
     fence_config.max_in_flight = 2;
-    let ahead = FENCE_CLAIMS_AHEAD.max(4 * 2);
+    let ahead = claims_ahead(&fence_config);
     let closed = 4 + ahead + 1;
     let fenced = fence(store.clone(), &fence_config).await.expect("fence");
     assert!(fenced.wrote);

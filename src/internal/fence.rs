@@ -123,9 +123,15 @@ pub async fn fence(stores: impl Into<WalStores>, config: &Config) -> Result<Fenc
     fence_io(&io, config).await
 }
 
+/// The keys a fence claims ahead of the largest one present on its first attempt
+/// (doubled on each restart): [`FENCE_CLAIMS_AHEAD`], or 4 × `max_in_flight`.
+pub fn claims_ahead(config: &Config) -> u64 {
+    FENCE_CLAIMS_AHEAD.max(4 * config.max_in_flight as u64)
+}
+
 /// [`fence`] over a store access.
 pub async fn fence_io(io: &WalIo, config: &Config) -> Result<Fence> {
-    let ahead = FENCE_CLAIMS_AHEAD.max(4 * config.max_in_flight as u64);
+    let ahead = claims_ahead(config);
     let (mut recovery, wrote) =
         match open_as(io, config, &BootClock, OpenAs::Fence { ahead }).await? {
             OpenedAs::Opened(opened) => (opened.recovery, true),
@@ -206,9 +212,7 @@ pub async fn fence_io(io: &WalIo, config: &Config) -> Result<Fence> {
         for (region, last_id) in holdings.released_regions() {
             released.push(FencedRegion {
                 region,
-                ids: catalog
-                    .first_entry_id(region)
-                    .zip(catalog.last_entry_id(region)),
+                ids: catalog.entry_ids(region),
                 pieces: Vec::new(),
                 released: Released {
                     last_id,

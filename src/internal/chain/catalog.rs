@@ -323,6 +323,11 @@ impl Catalog {
             .map(|s| s.record.first_entry_id)
     }
 
+    /// The first and last entry ids of `region` on the live chain.
+    pub fn entry_ids(&self, region: u64) -> Option<(u64, u64)> {
+        self.first_entry_id(region).zip(self.last_entry_id(region))
+    }
+
     /// Forgets the watermarks (region → id) that hide nothing any more, once they could
     /// outnumber the live regions: amortized O(1) per call. `Retention` and the actor
     /// runtime's supervisor keep such maps.

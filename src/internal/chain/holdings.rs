@@ -223,9 +223,7 @@ impl Holdings {
     ) -> RegionHolding {
         RegionHolding {
             region,
-            ids: catalog
-                .first_entry_id(region)
-                .zip(catalog.last_entry_id(region)),
+            ids: catalog.entry_ids(region),
             released: self.released(region).map(|last_id| Released {
                 last_id,
                 acquire_above: acquire_above.max(last_id.unwrap_or(0)),

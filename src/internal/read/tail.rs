@@ -578,8 +578,12 @@ impl PolledGrowth {
                     for reply in replies {
                         let _ = reply.send(probed.clone());
                     }
-                    for reply in lists {
-                        let _ = reply.send(self.extend().await);
+                    // One listing answers every listing asked for meanwhile.
+                    if !lists.is_empty() {
+                        let listed = self.extend().await;
+                        for reply in lists {
+                            let _ = reply.send(listed.clone());
+                        }
                     }
                 }
                 Next::Polled(Ok(_)) => {}
