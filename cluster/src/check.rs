@@ -165,6 +165,11 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
         }
         read.insert(prefix, by_region);
     }
+    // The nodes' flush objects: entries the chains may no longer hold (obsoleted, then
+    // reclaimed).
+    let mut flushed =
+        crate::flush::read_all(&store, &crate::flush::root(&args.common.run_id), 0).await?;
+    let flushed_entries: u64 = flushed.values().map(|e| e.len() as u64).sum();
     let mut migrations = 0u64;
     let mut archived_entries = 0u64;
     for (region, pieces) in &histories {
@@ -195,15 +200,46 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
                     .cloned(),
             );
         }
-        verdict.entries += history.len() as u64;
-        let mut seen: HashMap<Bytes, u64> = HashMap::new();
         let mut previous: Option<u64> = None;
-        for (id, payload) in &history {
+        for (id, _) in &history {
             if previous.is_some_and(|p| *id <= p) {
                 verdict.out_of_order += 1;
                 eprintln!("check: region {region}: id {id} after {previous:?}");
             }
             previous = Some(*id);
+        }
+        // The flushed entries join what the chains still hold: the same entry (by id)
+        // must carry the same payload, and each lies in one of the history's pieces,
+        // from its start to the next piece's (a release or a fence that found the
+        // region's last entries flushed records an earlier `through`; the next owner's
+        // ids start above every id the piece's owner handed out).
+        let mut by_id: std::collections::BTreeMap<u64, Bytes> = history.into_iter().collect();
+        for (id, payload) in flushed.remove(region).unwrap_or_default() {
+            let in_piece = pieces.iter().enumerate().any(|(k, p)| {
+                let next = pieces.get(k + 1).map(|n| n.after.unwrap_or(0));
+                p.after.is_none_or(|a| id > a) && next.is_none_or(|n| id <= n)
+            });
+            if !in_piece {
+                verdict.out_of_order += 1;
+                eprintln!("check: region {region}: flushed id {id} is in none of its pieces");
+            }
+            match by_id.get(&id) {
+                Some(read) if read.as_ref() != payload.as_bytes() => {
+                    verdict.lost += 1;
+                    eprintln!(
+                        "check: region {region}: id {id} is {read:?} on the chain, {payload:?} flushed"
+                    );
+                }
+                Some(_) => {}
+                None => {
+                    by_id.insert(id, Bytes::from(payload));
+                }
+            }
+        }
+        let history: Vec<(u64, Bytes)> = by_id.into_iter().collect();
+        verdict.entries += history.len() as u64;
+        let mut seen: HashMap<Bytes, u64> = HashMap::new();
+        for (_, payload) in &history {
             *seen.entry(payload.clone()).or_default() += 1;
         }
         let duplicated = seen.values().filter(|c| **c > 1).count() as u64;
@@ -223,6 +259,13 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
                 );
             }
         }
+    }
+    for (region, entries) in flushed {
+        eprintln!(
+            "check: region {region} has no history and {} flushed entries",
+            entries.len()
+        );
+        verdict.out_of_order += entries.len() as u64;
     }
     // Acknowledged in a region with no history at all.
     for (region, entries) in acked {
@@ -289,6 +332,7 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
         "detection_ms_max": ms(&detections, 1.0),
         "migrations": migrations,
         "archived_entries": archived_entries,
+        "flushed_entries": flushed_entries,
         "retired": records.values().filter(|r| r.state == "retired").count(),
         "coordinator_takeovers": coordinator_takeovers,
     });

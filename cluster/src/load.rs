@@ -107,21 +107,26 @@ struct Counters {
     zombie_acks_before_fence: AtomicU64,
 }
 
-type FencedLog = Arc<OnceCell<Arc<ObjectStoreLogStore>>>;
-/// A region's entries on a fenced chain (id, payload), read once: the chain is final.
-type FencedRegion = Arc<OnceCell<Arc<Vec<(u64, Bytes)>>>>;
+/// A fenced chain's entries by region (id, payload, in id order), read once in one
+/// replay pass: the chain is final. One pass reads each object once, where a read per
+/// region would read each object once per region (a killed node leaves appends of most
+/// of its regions in flight).
+type FencedChain = Arc<OnceCell<Arc<HashMap<u64, Vec<(u64, Bytes)>>>>>;
+
+/// Fenced chains kept at most: each is needed around its failover only, so the oldest
+/// read is dropped first (a resolve that still needs it reads it again).
+const FENCED_CHAINS_KEPT: usize = 4;
 
 struct Frontends {
     common: Common,
     view: View,
     pool: Pool,
     store: Arc<dyn ObjectStore>,
-    fenced: Mutex<HashMap<String, FencedLog>>,
-    /// Regions of fenced chains read so far, by prefix and region: every resolve and
-    /// late acknowledgement of a region looks there, rather than reading the chain
-    /// again (thousands of appends in flight on a killed node would each read it).
-    /// Grows with the regions of the fenced prefixes the frontends had to look at.
-    fenced_regions: Mutex<HashMap<(String, u64), FencedRegion>>,
+    /// Fenced chains read, by prefix, oldest first (at most [`FENCED_CHAINS_KEPT`]):
+    /// every resolve and late acknowledgement looks there rather than reading the
+    /// chain again (thousands of appends in flight on a killed node would each read
+    /// it).
+    fenced: Mutex<std::collections::VecDeque<(String, FencedChain)>>,
     next_n: Vec<AtomicU64>,
     acks: mpsc::Sender<String>,
     c: Counters,
@@ -239,31 +244,71 @@ impl Frontends {
         let _ = self.acks.send(format!("{region} {id} {payload}\n")).await;
     }
 
-    /// Node `route.name`'s fenced chain, opened read-only once per prefix; `None` until
-    /// its failover record says it is fenced.
-    async fn fenced_log(&self, route: &Route) -> Option<Result<Arc<ObjectStoreLogStore>, String>> {
+    /// Node `route.name`'s fenced chain, read once per prefix; `None` until its
+    /// failover record says it is fenced.
+    async fn fenced_chain(
+        &self,
+        route: &Route,
+    ) -> Option<Result<Arc<HashMap<u64, Vec<(u64, Bytes)>>>, String>> {
         if !self.view.failover(&route.name).is_some_and(|r| r.fenced()) {
             return None;
         }
-        let cell = lock(&self.fenced)
-            .entry(route.prefix.clone())
-            .or_default()
-            .clone();
-        let opened = cell
+        let cell = {
+            let mut fenced = lock(&self.fenced);
+            match fenced.iter().find(|(prefix, _)| *prefix == route.prefix) {
+                Some((_, cell)) => cell.clone(),
+                None => {
+                    let cell = FencedChain::default();
+                    fenced.push_back((route.prefix.clone(), cell.clone()));
+                    while fenced.len() > FENCED_CHAINS_KEPT {
+                        fenced.pop_front();
+                    }
+                    cell
+                }
+            }
+        };
+        let read = cell
             .get_or_try_init(|| async {
-                ObjectStoreLogStore::open_read_only(
+                let log = ObjectStoreLogStore::open_read_only(
                     self.store.clone(),
                     wal_config(&route.prefix, &self.common),
                 )
                 .await
-                .map(Arc::new)
+                .map_err(|e| format!("opening {} read-only: {e}", route.prefix))?;
+                let mut by_region: HashMap<u64, std::collections::BTreeMap<u64, Bytes>> =
+                    HashMap::new();
+                let regions = (0..self.next_n.len() as u64).map(|region| (region, 0));
+                let mut entries = log.replay(regions);
+                while let Some(entry) = entries.next().await {
+                    let entry = entry
+                        .map_err(|e| format!("reading the fenced chain {}: {e}", route.prefix))?;
+                    by_region
+                        .entry(entry.region)
+                        .or_default()
+                        .insert(entry.id, entry.payload);
+                }
+                // What the node flushed (and may have obsoleted) since any append still
+                // in flight was sent: its flush objects of the last minutes.
+                let since =
+                    crate::now_ms().saturating_sub(crate::flush::KEPT_FOR.as_millis() as u64);
+                let root = crate::flush::node_root(&self.common.run_id, &route.name);
+                let flushed = crate::flush::read_all(&self.store, &root, since)
+                    .await
+                    .map_err(|e| format!("reading {root}: {e}"))?;
+                for (region, entries) in flushed {
+                    let on_chain = by_region.entry(region).or_default();
+                    for (id, payload) in entries {
+                        on_chain.entry(id).or_insert_with(|| Bytes::from(payload));
+                    }
+                }
+                let by_region = by_region
+                    .into_iter()
+                    .map(|(region, entries)| (region, entries.into_iter().collect()))
+                    .collect();
+                Ok::<_, String>(Arc::new(by_region))
             })
             .await;
-        Some(
-            opened
-                .cloned()
-                .map_err(|e| format!("opening {} read-only: {e}", route.prefix)),
-        )
+        Some(read.cloned())
     }
 
     /// The id of entry `want` of `region` on `route`'s fenced chain, from id `from`:
@@ -276,32 +321,16 @@ impl Frontends {
         from: u64,
         want: &Bytes,
     ) -> Option<Result<Option<u64>, String>> {
-        let log = match self.fenced_log(route).await? {
-            Ok(log) => log,
-            Err(e) => return Some(Err(e)),
-        };
-        let cell = lock(&self.fenced_regions)
-            .entry((route.prefix.clone(), region))
-            .or_default()
-            .clone();
-        let entries = cell
-            .get_or_try_init(|| async {
-                let mut read = log.read(region, 0);
-                let mut entries = Vec::new();
-                while let Some(entry) = read.next().await {
-                    let entry = entry?;
-                    entries.push((entry.id, entry.payload));
-                }
-                Ok::<_, object_store_wal::Error>(Arc::new(entries))
-            })
-            .await;
-        Some(match entries {
-            Ok(entries) => Ok(entries
-                .iter()
-                .find(|(id, payload)| *id >= from && payload == want)
-                .map(|(id, _)| *id)),
-            Err(e) => Err(format!("reading the fenced chain: {e}")),
-        })
+        Some(self.fenced_chain(route).await?.map(|chain| {
+            chain
+                .get(&region)
+                .and_then(|entries| {
+                    entries
+                        .iter()
+                        .find(|(id, payload)| *id >= from && payload == want)
+                })
+                .map(|(id, _)| *id)
+        }))
     }
 
     /// Resolves an ambiguous append sent on `route` (see the module docs). `epoch`:
@@ -424,7 +453,6 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         pool: Pool::default(),
         store: store_from_url(&args.common.store)?,
         fenced: Mutex::default(),
-        fenced_regions: Mutex::default(),
         next_n: (0..regions).map(|_| AtomicU64::new(0)).collect(),
         acks,
         c: Counters::default(),

@@ -22,6 +22,7 @@
 
 mod check;
 mod coordinator;
+mod flush;
 mod keys;
 mod load;
 mod node;
@@ -77,6 +78,15 @@ pub struct Common {
     /// The WALs' `max_create_duration`, ms (the library's default: 60 s).
     #[arg(long, default_value_t = 60_000)]
     pub max_create_ms: u64,
+    /// The WALs' `min_object_interval`, ms: the shortest time between two objects of a
+    /// node (its group commit window), so a node writes at most 1000 / this objects a
+    /// second whatever its load.
+    #[arg(long, default_value_t = 20)]
+    pub min_object_interval_ms: u64,
+    /// How often a node flushes its regions' new entries into a flush object and
+    /// obsoletes them (`flush`), ms; 0: never (the live chains grow with the run).
+    #[arg(long, default_value_t = 1000)]
+    pub flush_ms: u64,
 }
 
 /// Milliseconds since the Unix epoch on this host (the processes of a run share one
@@ -93,6 +103,7 @@ pub fn wal_config(prefix: &str, common: &Common) -> Config {
     let mut config = Config::new(prefix).with_create_if_missing(true);
     config.reclaim_grace = Duration::from_millis(common.reclaim_grace_ms);
     config.max_create_duration = Duration::from_millis(common.max_create_ms);
+    config.min_object_interval = Duration::from_millis(common.min_object_interval_ms);
     config
 }
 

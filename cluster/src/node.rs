@@ -22,6 +22,7 @@ use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::flush::Flusher;
 use crate::keys::{Keys, NodeRecord};
 use crate::rpc::{serve, Failure, Handler, Reply, Request};
 use crate::{etcd_connect, now_ms, wal_config, Common};
@@ -60,6 +61,7 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
     let name = name(args.slot, args.generation);
     let prefix = format!("{}/{name}", args.common.run_id);
     let store = store_from_url(&args.common.store)?;
+    let bucket = store.clone();
     let restarts = RestartPolicy::new(
         10_000,
         Duration::from_secs(60),
@@ -68,6 +70,28 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
     );
     let (wal, join) = spawn_wal(store, wal_config(&prefix, &args.common), restarts).await?;
     wal.ready().await?;
+    let flusher = Arc::new(Flusher::new(
+        wal.clone(),
+        bucket,
+        &args.common.run_id,
+        &name,
+    ));
+    // The flushes, every `--flush-ms`, one at a time; the task ends with the node.
+    let flushing = (args.common.flush_ms > 0).then(|| {
+        let flusher = flusher.clone();
+        let every = Duration::from_millis(args.common.flush_ms);
+        let name = name.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = flusher.flush().await {
+                    eprintln!("{name}: a flush failed: {e}");
+                }
+            }
+        })
+    });
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?.to_string();
 
@@ -92,8 +116,10 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
     let in_flight = Arc::new(AtomicU64::new(0));
     let handler: Handler = {
         let (wal, serving, in_flight) = (wal.clone(), serving.clone(), in_flight.clone());
+        let flusher = flusher.clone();
         Arc::new(move |request| {
             let (wal, serving, in_flight) = (wal.clone(), serving.clone(), in_flight.clone());
+            let flusher = flusher.clone();
             Box::pin(async move {
                 if !serving.load(Ordering::SeqCst) {
                     return Reply::Failed(Failure::NotWritten {
@@ -101,7 +127,7 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
                     });
                 }
                 in_flight.fetch_add(1, Ordering::SeqCst);
-                let reply = handle(&wal, request).await;
+                let reply = handle(&wal, &flusher, request).await;
                 in_flight.fetch_sub(1, Ordering::SeqCst);
                 reply
             })
@@ -170,6 +196,9 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         serving.store(false, Ordering::SeqCst);
         let _ = client.lease_revoke(lease).await;
     }
+    if let Some(flushing) = flushing {
+        flushing.abort();
+    }
     let _ = stop_tx.send(true);
     let _ = server.await;
     let _ = tokio::time::timeout(Duration::from_secs(10), wal.stop()).await;
@@ -237,7 +266,7 @@ fn other(e: &Error) -> Reply {
 }
 
 /// Serves one request on the node's WAL.
-async fn handle(wal: &WalHandle, request: Request) -> Reply {
+async fn handle(wal: &WalHandle, flusher: &Flusher, request: Request) -> Reply {
     match request {
         Request::Append { region, payload } => {
             match wal.append(region, vec![Bytes::from(payload)]).await {
@@ -261,11 +290,14 @@ async fn handle(wal: &WalHandle, request: Request) -> Reply {
             })
             .await;
             match released {
-                Ok(r) => Reply::Released {
-                    last_id: r.last_id,
-                    acquire_above: r.acquire_above,
-                    sequence: r.sequence,
-                },
+                Ok(r) => {
+                    flusher.released(region, r.last_id);
+                    Reply::Released {
+                        last_id: r.last_id,
+                        acquire_above: r.acquire_above,
+                        sequence: r.sequence,
+                    }
+                }
                 Err(e) => other(&e),
             }
         }
@@ -274,6 +306,7 @@ async fn handle(wal: &WalHandle, request: Request) -> Reply {
             above,
             pieces,
         } => {
+            let with_pieces = !pieces.is_empty();
             let pieces: Vec<Piece> = pieces
                 .into_iter()
                 .map(|p| Piece {
@@ -291,7 +324,10 @@ async fn handle(wal: &WalHandle, request: Request) -> Reply {
                 eprintln!("acquire of {region}: {} ms", started.elapsed().as_millis());
             }
             match acquired {
-                Ok(()) => Reply::Done,
+                Ok(()) => {
+                    flusher.acquired(region, above, with_pieces);
+                    Reply::Done
+                }
                 Err(e) => other(&e),
             }
         }
@@ -345,7 +381,7 @@ async fn handle(wal: &WalHandle, request: Request) -> Reply {
             region,
             payload,
             epoch,
-        } => resolve(wal, region, Bytes::from(payload), epoch).await,
+        } => resolve(wal, flusher, region, Bytes::from(payload), epoch).await,
     }
 }
 
@@ -353,7 +389,13 @@ async fn handle(wal: &WalHandle, request: Request) -> Reply {
 /// one that ended, the append's object is on the chain or never will be (the new
 /// epoch claimed its key). An error named no epoch: the node's epoch now is taken as
 /// the one that ended, and the answer waits for the next (late, never early).
-async fn resolve(wal: &WalHandle, region: u64, want: Bytes, epoch: Option<u64>) -> Reply {
+async fn resolve(
+    wal: &WalHandle,
+    flusher: &Flusher,
+    region: u64,
+    want: Bytes,
+    epoch: Option<u64>,
+) -> Reply {
     let started = Instant::now();
     let mut ended = epoch;
     let mut last_error = String::new();
@@ -361,7 +403,7 @@ async fn resolve(wal: &WalHandle, region: u64, want: Bytes, epoch: Option<u64>) 
         match wal.stats().await {
             Ok(s) => match ended {
                 None => ended = Some(s.epoch),
-                Some(ended) if s.epoch > ended => match find(wal, region, &want).await {
+                Some(ended) if s.epoch > ended => match find(wal, flusher, region, &want).await {
                     Ok(id) => return Reply::Id { id },
                     Err(e) => {
                         last_error = e.to_string();
@@ -381,8 +423,15 @@ async fn resolve(wal: &WalHandle, region: u64, want: Bytes, epoch: Option<u64>) 
     })
 }
 
-/// The id of the entry `want` of `region` on `wal`'s chain, read whole.
-async fn find(wal: &WalHandle, region: u64, want: &Bytes) -> Result<Option<u64>, Error> {
+/// The id of the entry `want` of `region` on `wal`'s chain, read whole, or in the
+/// node's recent flushes: an entry flushed is hidden on the chain, and the flush that
+/// hid it is among the recent ones before the entry is hidden.
+async fn find(
+    wal: &WalHandle,
+    flusher: &Flusher,
+    region: u64,
+    want: &Bytes,
+) -> Result<Option<u64>, Error> {
     let mut entries = wal.read_stream(region, 0).await?;
     while let Some(entry) = entries.next().await {
         let entry = entry?;
@@ -390,5 +439,5 @@ async fn find(wal: &WalHandle, region: u64, want: &Bytes) -> Result<Option<u64>,
             return Ok(Some(entry.id));
         }
     }
-    Ok(None)
+    Ok(flusher.find(region, 0, want))
 }

@@ -68,14 +68,20 @@ pub struct Args {
     /// grace (the checker reads the archives, then the pieces).
     #[arg(long)]
     retire: bool,
-    /// The WALs' `reclaim_grace`, ms (with `--retire`: 10 s unless given; otherwise the
-    /// library's default).
+    /// The WALs' `reclaim_grace`, ms (10 s unless given: the flushes' obsoleted objects
+    /// are deleted this long after, so the live chains stay short).
     #[arg(long)]
     reclaim_grace_ms: Option<u64>,
-    /// The WALs' `max_create_duration`, ms (with `--retire`: 5 s unless given; otherwise
-    /// the library's default).
+    /// The WALs' `max_create_duration`, ms (5 s unless given: a create on the local
+    /// S3-API server that takes longer is not acknowledged, and the epoch ends).
     #[arg(long)]
     max_create_ms: Option<u64>,
+    /// The WALs' `min_object_interval`, ms (each node's group commit window).
+    #[arg(long, default_value_t = 20)]
+    min_object_interval_ms: u64,
+    /// How often each node flushes, ms (0: never).
+    #[arg(long, default_value_t = 1000)]
+    flush_ms: u64,
 }
 
 /// A child process of the run.
@@ -261,12 +267,8 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
     };
     std::fs::create_dir_all(&dir)?;
     let exe = std::env::current_exe()?;
-    let grace = args
-        .reclaim_grace_ms
-        .unwrap_or(if args.retire { 10_000 } else { 600_000 });
-    let max_create = args
-        .max_create_ms
-        .unwrap_or(if args.retire { 5_000 } else { 60_000 });
+    let grace = args.reclaim_grace_ms.unwrap_or(10_000);
+    let max_create = args.max_create_ms.unwrap_or(5_000);
     let common = vec![
         "--etcd".to_string(),
         args.etcd.clone(),
@@ -278,6 +280,10 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         grace.to_string(),
         "--max-create-ms".into(),
         max_create.to_string(),
+        "--min-object-interval-ms".into(),
+        args.min_object_interval_ms.to_string(),
+        "--flush-ms".into(),
+        args.flush_ms.to_string(),
     ];
     eprintln!("run: {run_id}, logs in {}", dir.display());
     let mut cluster = Cluster {
@@ -319,6 +325,8 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
             run_id,
             reclaim_grace_ms: grace,
             max_create_ms: max_create,
+            min_object_interval_ms: args.min_object_interval_ms,
+            flush_ms: args.flush_ms,
         },
         acks,
         summary: Some(summary),

@@ -1,0 +1,271 @@
+//! A node's flush, as a database flushes its memtable: every `--flush-ms` the node
+//! reads the entries of its regions that arrived since the last flush (its own chain's,
+//! and for a region it took over, the pieces its acquire recorded in the earlier
+//! owners' logs), writes them into one **flush object** on the bucket, and only once
+//! that object is durable calls `obsolete` through the last id it holds. The floor then
+//! rises, the reclaimer deletes what is below it after the grace, and the live chain,
+//! which the fence, the catch-ups and the frontends' resolves read, stays as long as a
+//! flush interval plus the grace, not as long as the node has lived.
+//!
+//! Flush objects live under `<run>/flushed/<node>/<ms>-<n>.json` (`ms` the node's
+//! wall clock when it wrote it, `n` the flush's number): a JSON map from region to its
+//! `(id, payload)` pairs. What reads a region's history reads them beside the chains:
+//! the checker (every object), a frontend resolving an append on a fenced node (that
+//! node's objects written since the append could have landed), and the node itself
+//! resolving an append (the flushes of the last [`KEPT_FOR`], kept in memory).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use object_store_wal_actors::WalHandle;
+
+/// One flush object's content: region to its entries, in id order.
+pub type Flushed = BTreeMap<u64, Vec<(u64, String)>>;
+
+/// How long a node keeps its flushes in memory for its own resolves: longer than a
+/// frontend waits for an append (`load::APPEND_WITHIN`, 120 s).
+pub const KEPT_FOR: Duration = Duration::from_secs(150);
+
+/// Where run `run_id`'s flush objects live.
+pub fn root(run_id: &str) -> String {
+    format!("{run_id}/flushed/")
+}
+
+/// Where node `node`'s flush objects live.
+pub fn node_root(run_id: &str, node: &str) -> String {
+    format!("{}{node}/", root(run_id))
+}
+
+/// The `ms` a flush object's name carries (`None`: not a flush object's name).
+pub fn written_ms(path: &Path) -> Option<u64> {
+    path.filename()?.split('-').next()?.parse().ok()
+}
+
+/// What the node flushes of one region it holds.
+#[derive(Debug, Clone)]
+struct Held {
+    /// The next id to flush.
+    from: u64,
+    /// Its acquire recorded pieces in earlier owners' logs not flushed yet: read with
+    /// `read_history` (once; after the flush they are forgotten).
+    pieces: bool,
+    /// Released at this last id (`Some(None)`: holding none): flushed once more, then
+    /// forgotten.
+    released: Option<Option<u64>>,
+}
+
+/// The node's flusher: which regions it holds, and its recent flushes.
+pub struct Flusher {
+    wal: WalHandle,
+    store: Arc<dyn ObjectStore>,
+    root: String,
+    held: Mutex<HashMap<u64, Held>>,
+    recent: Mutex<VecDeque<(Instant, Arc<Flushed>)>>,
+    count: Mutex<u64>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Flusher {
+    /// The flusher of node `node` of run `run_id`, writing on `wal`.
+    pub fn new(wal: WalHandle, store: Arc<dyn ObjectStore>, run_id: &str, node: &str) -> Self {
+        Flusher {
+            wal,
+            store,
+            root: node_root(run_id, node),
+            held: Mutex::default(),
+            recent: Mutex::default(),
+            count: Mutex::new(0),
+        }
+    }
+
+    /// `region` acquired above `above`, with `pieces` recorded or not.
+    pub fn acquired(&self, region: u64, above: u64, pieces: bool) {
+        let from = if pieces { 0 } else { above.saturating_add(1) };
+        lock(&self.held).insert(
+            region,
+            Held {
+                from,
+                pieces,
+                released: None,
+            },
+        );
+    }
+
+    /// `region` released at `last_id`.
+    pub fn released(&self, region: u64, last_id: Option<u64>) {
+        if let Some(held) = lock(&self.held).get_mut(&region) {
+            held.released = Some(last_id);
+        }
+    }
+
+    /// One flush: the regions' new entries into a flush object, then `obsolete` through
+    /// them. Nothing is obsoleted unless the object is durable.
+    pub async fn flush(&self) -> anyhow::Result<u64> {
+        let held: Vec<(u64, Held)> = lock(&self.held)
+            .iter()
+            .map(|(r, h)| (*r, h.clone()))
+            .collect();
+        if held.is_empty() {
+            return Ok(0);
+        }
+        let mut flushed: Flushed = BTreeMap::new();
+        // Regions with pieces one by one (their pieces are read from other logs), the
+        // others in one replay (each object fetched once).
+        let mut plain = Vec::new();
+        let mut skipped = Vec::new();
+        for (region, h) in &held {
+            if h.pieces {
+                // A region whose pieces cannot be read now is flushed at the next
+                // flush (its entries stay on the chains until then).
+                match self.history(*region, h.from).await {
+                    Ok(entries) if !entries.is_empty() => {
+                        flushed.insert(*region, entries);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        eprintln!("flush: region {region}'s history: {e}");
+                        skipped.push(*region);
+                    }
+                }
+            } else {
+                plain.push((*region, h.from));
+            }
+        }
+        if !plain.is_empty() {
+            let mut entries = self.wal.replay_stream(plain).await?;
+            while let Some(entry) = entries.next().await {
+                let entry = entry?;
+                flushed
+                    .entry(entry.region)
+                    .or_default()
+                    .push((entry.id, payload(&entry.payload)));
+            }
+        }
+        let count: u64 = flushed.values().map(|e| e.len() as u64).sum();
+        if count > 0 {
+            let n = {
+                let mut c = lock(&self.count);
+                *c += 1;
+                *c
+            };
+            let path = Path::from(format!("{}{:013}-{n:06}.json", self.root, crate::now_ms()));
+            self.store
+                .put(&path, serde_json::to_vec(&flushed)?.into())
+                .await?;
+        }
+        // Durable: kept for the node's resolves first (a resolve that finds an entry
+        // hidden by the obsolete finds it here), then obsolete through what it holds,
+        // and through a release's last id.
+        let flushed = Arc::new(flushed);
+        {
+            let mut recent = lock(&self.recent);
+            recent.push_back((Instant::now(), flushed.clone()));
+            while recent
+                .front()
+                .is_some_and(|(at, _)| at.elapsed() > KEPT_FOR)
+            {
+                recent.pop_front();
+            }
+        }
+        for (region, h) in held.iter().filter(|(r, _)| !skipped.contains(r)) {
+            let last = flushed
+                .get(region)
+                .and_then(|e| e.last().map(|(id, _)| *id));
+            let through = match h.released {
+                Some(released) => last.max(released),
+                None => last,
+            };
+            if let Some(through) = through {
+                self.wal.obsolete(*region, through).await?;
+            }
+            let mut all = lock(&self.held);
+            match (h.released, all.get_mut(region)) {
+                // Released since this flush began? Then it flushes once more.
+                (Some(_), Some(now)) if now.released.is_some() => {
+                    all.remove(region);
+                }
+                (_, Some(now)) => {
+                    if let Some(through) = through {
+                        now.from = now.from.max(through.saturating_add(1));
+                    }
+                    now.pieces &= !h.pieces;
+                }
+                (_, None) => {}
+            }
+        }
+        Ok(count)
+    }
+
+    /// `region`'s history from `from`: its pieces in earlier owners' logs, then this
+    /// log's own entries.
+    async fn history(&self, region: u64, from: u64) -> anyhow::Result<Vec<(u64, String)>> {
+        let mut entries = self
+            .wal
+            .read_history(region, from, Duration::from_secs(30))
+            .await?;
+        let mut read = Vec::new();
+        while let Some(entry) = entries.next().await {
+            let entry = entry?;
+            read.push((entry.id, payload(&entry.payload)));
+        }
+        Ok(read)
+    }
+
+    /// The id entry `want` of `region` has in a flush of the last [`KEPT_FOR`], from id
+    /// `from`.
+    pub fn find(&self, region: u64, from: u64, want: &[u8]) -> Option<u64> {
+        let recent: Vec<Arc<Flushed>> = lock(&self.recent).iter().map(|(_, f)| f.clone()).collect();
+        recent.iter().find_map(|f| {
+            f.get(&region)?
+                .iter()
+                .find(|(id, p)| *id >= from && p.as_bytes() == want)
+                .map(|(id, _)| *id)
+        })
+    }
+}
+
+fn payload(bytes: &Bytes) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Reads the flush objects under `root` whose name says they were written at or after
+/// `since_ms`, merged: region to its entries by id.
+pub async fn read_all(
+    store: &Arc<dyn ObjectStore>,
+    root: &str,
+    since_ms: u64,
+) -> anyhow::Result<HashMap<u64, BTreeMap<u64, String>>> {
+    let prefix = Path::from(root);
+    let mut listed = store.list(Some(&prefix));
+    let mut paths = Vec::new();
+    while let Some(meta) = listed.next().await {
+        let meta = meta?;
+        if written_ms(&meta.location).is_some_and(|ms| ms >= since_ms) {
+            paths.push(meta.location);
+        }
+    }
+    let mut reads = futures::stream::iter(paths.into_iter().map(|path| {
+        let store = store.clone();
+        async move {
+            let bytes = store.get(&path).await?.bytes().await?;
+            let flushed: Flushed = serde_json::from_slice(&bytes)?;
+            Ok::<_, anyhow::Error>(flushed)
+        }
+    }))
+    .buffer_unordered(16);
+    let mut merged: HashMap<u64, BTreeMap<u64, String>> = HashMap::new();
+    while let Some(flushed) = reads.next().await {
+        for (region, entries) in flushed? {
+            merged.entry(region).or_default().extend(entries);
+        }
+    }
+    Ok(merged)
+}
