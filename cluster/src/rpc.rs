@@ -313,7 +313,8 @@ impl Conn {
         self.pending.lock().map_or(true, |p| p.is_none()) || self.tx.is_closed()
     }
 
-    /// Sends `request` and waits for its answer.
+    /// Sends `request` and waits for its answer. A call dropped before its answer (a
+    /// timeout) takes its entry out of the connection's pending calls.
     pub async fn call(&self, request: &Request) -> Result<Reply, CallError> {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let frame =
@@ -326,16 +327,41 @@ impl Conn {
             };
             pending.insert(id, reply_tx);
         }
+        // From here on, however the call ends (answered, failed, or dropped by a
+        // caller's timeout), its entry goes (a no-op once the reader took it).
+        let _entry = PendingEntry {
+            pending: &self.pending,
+            id,
+        };
         if self.tx.send((id, Bytes::from(frame))).await.is_err() {
             // The writer ended before taking it: never on the wire.
-            if let Ok(mut p) = self.pending.lock() {
-                if let Some(p) = p.as_mut() {
-                    p.remove(&id);
-                }
-            }
             return Err(CallError::NotSent);
         }
         reply_rx.await.map_err(|_| CallError::Lost)
+    }
+
+    /// Calls waiting for their answers (for the tests).
+    #[cfg(test)]
+    fn pending_calls(&self) -> usize {
+        self.pending
+            .lock()
+            .map_or(0, |p| p.as_ref().map_or(0, HashMap::len))
+    }
+}
+
+/// A call's entry in its connection's pending calls, removed when the call ends.
+struct PendingEntry<'a> {
+    pending: &'a Pending,
+    id: u64,
+}
+
+impl Drop for PendingEntry<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.pending.lock() {
+            if let Some(p) = p.as_mut() {
+                p.remove(&self.id);
+            }
+        }
     }
 }
 
@@ -461,5 +487,20 @@ mod tests {
         let pool = Pool::default();
         let reply = pool.call(&addr, &Request::LastEntryId { region: 1 }).await;
         assert_eq!(reply.err(), Some(CallError::NotSent));
+    }
+
+    #[tokio::test]
+    async fn a_call_that_times_out_leaves_no_pending_entry() {
+        let handler: Handler = Arc::new(|_| Box::pin(futures::future::pending::<Reply>()));
+        let (addr, _stop, _task) = server(handler).await;
+        let conn = Conn::connect(&addr).await.expect("connect");
+        let request = Request::LastEntryId { region: 1 };
+        for _ in 0..3 {
+            let call =
+                tokio::time::timeout(std::time::Duration::from_millis(50), conn.call(&request));
+            assert!(call.await.is_err(), "the handler never answers");
+        }
+        assert_eq!(conn.pending_calls(), 0);
+        assert!(!conn.is_broken());
     }
 }
