@@ -513,11 +513,7 @@ impl Leader {
             if started.elapsed() > Duration::from_secs(60) {
                 anyhow::bail!("{from} never released {region}");
             }
-            match self
-                .pool
-                .call(&source.addr, &Request::Release { region })
-                .await
-            {
+            match self.pool.call(&source, &Request::Release { region }).await {
                 Ok(Reply::Released {
                     last_id,
                     acquire_above,
@@ -562,7 +558,7 @@ impl Leader {
                 above,
                 pieces: Vec::new(),
             };
-            let acquire = self.pool.call(&node.addr, &acquire_request);
+            let acquire = self.pool.call(&node, &acquire_request);
             let catch_up = async {
                 let Some(through) = through else {
                     return Ok(());
@@ -574,7 +570,7 @@ impl Leader {
                     through,
                     sequence: released.sequence,
                 };
-                match self.pool.call(&node.addr, &request).await {
+                match self.pool.call(&node, &request).await {
                     Ok(Reply::CaughtUp { last: Some(at), .. }) if at == through => Ok(()),
                     other => Err(format!("catch-up through {through}: {other:?}")),
                 }
@@ -651,7 +647,7 @@ impl Leader {
                     match self
                         .pool
                         .call(
-                            &node.addr,
+                            &node,
                             &Request::Acquire {
                                 region,
                                 above: 0,
@@ -870,7 +866,7 @@ impl Leader {
                 region: *region,
                 id: *through,
             };
-            match self.pool.call(&owner.addr, &request).await {
+            match self.pool.call(owner, &request).await {
                 Ok(Reply::Done) => {}
                 other => eprintln!(
                     "{}: obsolete of {region} through {through} at {}: {other:?}",
@@ -1026,7 +1022,7 @@ impl Leader {
                     region,
                     id: through,
                 };
-                let answer = self.pool.call(&node.addr, &request).await;
+                let answer = self.pool.call(node, &request).await;
                 if !matches!(answer, Ok(Reply::Done)) {
                     eprintln!(
                         "{}: obsolete of {region} through {through} at {}: {answer:?}",
@@ -1144,7 +1140,7 @@ impl Leader {
             let result = match self
                 .pool
                 .call(
-                    &to.addr,
+                    to,
                     &Request::Acquire {
                         region,
                         above,
@@ -1169,7 +1165,7 @@ impl Leader {
                 through,
                 sequence: released.sequence,
             };
-            let result = match self.pool.call(&to.addr, &request).await {
+            let result = match self.pool.call(to, &request).await {
                 Ok(Reply::CaughtUp { last: Some(at), .. }) if at == through => Ok(()),
                 other => Err(anyhow::anyhow!(
                     "catch-up at {} through {through}: {other:?}",

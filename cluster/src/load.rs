@@ -185,7 +185,7 @@ impl Frontends {
                 region,
                 payload: payload.clone(),
             };
-            let answer = self.pool.call(&route.addr, &request).await;
+            let answer = self.pool.call(&route, &request).await;
             let epoch = match answer {
                 Ok(Reply::Appended { id }) => {
                     self.check_late_ack(&route, region, &payload, id, tenure)
@@ -340,7 +340,7 @@ impl Frontends {
                     payload: payload.to_string(),
                     epoch,
                 };
-                match self.pool.call(&route.addr, &request).await {
+                match self.pool.call(route, &request).await {
                     Ok(Reply::Id { id }) => {
                         let counter = match id {
                             Some(_) => &self.c.resolved_found,
