@@ -8,10 +8,11 @@
 //!   is resolved before it is sent again. On a live node, the node answers once its
 //!   epoch is past the one that ended. On a node being failed over, only the **fenced**
 //!   chain tells: once the failover record says the prefix is fenced, the frontend opens
-//!   it read-only (once per prefix, cached) and looks for the entry from the node's
-//!   tenure start, never in the region's new history. Found, it counts as acknowledged
-//!   with the id it has there; not found, it is sent again. An append that cannot be
-//!   resolved counts as `failed` and is never sent again (that could write it twice).
+//!   it read-only (once per prefix, cached while resolves of it are under way) and
+//!   looks for the entry from the node's tenure start, never in the region's new
+//!   history. Found, it counts as acknowledged with the id it has there; not found, it
+//!   is sent again. An append that cannot be resolved counts as `failed` and is never
+//!   sent again (that could write it twice).
 //! - An acknowledgement from a node whose prefix the frontend knows fenced is checked
 //!   against the fenced chain: there with that id, it was durable before the fence
 //!   (`zombie_acks_late_on_chain`); otherwise it is a `zombie_acks_after_fence`, which
@@ -111,17 +112,73 @@ type FencedLog = Arc<OnceCell<Arc<ObjectStoreLogStore>>>;
 /// A region's entries on a fenced chain (id, payload), read once: the chain is final.
 type FencedRegion = Arc<OnceCell<Arc<Vec<(u64, Bytes)>>>>;
 
+/// A cache entry and the resolves (and late acknowledgements' checks) using it now.
+struct Shared<T> {
+    value: T,
+    users: usize,
+}
+
+/// The fenced chain of one prefix and one of its regions, held by a resolve or a late
+/// acknowledgement's check while it runs. The cache entries live as long as one such
+/// use does: the appends a node had in flight when it died are resolved together (all
+/// wait for the fence, then read the cached region), and once the last is done the
+/// entries go, so the cache holds no more than the regions with an append being
+/// resolved (at most `--in-flight`).
+struct FencedUse<'a> {
+    frontends: &'a Frontends,
+    prefix: String,
+    region: u64,
+    log: FencedLog,
+    entries: FencedRegion,
+}
+
+impl Drop for FencedUse<'_> {
+    fn drop(&mut self) {
+        release(&self.frontends.fenced, &self.prefix);
+        release(
+            &self.frontends.fenced_regions,
+            &(self.prefix.clone(), self.region),
+        );
+    }
+}
+
+/// One use of `key`'s entry fewer; the entry goes with its last use.
+fn release<K: std::hash::Hash + Eq, T>(map: &Mutex<HashMap<K, Shared<T>>>, key: &K) {
+    let mut map = lock(map);
+    if let Some(shared) = map.get_mut(key) {
+        shared.users = shared.users.saturating_sub(1);
+        if shared.users == 0 {
+            map.remove(key);
+        }
+    }
+}
+
+/// One use more of `key`'s entry (made if missing); answers its value.
+fn hold<K: std::hash::Hash + Eq, T: Clone + Default>(
+    map: &Mutex<HashMap<K, Shared<T>>>,
+    key: K,
+) -> T {
+    let mut map = lock(map);
+    let shared = map.entry(key).or_insert_with(|| Shared {
+        value: T::default(),
+        users: 0,
+    });
+    shared.users = shared.users.saturating_add(1);
+    shared.value.clone()
+}
+
 struct Frontends {
     common: Common,
     view: View,
     pool: Pool,
     store: Arc<dyn ObjectStore>,
-    fenced: Mutex<HashMap<String, FencedLog>>,
-    /// Regions of fenced chains read so far, by prefix and region: every resolve and
-    /// late acknowledgement of a region looks there, rather than reading the chain
-    /// again (thousands of appends in flight on a killed node would each read it).
-    /// Grows with the regions of the fenced prefixes the frontends had to look at.
-    fenced_regions: Mutex<HashMap<(String, u64), FencedRegion>>,
+    /// Fenced chains opened read-only, by prefix, while a [`FencedUse`] holds them.
+    fenced: Mutex<HashMap<String, Shared<FencedLog>>>,
+    /// Regions of fenced chains read, by prefix and region, while a [`FencedUse`]
+    /// holds them: every resolve and late acknowledgement of a region under way looks
+    /// there, rather than reading the chain again (thousands of appends in flight on a
+    /// killed node would each read it).
+    fenced_regions: Mutex<HashMap<(String, u64), Shared<FencedRegion>>>,
     next_n: Vec<AtomicU64>,
     acks: mpsc::Sender<String>,
     c: Counters,
@@ -239,17 +296,29 @@ impl Frontends {
         let _ = self.acks.send(format!("{region} {id} {payload}\n")).await;
     }
 
-    /// Node `route.name`'s fenced chain, opened read-only once per prefix; `None` until
-    /// its failover record says it is fenced.
-    async fn fenced_log(&self, route: &Route) -> Option<Result<Arc<ObjectStoreLogStore>, String>> {
+    /// A use of `route`'s fenced chain and its region `region` (see [`FencedUse`]).
+    fn use_fenced(&self, route: &Route, region: u64) -> FencedUse<'_> {
+        FencedUse {
+            frontends: self,
+            prefix: route.prefix.clone(),
+            region,
+            log: hold(&self.fenced, route.prefix.clone()),
+            entries: hold(&self.fenced_regions, (route.prefix.clone(), region)),
+        }
+    }
+
+    /// Node `route.name`'s fenced chain, opened read-only once per prefix and `held`;
+    /// `None` until its failover record says it is fenced.
+    async fn fenced_log(
+        &self,
+        route: &Route,
+        held: &FencedUse<'_>,
+    ) -> Option<Result<Arc<ObjectStoreLogStore>, String>> {
         if !self.view.failover(&route.name).is_some_and(|r| r.fenced()) {
             return None;
         }
-        let cell = lock(&self.fenced)
-            .entry(route.prefix.clone())
-            .or_default()
-            .clone();
-        let opened = cell
+        let opened = held
+            .log
             .get_or_try_init(|| async {
                 ObjectStoreLogStore::open_read_only(
                     self.store.clone(),
@@ -272,19 +341,17 @@ impl Frontends {
     async fn find_fenced(
         &self,
         route: &Route,
-        region: u64,
+        held: &FencedUse<'_>,
         from: u64,
         want: &Bytes,
     ) -> Option<Result<Option<u64>, String>> {
-        let log = match self.fenced_log(route).await? {
+        let log = match self.fenced_log(route, held).await? {
             Ok(log) => log,
             Err(e) => return Some(Err(e)),
         };
-        let cell = lock(&self.fenced_regions)
-            .entry((route.prefix.clone(), region))
-            .or_default()
-            .clone();
-        let entries = cell
+        let region = held.region;
+        let entries = held
+            .entries
             .get_or_try_init(|| async {
                 let mut read = log.read(region, 0);
                 let mut entries = Vec::new();
@@ -319,8 +386,11 @@ impl Frontends {
         let want = Bytes::from(payload.to_string());
         let mut asked_node = false;
         let mut last_error = String::new();
+        // Held from the start, while the resolve waits for the fence: the appends in
+        // flight on a node that died share one read of each region.
+        let held = self.use_fenced(route, region);
         while started.elapsed() < APPEND_WITHIN {
-            match self.find_fenced(route, region, tenure, &want).await {
+            match self.find_fenced(route, &held, tenure, &want).await {
                 Some(Ok(found)) => {
                     let counter = match found {
                         Some(_) => &self.c.resolved_on_fence_found,
@@ -375,7 +445,8 @@ impl Frontends {
             return;
         }
         let want = Bytes::from(payload.to_string());
-        let found = match self.find_fenced(route, region, from, &want).await {
+        let held = self.use_fenced(route, region);
+        let found = match self.find_fenced(route, &held, from, &want).await {
             Some(Ok(found)) => found,
             _ => None,
         };
