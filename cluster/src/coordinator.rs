@@ -70,6 +70,38 @@ struct MoveIntent {
     to: String,
 }
 
+/// Ids or versions read back from etcd that leave no room above them (only a damaged
+/// or hostile key space holds such values): the step is refused, nothing written.
+#[derive(Debug, thiserror::Error)]
+enum Exhausted {
+    /// A piece's `after` is the last id: no entry id is left above it.
+    #[error("region {region}: no entry id is left above {after}")]
+    NoIdAbove {
+        /// The region.
+        region: u64,
+        /// The id the piece starts after.
+        after: u64,
+    },
+    /// The route's version is the last one.
+    #[error("region {region}: its route's version {version} cannot be raised")]
+    RouteVersion {
+        /// The region.
+        region: u64,
+        /// The route's version.
+        version: u64,
+    },
+}
+
+/// The first id of a piece that holds ids above `after` (`None`: from id 0).
+fn first_id_above(region: u64, after: Option<u64>) -> Result<u64, Exhausted> {
+    match after {
+        None => Ok(0),
+        Some(after) => after
+            .checked_add(1)
+            .ok_or(Exhausted::NoIdAbove { region, after }),
+    }
+}
+
 /// Runs a coordinator instance: standby until elected, then the leader until it stops
 /// (SIGTERM) or is deposed.
 pub async fn main(args: Args) -> anyhow::Result<i32> {
@@ -496,16 +528,19 @@ impl Leader {
         let Some(source) = nodes.get(from).cloned() else {
             anyhow::bail!("{from} is not live");
         };
+        let after = self
+            .regions
+            .get(region as usize)
+            .and_then(|s| lock(s).history.last().and_then(|p| p.after));
+        // Before the intent and the release: a refusal here leaves the region where it
+        // is.
+        let from_id = first_id_above(region, after)?;
         let intent = MoveIntent {
             from: from.to_string(),
             to: to.to_string(),
         };
         self.put(&self.keys.move_intent(region), serde_json::to_vec(&intent)?)
             .await?;
-        let after = self
-            .regions
-            .get(region as usize)
-            .and_then(|s| lock(s).history.last().and_then(|p| p.after));
         let released = loop {
             if !self.view.nodes().contains_key(from) {
                 anyhow::bail!("{from} died before its release of {region} answered");
@@ -534,7 +569,6 @@ impl Leader {
         let released_at = Instant::now();
         let last = released.last_id;
         let above = released.acquire_above.max(after.unwrap_or(0));
-        let from_id = after.map_or(0, |a| a + 1);
         let through = last.filter(|l| *l >= from_id);
         let mut target = to.to_string();
         loop {
@@ -702,12 +736,19 @@ impl Leader {
                 through: None,
                 kind: kind.to_string(),
             });
+            let version = match &state.route {
+                Some(r) => r.version.checked_add(1).ok_or(Exhausted::RouteVersion {
+                    region,
+                    version: r.version,
+                })?,
+                None => 1,
+            };
             let route = Route {
                 name: to.name.clone(),
                 prefix: to.prefix.clone(),
                 addr: to.addr.clone(),
                 after: above,
-                version: state.route.as_ref().map_or(1, |r| r.version + 1),
+                version,
             };
             (route, history)
         };
@@ -979,7 +1020,10 @@ impl Leader {
         fenced_ms: u64,
     ) -> anyhow::Result<()> {
         let common = &self.args.common;
-        let at = fenced_ms + common.reclaim_grace_ms + common.max_create_ms + 1_000;
+        let at = fenced_ms
+            .saturating_add(common.reclaim_grace_ms)
+            .saturating_add(common.max_create_ms)
+            .saturating_add(1_000);
         tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await;
         let on_it: Vec<u64> = (0..self.args.regions)
             .filter(|r| {
@@ -1098,7 +1142,7 @@ impl Leader {
             .regions
             .get(region as usize)
             .and_then(|s| lock(s).history.last().and_then(|p| p.after));
-        let start = after.map_or(0, |a| a + 1);
+        let start = first_id_above(region, after)?;
         // A region the prefix released (a move whose answer never came back) is taken
         // over from its release like the others.
         let held = fenced

@@ -506,7 +506,9 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         args.rate, args.seconds
     );
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(args.seconds);
+    let Some(deadline) = started.checked_add(Duration::from_secs(args.seconds)) else {
+        anyhow::bail!("--seconds {} is too large", args.seconds);
+    };
     let in_flight = Arc::new(Semaphore::new(args.in_flight.max(1)));
     let mut rng = Rng(args.seed);
     let mut next = Instant::now();
@@ -514,7 +516,14 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
     let rate = args.rate.max(0.001);
     while next < deadline {
         let gap = -(1.0 - rng.unit()).ln() / rate;
-        next += Duration::from_secs_f64(gap);
+        // A gap past what an instant can hold (a tiny `--rate`) ends the load.
+        let Some(at) = Duration::try_from_secs_f64(gap)
+            .ok()
+            .and_then(|gap| next.checked_add(gap))
+        else {
+            break;
+        };
+        next = at;
         tokio::time::sleep_until(next.into()).await;
         let region = rng.below(regions);
         let Ok(permit) = in_flight.clone().acquire_owned().await else {

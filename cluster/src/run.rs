@@ -346,6 +346,14 @@ async fn drive(
     run_id: &str,
 ) -> anyhow::Result<()> {
     let args = cluster.args.clone();
+    // Refused before anything starts, rather than at the pause (an instant this far
+    // ahead does not exist).
+    if Instant::now()
+        .checked_add(Duration::from_millis(args.pause_ms))
+        .is_none()
+    {
+        anyhow::bail!("--pause-ms {} is too large", args.pause_ms);
+    }
     for slot in 0..args.nodes as usize {
         cluster.start_node(slot)?;
     }
@@ -428,7 +436,8 @@ async fn drive(
         let Some(kind) = plan.get(next_event) else {
             continue;
         };
-        let at = Duration::from_secs_f64(span * (next_event as f64 + 0.5) / total);
+        let at = Duration::try_from_secs_f64(span * (next_event as f64 + 0.5) / total)
+            .unwrap_or(Duration::MAX);
         if started.elapsed() < at || resume.is_some() {
             continue;
         }
@@ -457,13 +466,17 @@ async fn drive(
                     p.child.kill().await?;
                     cluster.start_node(slot)?;
                 } else {
+                    let Some(at) = Instant::now().checked_add(Duration::from_millis(args.pause_ms))
+                    else {
+                        anyhow::bail!("--pause-ms {} is too large", args.pause_ms);
+                    };
                     eprintln!(
                         "run: {:.1} s: SIGSTOP {name} for {} ms",
                         started.elapsed().as_secs_f64(),
                         args.pause_ms
                     );
                     signal(&p.child, libc::SIGSTOP);
-                    resume = Some((Instant::now() + Duration::from_millis(args.pause_ms), slot));
+                    resume = Some((at, slot));
                 }
             }
             _ => {
