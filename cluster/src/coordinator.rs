@@ -6,7 +6,8 @@
 //!
 //! Every write is a transaction guarded by the leader's election key (its create
 //! revision): once the leader's lease expired and a standby won, the old leader's
-//! writes fail, and it exits. A new leader reads routes and histories back from etcd
+//! writes fail, and it exits. It also exits (fail-stop) when it cannot learn whether
+//! a write landed, since its cached routes and histories might then be stale. A new leader reads routes and histories back from etcd
 //! and carries on: a failover half done is done again (the fence answers the same when
 //! asked again, acquires and catch-ups are idempotent), since its regions' routes still
 //! name the dead node.
@@ -30,7 +31,9 @@ use crate::rpc::{PieceMsg, Pool, Reply, Request};
 use crate::view::View;
 use crate::{etcd_connect, etcd_connect_waiting, now_ms, wal_config, Common};
 
-/// The exit code of a coordinator that lost its lease or its leadership.
+/// The exit code of a coordinator that lost its lease or its leadership, or could not
+/// learn whether one of its writes landed (see `Leader::guarded_txn`): the driver
+/// starts it again as a standby.
 pub const DEPOSED: i32 = 4;
 
 /// A coordinator's flags.
@@ -166,6 +169,7 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
             keys.clone(),
             client.clone(),
             guard,
+            lease,
             view,
             store_from_url(&args.common.store)?,
         )
@@ -189,6 +193,9 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
 #[derive(Debug, Default, Clone)]
 struct RegionState {
     route: Option<Route>,
+    /// The `mod_revision` of `routes/<region>` as this leader last read or wrote it (0:
+    /// no such key): [`Leader::switch`] writes only if the key is still at it.
+    route_revision: i64,
     history: Vec<Piece>,
     /// A move of it is under way: a failover leaves it to the move until the move
     /// switched its route or gave up (its source died: the failover takes it over from
@@ -204,6 +211,9 @@ struct Leader {
     keys: Keys,
     client: etcd_client::Client,
     guard: Compare,
+    /// The lease the election key is bound to (revoked on a fail-stop exit, so that
+    /// the standby is elected at once rather than after the TTL).
+    lease: i64,
     view: View,
     pool: Pool,
     store: Arc<dyn ObjectStore>,
@@ -230,6 +240,7 @@ impl Leader {
         keys: Keys,
         mut client: etcd_client::Client,
         guard: Compare,
+        lease: i64,
         view: View,
         store: Arc<dyn ObjectStore>,
     ) -> anyhow::Result<Leader> {
@@ -245,8 +256,13 @@ impl Leader {
                 .and_then(|k| k.strip_prefix(&keys.routes()))
                 .and_then(|r| r.parse::<usize>().ok());
             let route = serde_json::from_slice::<Route>(kv.value()).ok();
-            if let (Some(state), Some(route)) = (region.and_then(|r| regions.get_mut(r)), route) {
-                state.route = Some(route);
+            if let Some(state) = region.and_then(|r| regions.get_mut(r)) {
+                // The key's revision even if its value does not parse: a switch then
+                // replaces that value, and only that one.
+                state.route_revision = kv.mod_revision();
+                if let Some(route) = route {
+                    state.route = Some(route);
+                }
             }
         }
         let histories = client
@@ -300,6 +316,7 @@ impl Leader {
             keys,
             client,
             guard,
+            lease,
             view,
             pool: Pool::default(),
             store,
@@ -321,12 +338,43 @@ impl Leader {
         puts: Vec<(String, Vec<u8>)>,
         deletes: Vec<String>,
     ) -> anyhow::Result<()> {
+        self.guarded_txn(puts, deletes, Vec::new(), "a guarded write")
+            .await;
+        Ok(())
+    }
+
+    /// The one way the leader writes: `puts` and `deletes` in a transaction guarded by
+    /// its election key and by `compares`; answers the revision it landed at.
+    ///
+    /// **Fail-stop.** The leader's cached routes and histories are the truth only while
+    /// every one of its writes is known to have landed or not. A transaction can land
+    /// at etcd while the client gets an error (the answer was lost), so an error is
+    /// retried with the same transaction (its puts are idempotent; a switch's
+    /// `mod_revision` compare refuses it if the first attempt landed), and if the
+    /// outcome is still unknown when the retries are spent, the process exits with
+    /// [`DEPOSED`] rather than go on from a cache that may be stale (a switch that
+    /// landed but is not in the cache would be overwritten by the next switch of that
+    /// region, which would drop a piece of its history). The lease is revoked on the
+    /// way out, so that the standby is elected at once; it reads the routes and
+    /// histories back from etcd, and the driver starts this instance again as a
+    /// standby. A refused transaction (a compare failed) exits the same way: either
+    /// the election key is gone (a standby won) or a key is not at the revision this
+    /// leader cached, and either way its cache is not the truth.
+    async fn guarded_txn(
+        &self,
+        puts: Vec<(String, Vec<u8>)>,
+        deletes: Vec<String>,
+        compares: Vec<Compare>,
+        what: &str,
+    ) -> i64 {
         let ops: Vec<TxnOp> = puts
             .into_iter()
             .map(|(k, v)| TxnOp::put(k, v, None::<PutOptions>))
             .chain(deletes.into_iter().map(|k| TxnOp::delete(k, None)))
             .collect();
-        let txn = Txn::new().when([self.guard.clone()]).and_then(ops);
+        let mut when = vec![self.guard.clone()];
+        when.extend(compares);
+        let txn = Txn::new().when(when).and_then(ops);
         let mut client = self.client.clone();
         let mut attempts = 0;
         let resp = loop {
@@ -337,14 +385,41 @@ impl Leader {
                     eprintln!("{}: etcd txn failed ({e}), again", self.args.id);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    self.fail_stop(&format!(
+                        "{what}: etcd txn failed {} times, the last with {e}; its outcome \
+                         is unknown",
+                        attempts + 1
+                    ))
+                    .await
+                }
             }
         };
         if !resp.succeeded() {
-            eprintln!("{}: deposed (the guarded write was refused)", self.args.id);
-            std::process::exit(DEPOSED);
+            self.fail_stop(&format!(
+                "deposed: {what} was refused (the election key is gone, or a key is not \
+                 at the revision this leader cached)"
+            ))
+            .await
         }
-        Ok(())
+        match resp.header() {
+            Some(header) => header.revision(),
+            None => {
+                self.fail_stop(&format!(
+                    "{what} landed, but etcd's answer names no revision"
+                ))
+                .await
+            }
+        }
+    }
+
+    /// Ends the process with [`DEPOSED`] (see [`guarded_txn`](Self::guarded_txn)),
+    /// revoking the lease first if etcd answers within a second.
+    async fn fail_stop(&self, why: &str) -> ! {
+        eprintln!("{}: {why}; exiting (deposed)", self.args.id);
+        let mut client = self.client.clone();
+        let _ = tokio::time::timeout(Duration::from_secs(1), client.lease_revoke(self.lease)).await;
+        std::process::exit(DEPOSED)
     }
 
     async fn put(&self, key: &str, value: impl Into<Vec<u8>>) -> anyhow::Result<()> {
@@ -724,7 +799,7 @@ impl Leader {
         let Some(slot) = self.regions.get(region as usize) else {
             anyhow::bail!("no region {region}");
         };
-        let (route, history) = {
+        let (route, history, revision) = {
             let state = lock(slot);
             let mut history = state.history.clone();
             if let Some(current) = history.last_mut() {
@@ -750,21 +825,27 @@ impl Leader {
                 after: above,
                 version,
             };
-            (route, history)
+            (route, history, state.route_revision)
         };
         // The move's intent, if any, goes with the switch (a takeover of a region whose
-        // move never finished ends it too).
-        self.write_and_delete(
-            vec![
-                (self.keys.route(region), serde_json::to_vec(&route)?),
-                (self.keys.history(region), serde_json::to_vec(&history)?),
-            ],
-            vec![self.keys.move_intent(region)],
-        )
-        .await?;
+        // move never finished ends it too). Written only if the route is still the one
+        // this leader cached: a stale cache never overwrites a newer route (it exits).
+        let route_key = self.keys.route(region);
+        let revision = self
+            .guarded_txn(
+                vec![
+                    (route_key.clone(), serde_json::to_vec(&route)?),
+                    (self.keys.history(region), serde_json::to_vec(&history)?),
+                ],
+                vec![self.keys.move_intent(region)],
+                vec![Compare::mod_revision(route_key, CompareOp::Equal, revision)],
+                &format!("the switch of region {region}"),
+            )
+            .await;
         let mut state = lock(slot);
         state.route = Some(route);
         state.history = history;
+        state.route_revision = revision;
         Ok(())
     }
 
