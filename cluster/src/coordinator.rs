@@ -105,6 +105,44 @@ fn first_id_above(region: u64, after: Option<u64>) -> Result<u64, Exhausted> {
     }
 }
 
+/// The longest wait between two attempts of a move's step.
+const MOVE_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How often a move that is still asking says so.
+const MOVE_REPORT_EVERY: Duration = Duration::from_secs(60);
+
+/// Waits between a move's attempts: doubling from the first wait up to
+/// [`MOVE_BACKOFF_MAX`].
+struct Backoff {
+    next: Duration,
+    reported: u64,
+}
+
+impl Backoff {
+    fn new(first: Duration) -> Backoff {
+        Backoff {
+            next: first,
+            reported: 0,
+        }
+    }
+
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.next).await;
+        self.next = self.next.saturating_mul(2).min(MOVE_BACKOFF_MAX);
+    }
+
+    /// Whether another [`MOVE_REPORT_EVERY`] passed since `started` (and the last
+    /// report).
+    fn report_due(&mut self, started: Instant) -> bool {
+        let periods = started.elapsed().as_secs() / MOVE_REPORT_EVERY.as_secs().max(1);
+        if periods > self.reported {
+            self.reported = periods;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// Runs a coordinator instance: standby until elected, then the leader until it stops
 /// (SIGTERM) or is deposed.
 pub async fn main(args: Args) -> anyhow::Result<i32> {
@@ -585,10 +623,12 @@ impl Leader {
     /// Moves `region` from node `from` to node `to` (`examples/cluster.rs`'s
     /// `migrate`): the intent recorded, the source's release, then the acquire at the
     /// target above the release's ids beside the catch-up of the released piece, then
-    /// the route (which clears the intent). A target that fails is replaced by another
+    /// the route (which clears the intent). A target that dies is replaced by another
     /// live node; a source that dies leaves the region to its failover (from the
-    /// fence's `released`, if the release landed). The region is marked moving by the
-    /// caller and no longer when this ends.
+    /// fence's `released`, if the release landed). While the source is live the move
+    /// never gives up (each step is asked again with a bounded backoff): a release that
+    /// landed must end in this move's switch. The region is marked moving by the caller
+    /// and no longer when this ends.
     async fn migrate(&self, region: u64, from: &str, to: &str) -> anyhow::Result<()> {
         let result = self.migrate_inner(region, from, to).await;
         if let Some(state) = self.regions.get(region as usize) {
@@ -616,12 +656,22 @@ impl Leader {
         };
         self.put(&self.keys.move_intent(region), serde_json::to_vec(&intent)?)
             .await?;
+        // No giving up while the source is live: once the release may have landed the
+        // region is released at its source but still routed there, and only its
+        // failover (the source's death) or this move's switch routes it again. The
+        // release, the acquire and the catch-up are idempotent, so they are asked
+        // again, further and further apart (up to `MOVE_BACKOFF_MAX`).
+        let mut backoff = Backoff::new(Duration::from_millis(50));
         let released = loop {
             if !self.view.nodes().contains_key(from) {
                 anyhow::bail!("{from} died before its release of {region} answered");
             }
-            if started.elapsed() > Duration::from_secs(60) {
-                anyhow::bail!("{from} never released {region}");
+            if backoff.report_due(started) {
+                eprintln!(
+                    "{}: release of {region} at {from}: still asking after {} s",
+                    self.args.id,
+                    started.elapsed().as_secs()
+                );
             }
             match self.pool.call(&source, &Request::Release { region }).await {
                 Ok(Reply::Released {
@@ -637,7 +687,7 @@ impl Leader {
                 }
                 other => {
                     eprintln!("{}: release of {region} at {from}: {other:?}", self.args.id);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    backoff.wait().await;
                 }
             }
         };
@@ -646,20 +696,25 @@ impl Leader {
         let above = released.acquire_above.max(after.unwrap_or(0));
         let through = last.filter(|l| *l >= from_id);
         let mut target = to.to_string();
+        let mut backoff = Backoff::new(Duration::from_millis(100));
         loop {
-            if started.elapsed() > Duration::from_secs(120) {
-                anyhow::bail!("region {region} released by {from} never acquired");
-            }
             let live = self.view.nodes();
             if !live.contains_key(from) {
                 anyhow::bail!("{from} died during the move of {region}: its failover takes it");
             }
+            if backoff.report_due(started) {
+                eprintln!(
+                    "{}: region {region} released by {from}, not acquired yet after {} s",
+                    self.args.id,
+                    started.elapsed().as_secs()
+                );
+            }
             let Some(node) = live.get(&target).cloned() else {
-                // Another live node than the source.
-                let Some(other) = live.values().find(|n| n.name != from) else {
-                    anyhow::bail!("no live target for {region}");
-                };
-                target = other.name.clone();
+                // Another live node than the source; none yet: wait for one.
+                match live.values().find(|n| n.name != from) {
+                    Some(other) => target = other.name.clone(),
+                    None => backoff.wait().await,
+                }
                 continue;
             };
             let acquire_request = Request::Acquire {
@@ -709,7 +764,7 @@ impl Leader {
                         "{}: moving {region} to {}: acquire {acquired:?}, catch-up {caught:?}",
                         self.args.id, node.name
                     );
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    backoff.wait().await;
                     if !self.view.nodes().contains_key(&target) {
                         target = String::new();
                     }
