@@ -6,7 +6,8 @@
 //!
 //! Every write is a transaction guarded by the leader's election key (its create
 //! revision): once the leader's lease expired and a standby won, the old leader's
-//! writes fail, and it exits. A new leader reads routes and histories back from etcd
+//! writes fail, and it exits. It also exits (fail-stop) when it cannot learn whether
+//! a write landed, since its cached routes and histories might then be stale. A new leader reads routes and histories back from etcd
 //! and carries on: a failover half done is done again (the fence answers the same when
 //! asked again, acquires and catch-ups are idempotent), since its regions' routes still
 //! name the dead node.
@@ -30,7 +31,9 @@ use crate::rpc::{PieceMsg, Pool, Reply, Request};
 use crate::view::View;
 use crate::{etcd_connect, etcd_connect_waiting, now_ms, wal_config, Common};
 
-/// The exit code of a coordinator that lost its lease or its leadership.
+/// The exit code of a coordinator that lost its lease or its leadership, or could not
+/// learn whether one of its writes landed (see `Leader::guarded_txn`): the driver
+/// starts it again as a standby.
 pub const DEPOSED: i32 = 4;
 
 /// A coordinator's flags.
@@ -68,6 +71,76 @@ pub struct Args {
 struct MoveIntent {
     from: String,
     to: String,
+}
+
+/// Ids or versions read back from etcd that leave no room above them (only a damaged
+/// or hostile key space holds such values): the step is refused, nothing written.
+#[derive(Debug, thiserror::Error)]
+enum Exhausted {
+    /// A piece's `after` is the last id: no entry id is left above it.
+    #[error("region {region}: no entry id is left above {after}")]
+    NoIdAbove {
+        /// The region.
+        region: u64,
+        /// The id the piece starts after.
+        after: u64,
+    },
+    /// The route's version is the last one.
+    #[error("region {region}: its route's version {version} cannot be raised")]
+    RouteVersion {
+        /// The region.
+        region: u64,
+        /// The route's version.
+        version: u64,
+    },
+}
+
+/// The first id of a piece that holds ids above `after` (`None`: from id 0).
+fn first_id_above(region: u64, after: Option<u64>) -> Result<u64, Exhausted> {
+    match after {
+        None => Ok(0),
+        Some(after) => after
+            .checked_add(1)
+            .ok_or(Exhausted::NoIdAbove { region, after }),
+    }
+}
+
+/// The longest wait between two attempts of a move's step.
+const MOVE_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How often a move that is still asking says so.
+const MOVE_REPORT_EVERY: Duration = Duration::from_secs(60);
+
+/// Waits between a move's attempts: doubling from the first wait up to
+/// [`MOVE_BACKOFF_MAX`].
+struct Backoff {
+    next: Duration,
+    reported: u64,
+}
+
+impl Backoff {
+    fn new(first: Duration) -> Backoff {
+        Backoff {
+            next: first,
+            reported: 0,
+        }
+    }
+
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.next).await;
+        self.next = self.next.saturating_mul(2).min(MOVE_BACKOFF_MAX);
+    }
+
+    /// Whether another [`MOVE_REPORT_EVERY`] passed since `started` (and the last
+    /// report).
+    fn report_due(&mut self, started: Instant) -> bool {
+        let periods = started.elapsed().as_secs() / MOVE_REPORT_EVERY.as_secs().max(1);
+        if periods > self.reported {
+            self.reported = periods;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// Runs a coordinator instance: standby until elected, then the leader until it stops
@@ -134,6 +207,7 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
             keys.clone(),
             client.clone(),
             guard,
+            lease,
             view,
             store_from_url(&args.common.store)?,
         )
@@ -157,6 +231,9 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
 #[derive(Debug, Default, Clone)]
 struct RegionState {
     route: Option<Route>,
+    /// The `mod_revision` of `routes/<region>` as this leader last read or wrote it (0:
+    /// no such key): [`Leader::switch`] writes only if the key is still at it.
+    route_revision: i64,
     history: Vec<Piece>,
     /// A move of it is under way: a failover leaves it to the move until the move
     /// switched its route or gave up (its source died: the failover takes it over from
@@ -172,6 +249,9 @@ struct Leader {
     keys: Keys,
     client: etcd_client::Client,
     guard: Compare,
+    /// The lease the election key is bound to (revoked on a fail-stop exit, so that
+    /// the standby is elected at once rather than after the TTL).
+    lease: i64,
     view: View,
     pool: Pool,
     store: Arc<dyn ObjectStore>,
@@ -198,6 +278,7 @@ impl Leader {
         keys: Keys,
         mut client: etcd_client::Client,
         guard: Compare,
+        lease: i64,
         view: View,
         store: Arc<dyn ObjectStore>,
     ) -> anyhow::Result<Leader> {
@@ -213,8 +294,13 @@ impl Leader {
                 .and_then(|k| k.strip_prefix(&keys.routes()))
                 .and_then(|r| r.parse::<usize>().ok());
             let route = serde_json::from_slice::<Route>(kv.value()).ok();
-            if let (Some(state), Some(route)) = (region.and_then(|r| regions.get_mut(r)), route) {
-                state.route = Some(route);
+            if let Some(state) = region.and_then(|r| regions.get_mut(r)) {
+                // The key's revision even if its value does not parse: a switch then
+                // replaces that value, and only that one.
+                state.route_revision = kv.mod_revision();
+                if let Some(route) = route {
+                    state.route = Some(route);
+                }
             }
         }
         let histories = client
@@ -268,6 +354,7 @@ impl Leader {
             keys,
             client,
             guard,
+            lease,
             view,
             pool: Pool::default(),
             store,
@@ -289,12 +376,43 @@ impl Leader {
         puts: Vec<(String, Vec<u8>)>,
         deletes: Vec<String>,
     ) -> anyhow::Result<()> {
+        self.guarded_txn(puts, deletes, Vec::new(), "a guarded write")
+            .await;
+        Ok(())
+    }
+
+    /// The one way the leader writes: `puts` and `deletes` in a transaction guarded by
+    /// its election key and by `compares`; answers the revision it landed at.
+    ///
+    /// **Fail-stop.** The leader's cached routes and histories are the truth only while
+    /// every one of its writes is known to have landed or not. A transaction can land
+    /// at etcd while the client gets an error (the answer was lost), so an error is
+    /// retried with the same transaction (its puts are idempotent; a switch's
+    /// `mod_revision` compare refuses it if the first attempt landed), and if the
+    /// outcome is still unknown when the retries are spent, the process exits with
+    /// [`DEPOSED`] rather than go on from a cache that may be stale (a switch that
+    /// landed but is not in the cache would be overwritten by the next switch of that
+    /// region, which would drop a piece of its history). The lease is revoked on the
+    /// way out, so that the standby is elected at once; it reads the routes and
+    /// histories back from etcd, and the driver starts this instance again as a
+    /// standby. A refused transaction (a compare failed) exits the same way: either
+    /// the election key is gone (a standby won) or a key is not at the revision this
+    /// leader cached, and either way its cache is not the truth.
+    async fn guarded_txn(
+        &self,
+        puts: Vec<(String, Vec<u8>)>,
+        deletes: Vec<String>,
+        compares: Vec<Compare>,
+        what: &str,
+    ) -> i64 {
         let ops: Vec<TxnOp> = puts
             .into_iter()
             .map(|(k, v)| TxnOp::put(k, v, None::<PutOptions>))
             .chain(deletes.into_iter().map(|k| TxnOp::delete(k, None)))
             .collect();
-        let txn = Txn::new().when([self.guard.clone()]).and_then(ops);
+        let mut when = vec![self.guard.clone()];
+        when.extend(compares);
+        let txn = Txn::new().when(when).and_then(ops);
         let mut client = self.client.clone();
         let mut attempts = 0;
         let resp = loop {
@@ -305,14 +423,41 @@ impl Leader {
                     eprintln!("{}: etcd txn failed ({e}), again", self.args.id);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    self.fail_stop(&format!(
+                        "{what}: etcd txn failed {} times, the last with {e}; its outcome \
+                         is unknown",
+                        attempts + 1
+                    ))
+                    .await
+                }
             }
         };
         if !resp.succeeded() {
-            eprintln!("{}: deposed (the guarded write was refused)", self.args.id);
-            std::process::exit(DEPOSED);
+            self.fail_stop(&format!(
+                "deposed: {what} was refused (the election key is gone, or a key is not \
+                 at the revision this leader cached)"
+            ))
+            .await
         }
-        Ok(())
+        match resp.header() {
+            Some(header) => header.revision(),
+            None => {
+                self.fail_stop(&format!(
+                    "{what} landed, but etcd's answer names no revision"
+                ))
+                .await
+            }
+        }
+    }
+
+    /// Ends the process with [`DEPOSED`] (see [`guarded_txn`](Self::guarded_txn)),
+    /// revoking the lease first if etcd answers within a second.
+    async fn fail_stop(&self, why: &str) -> ! {
+        eprintln!("{}: {why}; exiting (deposed)", self.args.id);
+        let mut client = self.client.clone();
+        let _ = tokio::time::timeout(Duration::from_secs(1), client.lease_revoke(self.lease)).await;
+        std::process::exit(DEPOSED)
     }
 
     async fn put(&self, key: &str, value: impl Into<Vec<u8>>) -> anyhow::Result<()> {
@@ -478,10 +623,12 @@ impl Leader {
     /// Moves `region` from node `from` to node `to` (`examples/cluster.rs`'s
     /// `migrate`): the intent recorded, the source's release, then the acquire at the
     /// target above the release's ids beside the catch-up of the released piece, then
-    /// the route (which clears the intent). A target that fails is replaced by another
+    /// the route (which clears the intent). A target that dies is replaced by another
     /// live node; a source that dies leaves the region to its failover (from the
-    /// fence's `released`, if the release landed). The region is marked moving by the
-    /// caller and no longer when this ends.
+    /// fence's `released`, if the release landed). While the source is live the move
+    /// never gives up (each step is asked again with a bounded backoff): a release that
+    /// landed must end in this move's switch. The region is marked moving by the caller
+    /// and no longer when this ends.
     async fn migrate(&self, region: u64, from: &str, to: &str) -> anyhow::Result<()> {
         let result = self.migrate_inner(region, from, to).await;
         if let Some(state) = self.regions.get(region as usize) {
@@ -496,28 +643,37 @@ impl Leader {
         let Some(source) = nodes.get(from).cloned() else {
             anyhow::bail!("{from} is not live");
         };
+        let after = self
+            .regions
+            .get(region as usize)
+            .and_then(|s| lock(s).history.last().and_then(|p| p.after));
+        // Before the intent and the release: a refusal here leaves the region where it
+        // is.
+        let from_id = first_id_above(region, after)?;
         let intent = MoveIntent {
             from: from.to_string(),
             to: to.to_string(),
         };
         self.put(&self.keys.move_intent(region), serde_json::to_vec(&intent)?)
             .await?;
-        let after = self
-            .regions
-            .get(region as usize)
-            .and_then(|s| lock(s).history.last().and_then(|p| p.after));
+        // No giving up while the source is live: once the release may have landed the
+        // region is released at its source but still routed there, and only its
+        // failover (the source's death) or this move's switch routes it again. The
+        // release, the acquire and the catch-up are idempotent, so they are asked
+        // again, further and further apart (up to `MOVE_BACKOFF_MAX`).
+        let mut backoff = Backoff::new(Duration::from_millis(50));
         let released = loop {
             if !self.view.nodes().contains_key(from) {
                 anyhow::bail!("{from} died before its release of {region} answered");
             }
-            if started.elapsed() > Duration::from_secs(60) {
-                anyhow::bail!("{from} never released {region}");
+            if backoff.report_due(started) {
+                eprintln!(
+                    "{}: release of {region} at {from}: still asking after {} s",
+                    self.args.id,
+                    started.elapsed().as_secs()
+                );
             }
-            match self
-                .pool
-                .call(&source.addr, &Request::Release { region })
-                .await
-            {
+            match self.pool.call(&source, &Request::Release { region }).await {
                 Ok(Reply::Released {
                     last_id,
                     acquire_above,
@@ -531,30 +687,34 @@ impl Leader {
                 }
                 other => {
                     eprintln!("{}: release of {region} at {from}: {other:?}", self.args.id);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    backoff.wait().await;
                 }
             }
         };
         let released_at = Instant::now();
         let last = released.last_id;
         let above = released.acquire_above.max(after.unwrap_or(0));
-        let from_id = after.map_or(0, |a| a + 1);
         let through = last.filter(|l| *l >= from_id);
         let mut target = to.to_string();
+        let mut backoff = Backoff::new(Duration::from_millis(100));
         loop {
-            if started.elapsed() > Duration::from_secs(120) {
-                anyhow::bail!("region {region} released by {from} never acquired");
-            }
             let live = self.view.nodes();
             if !live.contains_key(from) {
                 anyhow::bail!("{from} died during the move of {region}: its failover takes it");
             }
+            if backoff.report_due(started) {
+                eprintln!(
+                    "{}: region {region} released by {from}, not acquired yet after {} s",
+                    self.args.id,
+                    started.elapsed().as_secs()
+                );
+            }
             let Some(node) = live.get(&target).cloned() else {
-                // Another live node than the source.
-                let Some(other) = live.values().find(|n| n.name != from) else {
-                    anyhow::bail!("no live target for {region}");
-                };
-                target = other.name.clone();
+                // Another live node than the source; none yet: wait for one.
+                match live.values().find(|n| n.name != from) {
+                    Some(other) => target = other.name.clone(),
+                    None => backoff.wait().await,
+                }
                 continue;
             };
             let acquire_request = Request::Acquire {
@@ -562,7 +722,7 @@ impl Leader {
                 above,
                 pieces: Vec::new(),
             };
-            let acquire = self.pool.call(&node.addr, &acquire_request);
+            let acquire = self.pool.call(&node, &acquire_request);
             let catch_up = async {
                 let Some(through) = through else {
                     return Ok(());
@@ -574,7 +734,7 @@ impl Leader {
                     through,
                     sequence: released.sequence,
                 };
-                match self.pool.call(&node.addr, &request).await {
+                match self.pool.call(&node, &request).await {
                     Ok(Reply::CaughtUp { last: Some(at), .. }) if at == through => Ok(()),
                     other => Err(format!("catch-up through {through}: {other:?}")),
                 }
@@ -604,7 +764,7 @@ impl Leader {
                         "{}: moving {region} to {}: acquire {acquired:?}, catch-up {caught:?}",
                         self.args.id, node.name
                     );
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    backoff.wait().await;
                     if !self.view.nodes().contains_key(&target) {
                         target = String::new();
                     }
@@ -651,7 +811,7 @@ impl Leader {
                     match self
                         .pool
                         .call(
-                            &node.addr,
+                            &node,
                             &Request::Acquire {
                                 region,
                                 above: 0,
@@ -694,7 +854,7 @@ impl Leader {
         let Some(slot) = self.regions.get(region as usize) else {
             anyhow::bail!("no region {region}");
         };
-        let (route, history) = {
+        let (route, history, revision) = {
             let state = lock(slot);
             let mut history = state.history.clone();
             if let Some(current) = history.last_mut() {
@@ -706,28 +866,41 @@ impl Leader {
                 through: None,
                 kind: kind.to_string(),
             });
+            let version = match &state.route {
+                Some(r) => r.version.checked_add(1).ok_or(Exhausted::RouteVersion {
+                    region,
+                    version: r.version,
+                })?,
+                None => 1,
+            };
             let route = Route {
                 name: to.name.clone(),
                 prefix: to.prefix.clone(),
                 addr: to.addr.clone(),
                 after: above,
-                version: state.route.as_ref().map_or(1, |r| r.version + 1),
+                version,
             };
-            (route, history)
+            (route, history, state.route_revision)
         };
         // The move's intent, if any, goes with the switch (a takeover of a region whose
-        // move never finished ends it too).
-        self.write_and_delete(
-            vec![
-                (self.keys.route(region), serde_json::to_vec(&route)?),
-                (self.keys.history(region), serde_json::to_vec(&history)?),
-            ],
-            vec![self.keys.move_intent(region)],
-        )
-        .await?;
+        // move never finished ends it too). Written only if the route is still the one
+        // this leader cached: a stale cache never overwrites a newer route (it exits).
+        let route_key = self.keys.route(region);
+        let revision = self
+            .guarded_txn(
+                vec![
+                    (route_key.clone(), serde_json::to_vec(&route)?),
+                    (self.keys.history(region), serde_json::to_vec(&history)?),
+                ],
+                vec![self.keys.move_intent(region)],
+                vec![Compare::mod_revision(route_key, CompareOp::Equal, revision)],
+                &format!("the switch of region {region}"),
+            )
+            .await;
         let mut state = lock(slot);
         state.route = Some(route);
         state.history = history;
+        state.route_revision = revision;
         Ok(())
     }
 
@@ -870,7 +1043,7 @@ impl Leader {
                 region: *region,
                 id: *through,
             };
-            match self.pool.call(&owner.addr, &request).await {
+            match self.pool.call(owner, &request).await {
                 Ok(Reply::Done) => {}
                 other => eprintln!(
                     "{}: obsolete of {region} through {through} at {}: {other:?}",
@@ -983,7 +1156,10 @@ impl Leader {
         fenced_ms: u64,
     ) -> anyhow::Result<()> {
         let common = &self.args.common;
-        let at = fenced_ms + common.reclaim_grace_ms + common.max_create_ms + 1_000;
+        let at = fenced_ms
+            .saturating_add(common.reclaim_grace_ms)
+            .saturating_add(common.max_create_ms)
+            .saturating_add(1_000);
         tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await;
         let on_it: Vec<u64> = (0..self.args.regions)
             .filter(|r| {
@@ -1026,7 +1202,7 @@ impl Leader {
                     region,
                     id: through,
                 };
-                let answer = self.pool.call(&node.addr, &request).await;
+                let answer = self.pool.call(node, &request).await;
                 if !matches!(answer, Ok(Reply::Done)) {
                     eprintln!(
                         "{}: obsolete of {region} through {through} at {}: {answer:?}",
@@ -1102,7 +1278,7 @@ impl Leader {
             .regions
             .get(region as usize)
             .and_then(|s| lock(s).history.last().and_then(|p| p.after));
-        let start = after.map_or(0, |a| a + 1);
+        let start = first_id_above(region, after)?;
         // A region the prefix released (a move whose answer never came back) is taken
         // over from its release like the others.
         let held = fenced
@@ -1144,7 +1320,7 @@ impl Leader {
             let result = match self
                 .pool
                 .call(
-                    &to.addr,
+                    to,
                     &Request::Acquire {
                         region,
                         above,
@@ -1169,7 +1345,7 @@ impl Leader {
                 through,
                 sequence: released.sequence,
             };
-            let result = match self.pool.call(&to.addr, &request).await {
+            let result = match self.pool.call(to, &request).await {
                 Ok(Reply::CaughtUp { last: Some(at), .. }) if at == through => Ok(()),
                 other => Err(anyhow::anyhow!(
                     "catch-up at {} through {through}: {other:?}",

@@ -8,10 +8,11 @@
 //!   is resolved before it is sent again. On a live node, the node answers once its
 //!   epoch is past the one that ended. On a node being failed over, only the **fenced**
 //!   chain tells: once the failover record says the prefix is fenced, the frontend opens
-//!   it read-only (once per prefix, cached) and looks for the entry from the node's
-//!   tenure start, never in the region's new history. Found, it counts as acknowledged
-//!   with the id it has there; not found, it is sent again. An append that cannot be
-//!   resolved counts as `failed` and is never sent again (that could write it twice).
+//!   it read-only and reads it in one pass with the node's recent flush objects (once
+//!   per prefix; the last few kept), and looks for the entry from the node's tenure
+//!   start, never in the region's new history. Found, it counts as acknowledged with the id it has there; not found, it
+//!   is sent again. An append that cannot be resolved counts as `failed` and is never
+//!   sent again (that could write it twice).
 //! - An acknowledgement from a node whose prefix the frontend knows fenced is checked
 //!   against the fenced chain: there with that id, it was durable before the fence
 //!   (`zombie_acks_late_on_chain`); otherwise it is a `zombie_acks_after_fence`, which
@@ -190,7 +191,7 @@ impl Frontends {
                 region,
                 payload: payload.clone(),
             };
-            let answer = self.pool.call(&route.addr, &request).await;
+            let answer = self.pool.call(&route, &request).await;
             let epoch = match answer {
                 Ok(Reply::Appended { id }) => {
                     self.check_late_ack(&route, region, &payload, id, tenure)
@@ -369,7 +370,7 @@ impl Frontends {
                     payload: payload.to_string(),
                     epoch,
                 };
-                match self.pool.call(&route.addr, &request).await {
+                match self.pool.call(route, &request).await {
                     Ok(Reply::Id { id }) => {
                         let counter = match id {
                             Some(_) => &self.c.resolved_found,
@@ -463,7 +464,9 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         args.rate, args.seconds
     );
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(args.seconds);
+    let Some(deadline) = started.checked_add(Duration::from_secs(args.seconds)) else {
+        anyhow::bail!("--seconds {} is too large", args.seconds);
+    };
     let in_flight = Arc::new(Semaphore::new(args.in_flight.max(1)));
     let mut rng = Rng(args.seed);
     let mut next = Instant::now();
@@ -471,7 +474,14 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
     let rate = args.rate.max(0.001);
     while next < deadline {
         let gap = -(1.0 - rng.unit()).ln() / rate;
-        next += Duration::from_secs_f64(gap);
+        // A gap past what an instant can hold (a tiny `--rate`) ends the load.
+        let Some(at) = Duration::try_from_secs_f64(gap)
+            .ok()
+            .and_then(|gap| next.checked_add(gap))
+        else {
+            break;
+        };
+        next = at;
         tokio::time::sleep_until(next.into()).await;
         let region = rng.below(regions);
         let Ok(permit) = in_flight.clone().acquire_owned().await else {

@@ -135,7 +135,7 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
     };
 
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(serve(listener, handler, async move {
+    let server = tokio::spawn(serve(listener, name.clone(), handler, async move {
         let _ = stop_rx.wait_for(|s| *s).await;
     }));
 

@@ -161,11 +161,48 @@ pub enum Reply {
     Failed(Failure),
 }
 
-/// One frame: a request or an answer with its id.
+/// An answer's frame: the answer with its request's id.
 #[derive(Debug, Serialize, Deserialize)]
 struct Frame<T> {
     id: u64,
     body: T,
+}
+
+/// A request's frame: the request with its id and the name of the node it is meant
+/// for. A node answers only the frames that name it: a node started again on the
+/// address of one that died (an ephemeral port taken again) refuses what was meant
+/// for its predecessor, which it never acquired anything for.
+#[derive(Debug, Serialize, Deserialize)]
+struct RequestFrame<S, T> {
+    id: u64,
+    to: S,
+    body: T,
+}
+
+/// Where a request goes: a node's name and its address (a live node's record, a route).
+pub trait Target {
+    /// The node's name (`node-<slot>-<generation>`).
+    fn name(&self) -> &str;
+    /// Its RPC address.
+    fn addr(&self) -> &str;
+}
+
+impl Target for crate::keys::NodeRecord {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn addr(&self) -> &str {
+        &self.addr
+    }
+}
+
+impl Target for crate::keys::Route {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn addr(&self) -> &str {
+        &self.addr
+    }
 }
 
 /// What a call can fail with besides the node's answer.
@@ -183,9 +220,16 @@ pub enum CallError {
 pub type Handler =
     Arc<dyn Fn(Request) -> Pin<Box<dyn Future<Output = Reply> + Send>> + Send + Sync>;
 
-/// Serves `listener` with `handler` until `stop` resolves; every connection's tasks end
-/// with it.
-pub async fn serve(listener: TcpListener, handler: Handler, stop: impl Future<Output = ()>) {
+/// Serves `listener` as node `name` with `handler` until `stop` resolves; every
+/// connection's tasks end with it. A request naming another node is refused
+/// ([`Failure::NotWritten`]) without reaching `handler`.
+pub async fn serve(
+    listener: TcpListener,
+    name: String,
+    handler: Handler,
+    stop: impl Future<Output = ()>,
+) {
+    let name: Arc<str> = Arc::from(name);
     let mut connections = tokio::task::JoinSet::new();
     tokio::pin!(stop);
     loop {
@@ -194,7 +238,7 @@ pub async fn serve(listener: TcpListener, handler: Handler, stop: impl Future<Ou
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let _ = stream.set_nodelay(true);
-                connections.spawn(connection(stream, handler.clone()));
+                connections.spawn(connection(stream, name.clone(), handler.clone()));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
@@ -210,7 +254,7 @@ fn codec() -> LengthDelimitedCodec {
 
 /// One connection: each request in a task of its own (at most [`SERVER_IN_FLIGHT`]),
 /// answers written in the order they are ready.
-async fn connection(stream: TcpStream, handler: Handler) {
+async fn connection(stream: TcpStream, name: Arc<str>, handler: Handler) {
     let (mut sink, mut frames) = Framed::new(stream, codec()).split();
     let (tx, mut rx) = mpsc::channel::<Bytes>(QUEUE);
     let writer = async move {
@@ -224,9 +268,23 @@ async fn connection(stream: TcpStream, handler: Handler) {
     let reader = async move {
         let mut tasks = tokio::task::JoinSet::new();
         while let Some(Ok(bytes)) = frames.next().await {
-            let Ok(frame) = serde_json::from_slice::<Frame<Request>>(&bytes) else {
+            let Ok(frame) = serde_json::from_slice::<RequestFrame<String, Request>>(&bytes) else {
                 break;
             };
+            if frame.to != *name {
+                let body = Reply::Failed(Failure::NotWritten {
+                    message: format!(
+                        "this is {name}, not {}: the request was not acted on",
+                        frame.to
+                    ),
+                });
+                if let Ok(out) = serde_json::to_vec(&Frame { id: frame.id, body }) {
+                    if tx.send(Bytes::from(out)).await.is_err() {
+                        break;
+                    }
+                }
+                continue;
+            }
             let Ok(permit) = limit.clone().acquire_owned().await else {
                 break;
             };
@@ -313,11 +371,17 @@ impl Conn {
         self.pending.lock().map_or(true, |p| p.is_none()) || self.tx.is_closed()
     }
 
-    /// Sends `request` and waits for its answer.
-    pub async fn call(&self, request: &Request) -> Result<Reply, CallError> {
+    /// Sends `request` to node `to` (the node this connection's address should be)
+    /// and waits for its answer. A call dropped before its answer (a timeout) takes its
+    /// entry out of the connection's pending calls.
+    pub async fn call(&self, to: &str, request: &Request) -> Result<Reply, CallError> {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let frame =
-            serde_json::to_vec(&Frame { id, body: request }).map_err(|_| CallError::NotSent)?;
+        let frame = serde_json::to_vec(&RequestFrame {
+            id,
+            to,
+            body: request,
+        })
+        .map_err(|_| CallError::NotSent)?;
         let (reply_tx, reply_rx) = oneshot::channel();
         {
             let mut pending = self.pending.lock().map_err(|_| CallError::NotSent)?;
@@ -326,16 +390,41 @@ impl Conn {
             };
             pending.insert(id, reply_tx);
         }
+        // From here on, however the call ends (answered, failed, or dropped by a
+        // caller's timeout), its entry goes (a no-op once the reader took it).
+        let _entry = PendingEntry {
+            pending: &self.pending,
+            id,
+        };
         if self.tx.send((id, Bytes::from(frame))).await.is_err() {
             // The writer ended before taking it: never on the wire.
-            if let Ok(mut p) = self.pending.lock() {
-                if let Some(p) = p.as_mut() {
-                    p.remove(&id);
-                }
-            }
             return Err(CallError::NotSent);
         }
         reply_rx.await.map_err(|_| CallError::Lost)
+    }
+
+    /// Calls waiting for their answers (for the tests).
+    #[cfg(test)]
+    fn pending_calls(&self) -> usize {
+        self.pending
+            .lock()
+            .map_or(0, |p| p.as_ref().map_or(0, HashMap::len))
+    }
+}
+
+/// A call's entry in its connection's pending calls, removed when the call ends.
+struct PendingEntry<'a> {
+    pending: &'a Pending,
+    id: u64,
+}
+
+impl Drop for PendingEntry<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.pending.lock() {
+            if let Some(p) = p.as_mut() {
+                p.remove(&self.id);
+            }
+        }
     }
 }
 
@@ -363,12 +452,17 @@ impl Pool {
         Ok(conn)
     }
 
-    /// Calls `request` on `addr`: a connection that cannot be made is `NotSent`; an
-    /// answer that does not come within [`CALL_WITHIN`] is `Lost` (a node paused for
-    /// good, say).
-    pub async fn call(&self, addr: &str, request: &Request) -> Result<Reply, CallError> {
-        let conn = self.get(addr).await.map_err(|_| CallError::NotSent)?;
-        tokio::time::timeout(CALL_WITHIN, conn.call(request))
+    /// Calls `request` on node `to` at its address: a connection that cannot be made
+    /// is `NotSent`; an answer that does not come within [`CALL_WITHIN`] is `Lost` (a
+    /// node paused for good, say). A node that is not `to` answers
+    /// [`Failure::NotWritten`].
+    pub async fn call<T: Target + ?Sized>(
+        &self,
+        to: &T,
+        request: &Request,
+    ) -> Result<Reply, CallError> {
+        let conn = self.get(to.addr()).await.map_err(|_| CallError::NotSent)?;
+        tokio::time::timeout(CALL_WITHIN, conn.call(to.name(), request))
             .await
             .unwrap_or(Err(CallError::Lost))
     }
@@ -378,15 +472,18 @@ impl Pool {
 mod tests {
     use super::*;
 
-    /// A server on a loopback port with `handler`, stopped when the sender is dropped
-    /// or sent to.
+    /// The name the test servers serve as.
+    const NODE: &str = "node-0-1";
+
+    /// A server on a loopback port with `handler`, as node [`NODE`], stopped when the
+    /// sender is dropped or sent to.
     async fn server(
         handler: Handler,
     ) -> (String, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, handler, async move {
+        let task = tokio::spawn(serve(listener, NODE.to_string(), handler, async move {
             let _ = stopped.await;
         }));
         (addr, stop, task)
@@ -411,7 +508,7 @@ mod tests {
                     region,
                     payload: format!("{region}:0"),
                 };
-                (region, conn.call(&request).await)
+                (region, conn.call(NODE, &request).await)
             }
         });
         for (region, reply) in futures::future::join_all(calls).await {
@@ -439,7 +536,7 @@ mod tests {
         let call = tokio::spawn({
             let conn = conn.clone();
             let request = request.clone();
-            async move { conn.call(&request).await }
+            async move { conn.call(NODE, &request).await }
         });
         let mut held_rx = held_rx;
         held_rx.recv().await.expect("the server holds the request");
@@ -450,7 +547,10 @@ mod tests {
             Some(CallError::Lost)
         );
         assert!(conn.is_broken());
-        assert_eq!(conn.call(&request).await.err(), Some(CallError::NotSent));
+        assert_eq!(
+            conn.call(NODE, &request).await.err(),
+            Some(CallError::NotSent)
+        );
     }
 
     #[tokio::test]
@@ -459,7 +559,62 @@ mod tests {
         let addr = listener.local_addr().expect("addr").to_string();
         drop(listener);
         let pool = Pool::default();
-        let reply = pool.call(&addr, &Request::LastEntryId { region: 1 }).await;
+        let to = crate::keys::NodeRecord {
+            name: NODE.into(),
+            prefix: "run/node-0-1".into(),
+            addr,
+            slot: 0,
+        };
+        let reply = pool.call(&to, &Request::LastEntryId { region: 1 }).await;
         assert_eq!(reply.err(), Some(CallError::NotSent));
+    }
+
+    #[tokio::test]
+    async fn a_request_for_another_node_is_refused_not_written_and_never_handled() {
+        let handled = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let handler: Handler = {
+            let handled = handled.clone();
+            Arc::new(move |_| {
+                handled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Box::pin(async { Reply::Appended { id: 1 } })
+            })
+        };
+        let (addr, _stop, _task) = server(handler).await;
+        let conn = Conn::connect(&addr).await.expect("connect");
+        let request = Request::Append {
+            region: 1,
+            payload: "1:0".into(),
+        };
+        // The node that was on this address before (an earlier generation).
+        match conn.call("node-0-0", &request).await {
+            Ok(Reply::Failed(Failure::NotWritten { message })) => {
+                assert!(message.contains(NODE), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(handled.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // The connection goes on serving the requests meant for it.
+        assert!(matches!(
+            conn.call(NODE, &request).await,
+            Ok(Reply::Appended { id: 1 })
+        ));
+        assert_eq!(handled.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_times_out_leaves_no_pending_entry() {
+        let handler: Handler = Arc::new(|_| Box::pin(futures::future::pending::<Reply>()));
+        let (addr, _stop, _task) = server(handler).await;
+        let conn = Conn::connect(&addr).await.expect("connect");
+        let request = Request::LastEntryId { region: 1 };
+        for _ in 0..3 {
+            let call = tokio::time::timeout(
+                std::time::Duration::from_millis(50),
+                conn.call(NODE, &request),
+            );
+            assert!(call.await.is_err(), "the handler never answers");
+        }
+        assert_eq!(conn.pending_calls(), 0);
+        assert!(!conn.is_broken());
     }
 }

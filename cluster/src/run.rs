@@ -193,9 +193,9 @@ impl Cluster {
         Ok(())
     }
 
-    /// Restarts every node or coordinator that exited (a node that lost its lease, a
-    /// deposed coordinator).
-    fn restart_exited(&mut self) -> anyhow::Result<()> {
+    /// Restarts every node that exited (one that lost its lease) as its next
+    /// generation.
+    fn restart_exited_nodes(&mut self) -> anyhow::Result<()> {
         let soon = Duration::from_secs(1);
         for slot in 0..self.nodes.len() {
             let exited = match self.nodes.get_mut(slot).and_then(|(_, p)| p.as_mut()) {
@@ -212,6 +212,17 @@ impl Cluster {
                 self.start_node(slot)?;
             }
         }
+        Ok(())
+    }
+
+    /// Restarts every coordinator that exited, whatever its exit code, as a killed one
+    /// is: a deposed one ([`crate::coordinator::DEPOSED`]: its lease lost, its guarded
+    /// write refused, or a write whose outcome it could not learn) comes back as a
+    /// standby. Called at every tick of the run, pauses and the wait for the failovers
+    /// to settle included: with two instances, one that exited and stayed down would
+    /// leave the run one exit away from having no leader.
+    fn restart_exited_coordinators(&mut self) -> anyhow::Result<()> {
+        let soon = Duration::from_secs(1);
         for k in 0..self.coordinators.len() {
             let exited = match self.coordinators.get_mut(k).and_then(|(_, p)| p.as_mut()) {
                 Some(p) if p.started.elapsed() >= soon => {
@@ -227,7 +238,12 @@ impl Cluster {
                 {
                     anyhow::bail!("coordinator {k} was started {MAX_RESTARTS} times");
                 }
-                eprintln!("run: {name} exited ({status}); starting it again");
+                let why = if status.code() == Some(crate::coordinator::DEPOSED) {
+                    " (deposed)"
+                } else {
+                    ""
+                };
+                eprintln!("run: {name} exited ({status}){why}; starting it again");
                 self.start_coordinator(k)?;
             }
         }
@@ -354,6 +370,14 @@ async fn drive(
     run_id: &str,
 ) -> anyhow::Result<()> {
     let args = cluster.args.clone();
+    // Refused before anything starts, rather than at the pause (an instant this far
+    // ahead does not exist).
+    if Instant::now()
+        .checked_add(Duration::from_millis(args.pause_ms))
+        .is_none()
+    {
+        anyhow::bail!("--pause-ms {} is too large", args.pause_ms);
+    }
     for slot in 0..args.nodes as usize {
         cluster.start_node(slot)?;
     }
@@ -430,13 +454,15 @@ async fn drive(
                 resume = None;
             }
         }
+        cluster.restart_exited_coordinators()?;
         if resume.is_none() {
-            cluster.restart_exited()?;
+            cluster.restart_exited_nodes()?;
         }
         let Some(kind) = plan.get(next_event) else {
             continue;
         };
-        let at = Duration::from_secs_f64(span * (next_event as f64 + 0.5) / total);
+        let at = Duration::try_from_secs_f64(span * (next_event as f64 + 0.5) / total)
+            .unwrap_or(Duration::MAX);
         if started.elapsed() < at || resume.is_some() {
             continue;
         }
@@ -465,13 +491,17 @@ async fn drive(
                     p.child.kill().await?;
                     cluster.start_node(slot)?;
                 } else {
+                    let Some(at) = Instant::now().checked_add(Duration::from_millis(args.pause_ms))
+                    else {
+                        anyhow::bail!("--pause-ms {} is too large", args.pause_ms);
+                    };
                     eprintln!(
                         "run: {:.1} s: SIGSTOP {name} for {} ms",
                         started.elapsed().as_secs_f64(),
                         args.pause_ms
                     );
                     signal(&p.child, libc::SIGSTOP);
-                    resume = Some((Instant::now() + Duration::from_millis(args.pause_ms), slot));
+                    resume = Some((at, slot));
                 }
             }
             _ => {
@@ -519,16 +549,22 @@ async fn drive(
         }
     }
     // Every failover finished (and its prefix retired, with `--retire`) and every route
-    // on a live node before the stop.
+    // on a live node before the stop; a coordinator that exits meanwhile is started
+    // again (the failovers need a leader).
     let retire = args.retire;
-    let settled = view
-        .wait_for(Duration::from_secs(120), |s| {
-            s.failovers
-                .values()
-                .all(|r| r.done_ms.is_some() && (!retire || r.state == "retired"))
-                && s.routes.values().all(|r| s.nodes.contains_key(&r.name))
-        })
-        .await;
+    let settling = Instant::now();
+    let mut settled = false;
+    while !settled && settling.elapsed() < Duration::from_secs(120) {
+        cluster.restart_exited_coordinators()?;
+        settled = view
+            .wait_for(Duration::from_millis(500), |s| {
+                s.failovers
+                    .values()
+                    .all(|r| r.done_ms.is_some() && (!retire || r.state == "retired"))
+                    && s.routes.values().all(|r| s.nodes.contains_key(&r.name))
+            })
+            .await;
+    }
     if !settled {
         eprintln!("run: the failovers did not settle within 120 s");
     }

@@ -91,7 +91,7 @@ impl View {
     ) -> anyhow::Result<()> {
         let options = WatchOptions::new()
             .with_prefix()
-            .with_start_revision(revision + 1);
+            .with_start_revision(revision.saturating_add(1));
         let mut stream = client.watch(keys.root(), Some(options)).await?;
         while let Some(resp) = stream.message().await? {
             if resp.canceled() {
