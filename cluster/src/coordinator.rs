@@ -27,7 +27,7 @@ use object_store_wal::{fence, retire, store_from_url, Fence, ObjectStoreLogStore
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::keys::{ArchiveRecord, FailoverRecord, Keys, NodeRecord, Piece, Route};
-use crate::rpc::{PieceMsg, Pool, Reply, Request};
+use crate::rpc::{CallError, PieceMsg, Pool, Reply, Request};
 use crate::view::View;
 use crate::{etcd_connect, etcd_connect_waiting, now_ms, wal_config, Common};
 
@@ -568,6 +568,25 @@ impl Leader {
         }
     }
 
+    /// Calls `request` on `node`, given up (as [`CallError::Lost`]: it may have been
+    /// acted on) as soon as `node` or one of `also` is no longer live: a call to a
+    /// paused node would otherwise hold a move, and the failover waiting for it, for
+    /// the whole of `CALL_WITHIN`.
+    async fn call_while_live(
+        &self,
+        node: &NodeRecord,
+        request: &Request,
+        also: &[&str],
+    ) -> Result<Reply, CallError> {
+        let gone = self.view.wait_for(crate::rpc::CALL_WITHIN, |s| {
+            !s.nodes.contains_key(&node.name) || also.iter().any(|n| !s.nodes.contains_key(*n))
+        });
+        tokio::select! {
+            reply = self.pool.call(node, request) => reply,
+            true = gone => Err(CallError::Lost),
+        }
+    }
+
     /// The name region `region`'s route names.
     fn route_name(&self, region: u64) -> Option<String> {
         self.regions
@@ -673,7 +692,10 @@ impl Leader {
                     started.elapsed().as_secs()
                 );
             }
-            match self.pool.call(&source, &Request::Release { region }).await {
+            match self
+                .call_while_live(&source, &Request::Release { region }, &[])
+                .await
+            {
                 Ok(Reply::Released {
                     last_id,
                     acquire_above,
@@ -722,7 +744,8 @@ impl Leader {
                 above,
                 pieces: Vec::new(),
             };
-            let acquire = self.pool.call(&node, &acquire_request);
+            let source_live = [from];
+            let acquire = self.call_while_live(&node, &acquire_request, &source_live);
             let catch_up = async {
                 let Some(through) = through else {
                     return Ok(());
@@ -734,7 +757,7 @@ impl Leader {
                     through,
                     sequence: released.sequence,
                 };
-                match self.pool.call(&node, &request).await {
+                match self.call_while_live(&node, &request, &source_live).await {
                     Ok(Reply::CaughtUp { last: Some(at), .. }) if at == through => Ok(()),
                     other => Err(format!("catch-up through {through}: {other:?}")),
                 }
@@ -1317,18 +1340,12 @@ impl Leader {
             .collect();
         let began = Instant::now();
         let acquire = async {
-            let result = match self
-                .pool
-                .call(
-                    to,
-                    &Request::Acquire {
-                        region,
-                        above,
-                        pieces,
-                    },
-                )
-                .await
-            {
+            let request = Request::Acquire {
+                region,
+                above,
+                pieces,
+            };
+            let result = match self.call_while_live(to, &request, &[]).await {
                 Ok(Reply::Done) => Ok(()),
                 other => Err(anyhow::anyhow!("acquire at {}: {other:?}", to.name)),
             };
@@ -1345,7 +1362,7 @@ impl Leader {
                 through,
                 sequence: released.sequence,
             };
-            let result = match self.pool.call(to, &request).await {
+            let result = match self.call_while_live(to, &request, &[]).await {
                 Ok(Reply::CaughtUp { last: Some(at), .. }) if at == through => Ok(()),
                 other => Err(anyhow::anyhow!(
                     "catch-up at {} through {through}: {other:?}",

@@ -24,6 +24,26 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use object_store_wal_actors::WalHandle;
 
+/// Flushes a region's pieces wait for their catch-ups at most, before its history is
+/// read again.
+const MAX_DEFERRED: u32 = 5;
+
+/// Region histories a flush reads at once.
+const HISTORIES_AT_ONCE: usize = 8;
+
+/// What one catch-up read of a region.
+#[derive(Debug, Clone)]
+pub struct CaughtUp {
+    /// The source's prefix.
+    pub source: String,
+    /// The first id asked for.
+    pub from: u64,
+    /// The last id (the catch-up ended there).
+    pub through: u64,
+    /// Its entries, by id.
+    pub entries: Vec<(u64, String)>,
+}
+
 /// One flush object's content: region to its entries, in id order.
 pub type Flushed = BTreeMap<u64, Vec<(u64, String)>>;
 
@@ -51,9 +71,12 @@ pub fn written_ms(path: &Path) -> Option<u64> {
 struct Held {
     /// The next id to flush.
     from: u64,
-    /// Its acquire recorded pieces in earlier owners' logs not flushed yet: read with
-    /// `read_history` (once; after the flush they are forgotten).
-    pieces: bool,
+    /// The pieces its acquire recorded in earlier owners' logs, not flushed yet
+    /// (prefix, first id, last id): flushed from the catch-ups that read them, or else
+    /// read with `read_history` (once; after the flush they are forgotten).
+    pieces: Vec<(String, u64, u64)>,
+    /// Flushes that found the pieces' catch-ups not answered yet.
+    deferred: u32,
     /// Released at this last id (`Some(None)`: holding none): flushed once more, then
     /// forgotten.
     released: Option<Option<u64>>,
@@ -65,6 +88,9 @@ pub struct Flusher {
     store: Arc<dyn ObjectStore>,
     root: String,
     held: Mutex<HashMap<u64, Held>>,
+    /// What catch-ups read, by region (source prefix, from, through, entries), until the
+    /// next flush takes it.
+    caught: Mutex<HashMap<u64, Vec<CaughtUp>>>,
     recent: Mutex<VecDeque<(Instant, Arc<Flushed>)>>,
     count: Mutex<u64>,
 }
@@ -81,22 +107,36 @@ impl Flusher {
             store,
             root: node_root(run_id, node),
             held: Mutex::default(),
+            caught: Mutex::default(),
             recent: Mutex::default(),
             count: Mutex::new(0),
         }
     }
 
-    /// `region` acquired above `above`, with `pieces` recorded or not.
-    pub fn acquired(&self, region: u64, above: u64, pieces: bool) {
-        let from = if pieces { 0 } else { above.saturating_add(1) };
+    /// The node's WAL.
+    pub fn wal(&self) -> &WalHandle {
+        &self.wal
+    }
+
+    /// `region` acquired above `above`, with `pieces` recorded (prefix, first and last
+    /// id).
+    pub fn acquired(&self, region: u64, above: u64, pieces: Vec<(String, u64, u64)>) {
         lock(&self.held).insert(
             region,
             Held {
-                from,
+                from: above.saturating_add(1),
                 pieces,
+                deferred: 0,
                 released: None,
             },
         );
+    }
+
+    /// A catch-up of `region` from `source` read `entries` (ids `from` through
+    /// `through`): the next flush writes them if they are pieces the region's acquire
+    /// recorded (a move's released piece is flushed by its source).
+    pub fn caught_up(&self, region: u64, caught: CaughtUp) {
+        lock(&self.caught).entry(region).or_default().push(caught);
     }
 
     /// `region` released at `last_id`.
@@ -121,22 +161,66 @@ impl Flusher {
         // others in one replay (each object fetched once).
         let mut plain = Vec::new();
         let mut skipped = Vec::new();
+        let mut deferred = Vec::new();
+        let mut histories = Vec::new();
+        let mut caught = std::mem::take(&mut *lock(&self.caught));
         for (region, h) in &held {
-            if h.pieces {
-                // A region whose pieces cannot be read now is flushed at the next
-                // flush (its entries stay on the chains until then).
-                match self.history(*region, h.from).await {
-                    Ok(entries) if !entries.is_empty() => {
-                        flushed.insert(*region, entries);
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        eprintln!("flush: region {region}'s history: {e}");
-                        skipped.push(*region);
-                    }
-                }
-            } else {
+            if h.pieces.is_empty() {
                 plain.push((*region, h.from));
+                continue;
+            }
+            // The pieces as the catch-ups read them (each piece within one catch-up of
+            // its prefix), then the region's own entries; else, once the catch-ups
+            // are late, its history read again. A region whose pieces cannot be read
+            // now is flushed at the next flush (its entries stay on the chains).
+            let reads = caught.remove(region).unwrap_or_default();
+            let covered = h.pieces.iter().all(|(prefix, first, last)| {
+                reads
+                    .iter()
+                    .any(|c| c.source == *prefix && c.from <= *first && c.through >= *last)
+            });
+            if covered {
+                let entries = flushed.entry(*region).or_default();
+                for c in reads {
+                    entries.extend(c.entries);
+                }
+                entries.sort_by_key(|(id, _)| *id);
+                entries.dedup_by_key(|(id, _)| *id);
+                plain.push((*region, h.from));
+            } else if h.deferred < MAX_DEFERRED {
+                caught.insert(*region, reads);
+                deferred.push(*region);
+                skipped.push(*region);
+            } else {
+                histories.push(*region);
+            }
+        }
+        let mut reads = futures::stream::iter(
+            histories
+                .into_iter()
+                .map(|region| async move { (region, self.history(region, 0).await) }),
+        )
+        .buffer_unordered(HISTORIES_AT_ONCE);
+        while let Some((region, read)) = reads.next().await {
+            match read {
+                Ok(entries) if !entries.is_empty() => {
+                    flushed.insert(region, entries);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    eprintln!("flush: region {region}'s history: {e}");
+                    skipped.push(region);
+                }
+            }
+        }
+        drop(reads);
+        // Catch-ups of regions with no pieces to flush are dropped (a move's: its
+        // source flushes them); those of deferred regions wait for the next flush.
+        caught.retain(|region, _| deferred.contains(region));
+        if !caught.is_empty() {
+            let mut now = lock(&self.caught);
+            for (region, reads) in caught {
+                now.entry(region).or_default().extend(reads);
             }
         }
         if !plain.is_empty() {
@@ -196,9 +280,17 @@ impl Flusher {
                     if let Some(through) = through {
                         now.from = now.from.max(through.saturating_add(1));
                     }
-                    now.pieces &= !h.pieces;
+                    if now.pieces == h.pieces {
+                        now.pieces.clear();
+                    }
                 }
                 (_, None) => {}
+            }
+        }
+        let mut all = lock(&self.held);
+        for region in &deferred {
+            if let Some(h) = all.get_mut(region) {
+                h.deferred = h.deferred.saturating_add(1);
             }
         }
         Ok(count)

@@ -138,6 +138,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Whether `record`'s failover is done: every region routed to a new owner.
+fn taken_over(record: &crate::keys::FailoverRecord) -> bool {
+    record.state == "done" || record.state == "retired"
+}
+
 /// How an append's resolve ended.
 enum Resolved {
     /// On the chain with this id, or not there (send it again).
@@ -246,12 +251,18 @@ impl Frontends {
     }
 
     /// Node `route.name`'s fenced chain, read once per prefix; `None` until its
-    /// failover record says it is fenced.
+    /// failover is done. The chain is final from the fence on, but read then it would
+    /// slow the takeover (the new owners read it too, on the same store): the appends
+    /// being resolved wait a little longer instead.
     async fn fenced_chain(
         &self,
         route: &Route,
     ) -> Option<Result<Arc<HashMap<u64, Vec<(u64, Bytes)>>>, String>> {
-        if !self.view.failover(&route.name).is_some_and(|r| r.fenced()) {
+        if !self
+            .view
+            .failover(&route.name)
+            .is_some_and(|r| taken_over(&r))
+        {
             return None;
         }
         let cell = {
@@ -385,7 +396,7 @@ impl Frontends {
             let name = route.name.clone();
             self.view
                 .wait_for(Duration::from_millis(500), |s| {
-                    s.failovers.get(&name).is_some_and(|r| r.fenced())
+                    s.failovers.get(&name).is_some_and(taken_over)
                 })
                 .await;
         }
@@ -405,6 +416,12 @@ impl Frontends {
             return;
         }
         let want = Bytes::from(payload.to_string());
+        let name = route.name.clone();
+        self.view
+            .wait_for(APPEND_WITHIN, |s| {
+                s.failovers.get(&name).is_some_and(taken_over)
+            })
+            .await;
         let found = match self.find_fenced(route, region, from, &want).await {
             Some(Ok(found)) => found,
             _ => None,

@@ -81,7 +81,7 @@ pub struct Common {
     /// The WALs' `min_object_interval`, ms: the shortest time between two objects of a
     /// node (its group commit window), so a node writes at most 1000 / this objects a
     /// second whatever its load.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 100)]
     pub min_object_interval_ms: u64,
     /// How often a node flushes its regions' new entries into a flush object and
     /// obsoletes them (`flush`), ms; 0: never (the live chains grow with the run).

@@ -22,7 +22,7 @@ use object_store_wal_actors::{spawn_wal, RestartPolicy, WalHandle};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::flush::Flusher;
+use crate::flush::{CaughtUp, Flusher};
 use crate::keys::{Keys, NodeRecord};
 use crate::rpc::{serve, Failure, Handler, Reply, Request};
 use crate::{etcd_connect, now_ms, wal_config, Common};
@@ -84,10 +84,29 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut flushes = 0u64;
             loop {
                 tick.tick().await;
-                if let Err(e) = flusher.flush().await {
-                    eprintln!("{name}: a flush failed: {e}");
+                let started = Instant::now();
+                match flusher.flush().await {
+                    Ok(entries) => {
+                        flushes += 1;
+                        // Now and then, what the flushes keep the live chain to.
+                        if flushes.is_multiple_of(10) {
+                            if let Ok(s) = flusher.wal().stats().await {
+                                eprintln!(
+                                    "{name}: flush {flushes}: {entries} entries in {} ms; \
+                                     floor {}, reclaimed below {}, chain objects {}, deleted {}",
+                                    started.elapsed().as_millis(),
+                                    s.floor,
+                                    s.reclaimed_below,
+                                    s.chain_objects,
+                                    s.deleted
+                                );
+                            }
+                        }
+                    }
+                    Err(e) => eprintln!("{name}: a flush failed: {e}"),
                 }
             }
         })
@@ -306,7 +325,10 @@ async fn handle(wal: &WalHandle, flusher: &Flusher, request: Request) -> Reply {
             above,
             pieces,
         } => {
-            let with_pieces = !pieces.is_empty();
+            let recorded: Vec<(String, u64, u64)> = pieces
+                .iter()
+                .map(|p| (p.prefix.clone(), p.first_id, p.last_id))
+                .collect();
             let pieces: Vec<Piece> = pieces
                 .into_iter()
                 .map(|p| Piece {
@@ -325,7 +347,7 @@ async fn handle(wal: &WalHandle, flusher: &Flusher, request: Request) -> Reply {
             }
             match acquired {
                 Ok(()) => {
-                    flusher.acquired(region, above, with_pieces);
+                    flusher.acquired(region, above, recorded);
                     Reply::Done
                 }
                 Err(e) => other(&e),
@@ -356,15 +378,31 @@ async fn handle(wal: &WalHandle, flusher: &Flusher, request: Request) -> Reply {
                 Err(e) => return other(&e),
             };
             let (mut last, mut count) = (None, 0u64);
+            let mut read = Vec::new();
             while let Some(entry) = entries.next().await {
                 match entry {
                     Ok(entry) => {
                         last = Some(entry.id);
                         count += 1;
+                        read.push((
+                            entry.id,
+                            String::from_utf8_lossy(&entry.payload).into_owned(),
+                        ));
                     }
                     Err(e) => return other(&e),
                 }
             }
+            // The region's catch-up, for its flush (a database replays it into its
+            // memtable).
+            flusher.caught_up(
+                region,
+                CaughtUp {
+                    source,
+                    from,
+                    through,
+                    entries: read,
+                },
+            );
             Reply::CaughtUp { last, count }
         }
         Request::Obsolete { region, id } => {

@@ -76,8 +76,10 @@ pub struct Args {
     /// S3-API server that takes longer is not acknowledged, and the epoch ends).
     #[arg(long)]
     max_create_ms: Option<u64>,
-    /// The WALs' `min_object_interval`, ms (each node's group commit window).
-    #[arg(long, default_value_t = 20)]
+    /// The WALs' `min_object_interval`, ms (each node's group commit window: at most
+    /// ten objects a second per node by default, which the one-process S3-API server
+    /// keeps up with beside the failovers' reads).
+    #[arg(long, default_value_t = 100)]
     min_object_interval_ms: u64,
     /// How often each node flushes, ms (0: never).
     #[arg(long, default_value_t = 1000)]
@@ -107,6 +109,98 @@ struct Cluster {
     nodes: Vec<(u64, Option<Proc>)>,
     /// Per coordinator instance (two): its generation and process.
     coordinators: Vec<(u64, Option<Proc>)>,
+    /// The children's memory and threads, sampled during the load.
+    samples: Vec<Sample>,
+}
+
+/// One child's resident memory and threads at one moment of the load.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Sample {
+    /// Seconds since the load started.
+    at: f64,
+    /// `node`, `coordinator` or `load`.
+    role: &'static str,
+    /// The child's name.
+    name: String,
+    /// Resident set, KiB (`VmRSS`).
+    rss_kib: u64,
+    /// Threads.
+    threads: u64,
+}
+
+/// How often the children's memory and threads are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+/// `VmRSS` (KiB) and `Threads` of process `pid`, from `/proc`.
+fn memory_of(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    Some((field("VmRSS:")?, field("Threads:")?))
+}
+
+impl Cluster {
+    /// Samples every child now running.
+    fn sample(&mut self, at: f64, load: &Proc) {
+        let nodes = self
+            .nodes
+            .iter()
+            .filter_map(|(_, p)| p.as_ref())
+            .map(|p| ("node", p));
+        let coordinators = self
+            .coordinators
+            .iter()
+            .filter_map(|(_, p)| p.as_ref())
+            .map(|p| ("coordinator", p));
+        let mut taken = Vec::new();
+        for (role, p) in nodes.chain(coordinators).chain([("load", load)]) {
+            if let Some((rss_kib, threads)) = p.child.id().and_then(memory_of) {
+                taken.push(Sample {
+                    at,
+                    role,
+                    name: p.name.clone(),
+                    rss_kib,
+                    threads,
+                });
+            }
+        }
+        self.samples.extend(taken);
+    }
+
+    /// Per role, the largest resident set (MiB) and thread count among the samples of
+    /// the load's first, middle and last fifth: flat over the run, or growing.
+    fn memory_summary(&self, seconds: f64) -> serde_json::Value {
+        let mut out = serde_json::Map::new();
+        for role in ["node", "coordinator", "load"] {
+            let mut rss = Vec::new();
+            let mut threads = Vec::new();
+            for (from, to) in [(0.0, 0.2), (0.4, 0.6), (0.8, 1.01)] {
+                let window = self
+                    .samples
+                    .iter()
+                    .filter(|s| s.role == role && s.at >= from * seconds && s.at < to * seconds);
+                let (r, t) = window.fold((0u64, 0u64), |(r, t), s| {
+                    (r.max(s.rss_kib), t.max(s.threads))
+                });
+                rss.push(((r as f64 / 1024.0) * 10.0).round() / 10.0);
+                threads.push(t);
+            }
+            out.insert(
+                format!("{role}_rss_mib_start_mid_end"),
+                serde_json::json!(rss),
+            );
+            out.insert(
+                format!("{role}_threads_start_mid_end"),
+                serde_json::json!(threads),
+            );
+        }
+        serde_json::Value::Object(out)
+    }
 }
 
 fn signal(child: &Child, sig: libc::c_int) {
@@ -309,6 +403,7 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         args: args.clone(),
         nodes: (0..args.nodes).map(|_| (0, None)).collect(),
         coordinators: (0..2).map(|_| (0, None)).collect(),
+        samples: Vec::new(),
     };
     let acks = dir.join("acks.txt");
     let summary = dir.join("load.json");
@@ -350,6 +445,19 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
     };
     let checking = Instant::now();
     let (mut line, ok) = check::check(&check_args).await?;
+    let samples = dir.join("memory.jsonl");
+    let mut written = String::new();
+    for sample in &cluster.samples {
+        written.push_str(&serde_json::to_string(sample)?);
+        written.push('\n');
+    }
+    std::fs::write(&samples, written)?;
+    if let (Some(out), serde_json::Value::Object(memory)) = (
+        line.as_object_mut(),
+        cluster.memory_summary(args.seconds as f64),
+    ) {
+        out.extend(memory);
+    }
     if let Some(out) = line.as_object_mut() {
         out.insert(
             "check_seconds".into(),
@@ -437,8 +545,13 @@ async fn drive(
     let mut node_turn = 0usize;
     let mut resume: Option<(Instant, usize)> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(50));
+    let mut sample_at = started;
     loop {
         tick.tick().await;
+        if sample_at.elapsed() >= SAMPLE_EVERY {
+            sample_at = Instant::now();
+            cluster.sample(started.elapsed().as_secs_f64(), &load);
+        }
         if let Some(status) = load.child.try_wait()? {
             if !status.success() {
                 anyhow::bail!("the load failed ({status})");
