@@ -7,12 +7,13 @@
 //! - Ambiguous (`MayBeDurable`, or the connection broke with the request in flight): it
 //!   is resolved before it is sent again. On a live node, the node answers once its
 //!   epoch is past the one that ended. On a node being failed over, only the **fenced**
-//!   chain tells: once the failover record says the prefix is fenced, the frontend opens
-//!   it read-only and reads it in one pass with the node's recent flush objects (once
-//!   per prefix; the last few kept), and looks for the entry from the node's tenure
-//!   start, never in the region's new history. Found, it counts as acknowledged with the id it has there; not found, it
-//!   is sent again. An append that cannot be resolved counts as `failed` and is never
-//!   sent again (that could write it twice).
+//!   chain tells: once the failover is done (every region routed again; its reads then
+//!   do not compete with the takeover's), the frontend reads the fenced chain in one
+//!   pass with the node's flush objects of the last minutes (once per prefix; the last
+//!   few kept), and looks for the entry from the node's tenure start, never in the
+//!   region's new history. Found, it counts as acknowledged with the id it has there;
+//!   not found, it is sent again. An append that cannot be resolved counts as `failed`
+//!   and is never sent again (that could write it twice).
 //! - An acknowledgement from a node whose prefix the frontend knows fenced is checked
 //!   against the fenced chain: there with that id, it was durable before the fence
 //!   (`zombie_acks_late_on_chain`); otherwise it is a `zombie_acks_after_fence`, which
