@@ -343,7 +343,11 @@ async fn handle(wal: &WalHandle, flusher: &Flusher, request: Request) -> Reply {
             })
             .await;
             if started.elapsed() > Duration::from_secs(1) {
-                eprintln!("acquire of {region}: {} ms", started.elapsed().as_millis());
+                eprintln!(
+                    "acquire of {region}: {} ms (asked at {})",
+                    started.elapsed().as_millis(),
+                    now_ms().saturating_sub(started.elapsed().as_millis() as u64)
+                );
             }
             match acquired {
                 Ok(()) => {
