@@ -167,8 +167,11 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
     }
     // The nodes' flush objects: entries the chains may no longer hold (obsoleted, then
     // reclaimed).
-    let mut flushed =
+    let (mut flushed, flush_conflicts) =
         crate::flush::read_all(&store, &crate::flush::root(&args.common.run_id), 0).await?;
+    if flush_conflicts > 0 {
+        eprintln!("check: {flush_conflicts} ids with two payloads in the flush objects");
+    }
     let flushed_entries: u64 = flushed.values().map(|e| e.len() as u64).sum();
     let mut migrations = 0u64;
     let mut archived_entries = 0u64;
@@ -209,15 +212,20 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
             previous = Some(*id);
         }
         // The flushed entries join what the chains still hold: the same entry (by id)
-        // must carry the same payload, and each lies in one of the history's pieces,
-        // from its start to the next piece's (a release or a fence that found the
-        // region's last entries flushed records an earlier `through`; the next owner's
-        // ids start above every id the piece's owner handed out).
+        // must carry the same payload, and each lies in one of the history's pieces:
+        // after its start, through its `through`, or, for a piece closed with none of
+        // its entries on the chain (its release or fence found them all flushed, and
+        // recorded `through` = `after`), through the next piece's start (the next
+        // owner's ids start above every id the piece's owner handed out).
         let mut by_id: std::collections::BTreeMap<u64, Bytes> = history.into_iter().collect();
         for (id, payload) in flushed.remove(region).unwrap_or_default() {
             let in_piece = pieces.iter().enumerate().any(|(k, p)| {
-                let next = pieces.get(k + 1).map(|n| n.after.unwrap_or(0));
-                p.after.is_none_or(|a| id > a) && next.is_none_or(|n| id <= n)
+                let start = p.after.unwrap_or(0);
+                let end = match p.through {
+                    Some(t) if t > start => Some(t),
+                    _ => pieces.get(k + 1).map(|n| n.after.unwrap_or(0)),
+                };
+                p.after.is_none_or(|a| id > a) && end.is_none_or(|e| id <= e)
             });
             if !in_piece {
                 verdict.out_of_order += 1;
@@ -333,6 +341,7 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
         "migrations": migrations,
         "archived_entries": archived_entries,
         "flushed_entries": flushed_entries,
+        "flush_conflicts": flush_conflicts,
         "retired": records.values().filter(|r| r.state == "retired").count(),
         "coordinator_takeovers": coordinator_takeovers,
     });
@@ -351,6 +360,7 @@ pub async fn check(args: &Args) -> anyhow::Result<(serde_json::Value, bool)> {
         }
     }
     let ok = verdict.lost == 0
+        && flush_conflicts == 0
         && verdict.duplicated == 0
         && verdict.out_of_order == 0
         && verdict.unreadable_pieces == 0

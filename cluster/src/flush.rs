@@ -28,6 +28,9 @@ use object_store_wal_actors::WalHandle;
 /// read again.
 const MAX_DEFERRED: u32 = 5;
 
+/// How long a catch-up's entries wait for their region's acquire.
+const CAUGHT_KEPT: Duration = Duration::from_secs(30);
+
 /// Region histories a flush reads at once.
 const HISTORIES_AT_ONCE: usize = 8;
 
@@ -80,6 +83,9 @@ struct Held {
     /// Released at this last id (`Some(None)`: holding none): flushed once more, then
     /// forgotten.
     released: Option<Option<u64>>,
+    /// Acquires of it so far: a region released and acquired again while a flush runs
+    /// is not forgotten by that flush.
+    stays: u64,
 }
 
 /// The node's flusher: which regions it holds, and its recent flushes.
@@ -87,10 +93,11 @@ pub struct Flusher {
     wal: WalHandle,
     store: Arc<dyn ObjectStore>,
     root: String,
+    run_id: String,
     held: Mutex<HashMap<u64, Held>>,
-    /// What catch-ups read, by region (source prefix, from, through, entries), until the
-    /// next flush takes it.
-    caught: Mutex<HashMap<u64, Vec<CaughtUp>>>,
+    /// What catch-ups read, by region, with when, until a flush takes it (or
+    /// [`CAUGHT_KEPT`] passed: a catch-up whose acquire never came).
+    caught: Mutex<HashMap<u64, Vec<(Instant, CaughtUp)>>>,
     recent: Mutex<VecDeque<(Instant, Arc<Flushed>)>>,
     count: Mutex<u64>,
 }
@@ -106,6 +113,7 @@ impl Flusher {
             wal,
             store,
             root: node_root(run_id, node),
+            run_id: run_id.to_string(),
             held: Mutex::default(),
             caught: Mutex::default(),
             recent: Mutex::default(),
@@ -121,22 +129,71 @@ impl Flusher {
     /// `region` acquired above `above`, with `pieces` recorded (prefix, first and last
     /// id).
     pub fn acquired(&self, region: u64, above: u64, pieces: Vec<(String, u64, u64)>) {
-        lock(&self.held).insert(
-            region,
-            Held {
-                from: above.saturating_add(1),
-                pieces,
-                deferred: 0,
-                released: None,
-            },
-        );
+        let from = above.saturating_add(1);
+        let mut held = lock(&self.held);
+        match held.get_mut(&region) {
+            // Back before its release was flushed: the earlier stay's entries are
+            // flushed with this one's (its lower `from` kept), not obsoleted unread.
+            Some(h) => {
+                h.from = h.from.min(from);
+                h.pieces.extend(pieces);
+                h.deferred = 0;
+                h.released = None;
+                h.stays = h.stays.saturating_add(1);
+            }
+            None => {
+                held.insert(
+                    region,
+                    Held {
+                        from,
+                        pieces,
+                        deferred: 0,
+                        released: None,
+                        stays: 0,
+                    },
+                );
+            }
+        }
     }
 
     /// A catch-up of `region` from `source` read `entries` (ids `from` through
     /// `through`): the next flush writes them if they are pieces the region's acquire
     /// recorded (a move's released piece is flushed by its source).
     pub fn caught_up(&self, region: u64, caught: CaughtUp) {
-        lock(&self.caught).entry(region).or_default().push(caught);
+        lock(&self.caught)
+            .entry(region)
+            .or_default()
+            .push((Instant::now(), caught));
+    }
+
+    /// What node `source`'s flush objects of the last [`KEPT_FOR`] hold of `region`,
+    /// ids `from` through `through`, if they hold `through`: a released piece whose
+    /// objects the source reclaimed once it flushed them (a move's catch-up that came
+    /// late) is read there.
+    pub async fn flushed_by(
+        &self,
+        source: &str,
+        region: u64,
+        from: u64,
+        through: u64,
+    ) -> anyhow::Result<Option<Vec<(u64, String)>>> {
+        let name = source.rsplit('/').next().unwrap_or(source);
+        let since = crate::now_ms().saturating_sub(KEPT_FOR.as_millis() as u64);
+        let (mut all, conflicts) =
+            read_all(&self.store, &node_root(&self.run_id, name), since).await?;
+        if conflicts > 0 {
+            anyhow::bail!("{source}'s flush objects give {conflicts} ids two payloads");
+        }
+        let entries = all.remove(&region).unwrap_or_default();
+        if !entries.contains_key(&through) {
+            return Ok(None);
+        }
+        Ok(Some(
+            entries
+                .range(from..=through)
+                .map(|(id, p)| (*id, p.clone()))
+                .collect(),
+        ))
     }
 
     /// `region` released at `last_id`.
@@ -173,7 +230,12 @@ impl Flusher {
             // its prefix), then the region's own entries; else, once the catch-ups
             // are late, its history read again. A region whose pieces cannot be read
             // now is flushed at the next flush (its entries stay on the chains).
-            let reads = caught.remove(region).unwrap_or_default();
+            let reads: Vec<CaughtUp> = caught
+                .remove(region)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(_, c)| c)
+                .collect();
             let covered = h.pieces.iter().all(|(prefix, first, last)| {
                 reads
                     .iter()
@@ -188,7 +250,8 @@ impl Flusher {
                 entries.dedup_by_key(|(id, _)| *id);
                 plain.push((*region, h.from));
             } else if h.deferred < MAX_DEFERRED {
-                caught.insert(*region, reads);
+                let now = Instant::now();
+                caught.insert(*region, reads.into_iter().map(|c| (now, c)).collect());
                 deferred.push(*region);
                 skipped.push(*region);
             } else {
@@ -215,8 +278,14 @@ impl Flusher {
         }
         drop(reads);
         // Catch-ups of regions with no pieces to flush are dropped (a move's: its
-        // source flushes them); those of deferred regions wait for the next flush.
-        caught.retain(|region, _| deferred.contains(region));
+        // source flushes them); those of deferred regions wait for the next flush, and
+        // those of regions not acquired yet (a catch-up answers before its acquire) for
+        // a while.
+        caught.retain(|region, reads| {
+            reads.retain(|(at, _)| at.elapsed() < CAUGHT_KEPT);
+            deferred.contains(region)
+                || (!held.iter().any(|(r, _)| r == region) && !reads.is_empty())
+        });
         if !caught.is_empty() {
             let mut now = lock(&self.caught);
             for (region, reads) in caught {
@@ -232,6 +301,11 @@ impl Flusher {
                     .or_default()
                     .push((entry.id, payload(&entry.payload)));
             }
+        }
+        // A region's entries in id order, once each (its pieces' and its own).
+        for entries in flushed.values_mut() {
+            entries.sort_by_key(|(id, _)| *id);
+            entries.dedup_by_key(|(id, _)| *id);
         }
         let count: u64 = flushed.values().map(|e| e.len() as u64).sum();
         if count > 0 {
@@ -263,17 +337,21 @@ impl Flusher {
             let last = flushed
                 .get(region)
                 .and_then(|e| e.last().map(|(id, _)| *id));
-            let through = match h.released {
-                Some(released) => last.max(released),
-                None => last,
-            };
+            // Through a release's last id, and through the pieces flushed now (their
+            // records go even when they held nothing).
+            let pieces = h.pieces.iter().map(|(_, _, last)| *last).max();
+            let through = last.max(h.released.flatten()).max(pieces);
             if let Some(through) = through {
-                self.wal.obsolete(*region, through).await?;
+                if let Err(e) = self.wal.obsolete(*region, through).await {
+                    // Asked again at the next flush (nothing here moves on).
+                    eprintln!("flush: obsolete of region {region} through {through}: {e}");
+                    continue;
+                }
             }
             let mut all = lock(&self.held);
             match (h.released, all.get_mut(region)) {
-                // Released since this flush began? Then it flushes once more.
-                (Some(_), Some(now)) if now.released.is_some() => {
+                // Released when this flush began, and not acquired since: forgotten.
+                (Some(_), Some(now)) if now.released.is_some() && now.stays == h.stays => {
                     all.remove(region);
                 }
                 (_, Some(now)) => {
@@ -329,12 +407,13 @@ fn payload(bytes: &Bytes) -> String {
 }
 
 /// Reads the flush objects under `root` whose name says they were written at or after
-/// `since_ms`, merged: region to its entries by id.
+/// `since_ms`, merged: region to its entries by id, and how many ids two objects give
+/// different payloads (0 unless something wrote a wrong flush).
 pub async fn read_all(
     store: &Arc<dyn ObjectStore>,
     root: &str,
     since_ms: u64,
-) -> anyhow::Result<HashMap<u64, BTreeMap<u64, String>>> {
+) -> anyhow::Result<(HashMap<u64, BTreeMap<u64, String>>, u64)> {
     let prefix = Path::from(root);
     let mut listed = store.list(Some(&prefix));
     let mut paths = Vec::new();
@@ -354,10 +433,20 @@ pub async fn read_all(
     }))
     .buffer_unordered(16);
     let mut merged: HashMap<u64, BTreeMap<u64, String>> = HashMap::new();
+    let mut conflicts = 0u64;
     while let Some(flushed) = reads.next().await {
         for (region, entries) in flushed? {
-            merged.entry(region).or_default().extend(entries);
+            let into = merged.entry(region).or_default();
+            for (id, payload) in entries {
+                match into.get(&id) {
+                    Some(known) if *known != payload => conflicts += 1,
+                    Some(_) => {}
+                    None => {
+                        into.insert(id, payload);
+                    }
+                }
+            }
         }
     }
-    Ok(merged)
+    Ok((merged, conflicts))
 }

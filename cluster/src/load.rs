@@ -301,13 +301,20 @@ impl Frontends {
                         .insert(entry.id, entry.payload);
                 }
                 // What the node flushed (and may have obsoleted) since any append still
-                // in flight was sent: its flush objects of the last minutes.
-                let since =
-                    crate::now_ms().saturating_sub(crate::flush::KEPT_FOR.as_millis() as u64);
+                // in flight when it failed was sent: its flush objects from a little
+                // more than an append's wait before the failover's detection.
+                let detected = self
+                    .view
+                    .failover(&route.name)
+                    .map_or_else(crate::now_ms, |r| r.detected_ms);
+                let since = detected.saturating_sub(crate::flush::KEPT_FOR.as_millis() as u64);
                 let root = crate::flush::node_root(&self.common.run_id, &route.name);
-                let flushed = crate::flush::read_all(&self.store, &root, since)
+                let (flushed, conflicts) = crate::flush::read_all(&self.store, &root, since)
                     .await
                     .map_err(|e| format!("reading {root}: {e}"))?;
+                if conflicts > 0 {
+                    return Err(format!("{root}: {conflicts} ids with two payloads"));
+                }
                 for (region, entries) in flushed {
                     let on_chain = by_region.entry(region).or_default();
                     for (id, payload) in entries {

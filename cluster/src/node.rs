@@ -377,25 +377,26 @@ async fn handle(wal: &WalHandle, flusher: &Flusher, request: Request) -> Reply {
                 }
                 None => wal.catch_up(&source, region, from, through, within).await,
             };
-            let mut entries = match entries {
-                Ok(entries) => entries,
-                Err(e) => return other(&e),
-            };
-            let (mut last, mut count) = (None, 0u64);
-            let mut read = Vec::new();
-            while let Some(entry) = entries.next().await {
-                match entry {
-                    Ok(entry) => {
-                        last = Some(entry.id);
-                        count += 1;
-                        read.push((
-                            entry.id,
-                            String::from_utf8_lossy(&entry.payload).into_owned(),
-                        ));
+            let read = match drain(entries).await {
+                Ok(read) => read,
+                // The source flushed the piece and reclaimed its objects (a move's
+                // catch-up that came late): its flush objects hold it.
+                Err(e) => match flusher.flushed_by(&source, region, from, through).await {
+                    Ok(Some(read)) => {
+                        eprintln!(
+                            "catch-up of {region} from {source} through {through}: \
+                             from its flush objects ({e})"
+                        );
+                        read
                     }
-                    Err(e) => return other(&e),
-                }
-            }
+                    Ok(None) => return other(&e),
+                    Err(flushed) => {
+                        eprintln!("catch-up of {region}: {source}'s flush objects: {flushed}");
+                        return other(&e);
+                    }
+                },
+            };
+            let (last, count) = (read.last().map(|(id, _)| *id), read.len() as u64);
             // The region's catch-up, for its flush (a database replays it into its
             // memtable).
             flusher.caught_up(
@@ -425,6 +426,22 @@ async fn handle(wal: &WalHandle, flusher: &Flusher, request: Request) -> Reply {
             epoch,
         } => resolve(wal, flusher, region, Bytes::from(payload), epoch).await,
     }
+}
+
+/// A catch-up's entries, read to its end.
+async fn drain(
+    entries: Result<object_store_wal_actors::EntryStream, Error>,
+) -> Result<Vec<(u64, String)>, Error> {
+    let mut entries = entries?;
+    let mut read = Vec::new();
+    while let Some(entry) = entries.next().await {
+        let entry = entry?;
+        read.push((
+            entry.id,
+            String::from_utf8_lossy(&entry.payload).into_owned(),
+        ));
+    }
+    Ok(read)
 }
 
 /// The live half of `examples/cluster.rs`'s resolve: once the node's epoch is past the
