@@ -1330,14 +1330,7 @@ impl Leader {
         pieces.retain(|p| p.first_id <= p.last_id);
         // The new owner's flush forgets the pieces through their last id.
         let flush = pieces.iter().map(|p| p.last_id).max();
-        let pieces: Vec<PieceMsg> = pieces
-            .into_iter()
-            .map(|p| PieceMsg {
-                prefix: p.prefix,
-                first_id: p.first_id,
-                last_id: p.last_id,
-            })
-            .collect();
+        let pieces: Vec<PieceMsg> = pieces.into_iter().map(PieceMsg::from).collect();
         let began = Instant::now();
         let acquire = async {
             let request = Request::Acquire {

@@ -15,6 +15,7 @@
 //! resolving an append (the flushes of the last [`KEPT_FOR`], kept in memory).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
+use object_store_wal::Piece;
 use object_store_wal_actors::WalHandle;
 
 /// Flushes a region's pieces wait for their catch-ups at most, before its history is
@@ -74,10 +76,10 @@ pub fn written_ms(path: &Path) -> Option<u64> {
 struct Held {
     /// The next id to flush.
     from: u64,
-    /// The pieces its acquire recorded in earlier owners' logs, not flushed yet
-    /// (prefix, first id, last id): flushed from the catch-ups that read them, or else
+    /// The pieces its acquire recorded in earlier owners' logs, not flushed yet:
+    /// flushed from the catch-ups that read them, or else
     /// read with `read_history` (once; after the flush they are forgotten).
-    pieces: Vec<(String, u64, u64)>,
+    pieces: Vec<Piece>,
     /// Flushes that found the pieces' catch-ups not answered yet.
     deferred: u32,
     /// Released at this last id (`Some(None)`: holding none): flushed once more, then
@@ -99,7 +101,7 @@ pub struct Flusher {
     /// [`CAUGHT_KEPT`] passed: a catch-up whose acquire never came).
     caught: Mutex<HashMap<u64, Vec<(Instant, CaughtUp)>>>,
     recent: Mutex<VecDeque<(Instant, Arc<Flushed>)>>,
-    count: Mutex<u64>,
+    count: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -117,7 +119,7 @@ impl Flusher {
             held: Mutex::default(),
             caught: Mutex::default(),
             recent: Mutex::default(),
-            count: Mutex::new(0),
+            count: AtomicU64::new(0),
         }
     }
 
@@ -126,9 +128,8 @@ impl Flusher {
         &self.wal
     }
 
-    /// `region` acquired above `above`, with `pieces` recorded (prefix, first and last
-    /// id).
-    pub fn acquired(&self, region: u64, above: u64, pieces: Vec<(String, u64, u64)>) {
+    /// `region` acquired above `above`, with `pieces` recorded.
+    pub fn acquired(&self, region: u64, above: u64, pieces: Vec<Piece>) {
         let from = above.saturating_add(1);
         let mut held = lock(&self.held);
         match held.get_mut(&region) {
@@ -236,10 +237,10 @@ impl Flusher {
                 .into_iter()
                 .map(|(_, c)| c)
                 .collect();
-            let covered = h.pieces.iter().all(|(prefix, first, last)| {
+            let covered = h.pieces.iter().all(|p| {
                 reads
                     .iter()
-                    .any(|c| c.source == *prefix && c.from <= *first && c.through >= *last)
+                    .any(|c| c.source == p.prefix && c.from <= p.first_id && c.through >= p.last_id)
             });
             if covered {
                 let entries = flushed.entry(*region).or_default();
@@ -309,11 +310,7 @@ impl Flusher {
         }
         let count: u64 = flushed.values().map(|e| e.len() as u64).sum();
         if count > 0 {
-            let n = {
-                let mut c = lock(&self.count);
-                *c += 1;
-                *c
-            };
+            let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
             let path = Path::from(format!("{}{:013}-{n:06}.json", self.root, crate::now_ms()));
             self.store
                 .put(&path, serde_json::to_vec(&flushed)?.into())
@@ -339,7 +336,7 @@ impl Flusher {
                 .and_then(|e| e.last().map(|(id, _)| *id));
             // Through a release's last id, and through the pieces flushed now (their
             // records go even when they held nothing).
-            let pieces = h.pieces.iter().map(|(_, _, last)| *last).max();
+            let pieces = h.pieces.iter().map(|p| p.last_id).max();
             let through = last.max(h.released.flatten()).max(pieces);
             if let Some(through) = through {
                 if let Err(e) = self.wal.obsolete(*region, through).await {
@@ -414,8 +411,11 @@ pub async fn read_all(
     root: &str,
     since_ms: u64,
 ) -> anyhow::Result<(HashMap<u64, BTreeMap<u64, String>>, u64)> {
+    // Names start with the time written, zero-padded: the listing starts at `since_ms`
+    // rather than at the node's first flush.
     let prefix = Path::from(root);
-    let mut listed = store.list(Some(&prefix));
+    let offset = Path::from(format!("{root}{since_ms:013}"));
+    let mut listed = store.list_with_offset(Some(&prefix), &offset);
     let mut paths = Vec::new();
     while let Some(meta) = listed.next().await {
         let meta = meta?;

@@ -22,7 +22,7 @@
 //! Every acknowledged append goes to the acks file as `region id payload`, the
 //! checker's input. The counters and latencies go to the summary file at the end.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,6 +32,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use object_store::ObjectStore;
+use object_store_wal::testing::SplitMix64;
 use object_store_wal::{store_from_url, ObjectStoreLogStore};
 use tokio::sync::{mpsc, OnceCell, Semaphore};
 
@@ -71,27 +72,6 @@ pub struct Args {
 /// How long one append may take, resolves included, before it counts as failed.
 const APPEND_WITHIN: Duration = Duration::from_secs(120);
 
-/// A small deterministic generator (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 #[derive(Default)]
 struct Counters {
     acked: AtomicU64,
@@ -113,7 +93,7 @@ struct Counters {
 /// replay pass: the chain is final. One pass reads each object once, where a read per
 /// region would read each object once per region (a killed node leaves appends of most
 /// of its regions in flight).
-type FencedChain = Arc<OnceCell<Arc<HashMap<u64, Vec<(u64, Bytes)>>>>>;
+type FencedChain = Arc<OnceCell<Arc<HashMap<u64, BTreeMap<u64, Bytes>>>>>;
 
 /// Fenced chains kept at most: each is needed around its failover only, so the oldest
 /// read is dropped first (a resolve that still needs it reads it again).
@@ -258,7 +238,7 @@ impl Frontends {
     async fn fenced_chain(
         &self,
         route: &Route,
-    ) -> Option<Result<Arc<HashMap<u64, Vec<(u64, Bytes)>>>, String>> {
+    ) -> Option<Result<Arc<HashMap<u64, BTreeMap<u64, Bytes>>>, String>> {
         if !self
             .view
             .failover(&route.name)
@@ -288,8 +268,7 @@ impl Frontends {
                 )
                 .await
                 .map_err(|e| format!("opening {} read-only: {e}", route.prefix))?;
-                let mut by_region: HashMap<u64, std::collections::BTreeMap<u64, Bytes>> =
-                    HashMap::new();
+                let mut by_region: HashMap<u64, BTreeMap<u64, Bytes>> = HashMap::new();
                 let regions = (0..self.next_n.len() as u64).map(|region| (region, 0));
                 let mut entries = log.replay(regions);
                 while let Some(entry) = entries.next().await {
@@ -321,10 +300,6 @@ impl Frontends {
                         on_chain.entry(id).or_insert_with(|| Bytes::from(payload));
                     }
                 }
-                let by_region = by_region
-                    .into_iter()
-                    .map(|(region, entries)| (region, entries.into_iter().collect()))
-                    .collect();
                 Ok::<_, String>(Arc::new(by_region))
             })
             .await;
@@ -344,11 +319,7 @@ impl Frontends {
         Some(self.fenced_chain(route).await?.map(|chain| {
             chain
                 .get(&region)
-                .and_then(|entries| {
-                    entries
-                        .iter()
-                        .find(|(id, payload)| *id >= from && payload == want)
-                })
+                .and_then(|entries| entries.range(from..).find(|(_, payload)| *payload == want))
                 .map(|(id, _)| *id)
         }))
     }
@@ -493,7 +464,7 @@ pub async fn main(args: Args) -> anyhow::Result<i32> {
         anyhow::bail!("--seconds {} is too large", args.seconds);
     };
     let in_flight = Arc::new(Semaphore::new(args.in_flight.max(1)));
-    let mut rng = Rng(args.seed);
+    let mut rng = SplitMix64::new(args.seed);
     let mut next = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     let rate = args.rate.max(0.001);

@@ -325,18 +325,7 @@ async fn handle(wal: &WalHandle, flusher: &Flusher, request: Request) -> Reply {
             above,
             pieces,
         } => {
-            let recorded: Vec<(String, u64, u64)> = pieces
-                .iter()
-                .map(|p| (p.prefix.clone(), p.first_id, p.last_id))
-                .collect();
-            let pieces: Vec<Piece> = pieces
-                .into_iter()
-                .map(|p| Piece {
-                    prefix: p.prefix,
-                    first_id: p.first_id,
-                    last_id: p.last_id,
-                })
-                .collect();
+            let pieces: Vec<Piece> = pieces.into_iter().map(Piece::from).collect();
             let started = Instant::now();
             let acquired = again("acquire", || {
                 wal.acquire_with_pieces(region, above, pieces.clone())
@@ -351,7 +340,7 @@ async fn handle(wal: &WalHandle, flusher: &Flusher, request: Request) -> Reply {
             }
             match acquired {
                 Ok(()) => {
-                    flusher.acquired(region, above, recorded);
+                    flusher.acquired(region, above, pieces);
                     Reply::Done
                 }
                 Err(e) => other(&e),

@@ -40,6 +40,26 @@ pub struct PieceMsg {
     pub last_id: u64,
 }
 
+impl From<object_store_wal::Piece> for PieceMsg {
+    fn from(p: object_store_wal::Piece) -> Self {
+        PieceMsg {
+            prefix: p.prefix,
+            first_id: p.first_id,
+            last_id: p.last_id,
+        }
+    }
+}
+
+impl From<PieceMsg> for object_store_wal::Piece {
+    fn from(p: PieceMsg) -> Self {
+        object_store_wal::Piece {
+            prefix: p.prefix,
+            first_id: p.first_id,
+            last_id: p.last_id,
+        }
+    }
+}
+
 /// A request to a node.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
